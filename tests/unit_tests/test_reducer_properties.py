@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import copy
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+
+from langchain_histcompress.errors import BudgetError
+from langchain_histcompress.reducers import MaxTokensReducer, TruncationReducer
+from langchain_histcompress.rounds import validate_history
+from langchain_histcompress.tokens import TiktokenCounter
+from tests.histories import history
+
+COUNTER = TiktokenCounter()
+
+
+def _check(
+    before: list[BaseMessage], original: list[BaseMessage], out: list[BaseMessage] | None
+) -> None:
+    assert original == before, "input was mutated"
+    if out is None:
+        return
+    assert validate_history(out) == []
+    if original and isinstance(original[0], SystemMessage):
+        assert out[0] is original[0]
+    humans = [m for m in original if isinstance(m, HumanMessage)]
+    if humans:
+        assert any(m is humans[-1] for m in out)
+    ids = [m.id for m in original]
+    positions = [ids.index(m.id) for m in out]
+    assert positions == sorted(positions), "order changed"
+
+
+@settings(max_examples=500, deadline=None)
+@given(history(), st.integers(1, 15), st.integers(0, 5))
+def test_truncation_invariants(msgs: list[BaseMessage], target: int, threshold: int) -> None:
+    before = copy.deepcopy(msgs)
+    _check(
+        before, msgs, TruncationReducer(target_count=target, threshold_count=threshold).reduce(msgs)
+    )
+
+
+@settings(max_examples=500, deadline=None)
+@given(history(), st.integers(20, 600))
+def test_max_tokens_invariants(msgs: list[BaseMessage], budget: int) -> None:
+    before = copy.deepcopy(msgs)
+    try:
+        out = MaxTokensReducer(max_tokens=budget, token_counter=COUNTER).reduce(msgs)
+    except BudgetError:
+        return
+    _check(before, msgs, out)
+    if out is not None:
+        assert COUNTER(out) <= budget
