@@ -10,9 +10,10 @@ receives for tool calls and content blocks. With ``T(s) = len(encoding.encode_or
     message  = 3 + T(role) + content + name + tool_call_id + tool_calls
     role     = user | assistant | system | developer | tool | ChatMessage.role | message.type
     content  = T(text) for a string; for a list, the sum over blocks of:
-               T(text) for a string or a text block, `image_tokens` (default 85) for an image
-               block (type image, image_url or input_image), 0 for a tool_use block that
-               repeats one of the message's tool calls, T(json.dumps(block)) otherwise
+               T(text) for a string or a text block (type text, input_text or output_text),
+               `image_tokens` (default 85) for an image block (type image, image_url or
+               input_image), 0 for a tool_use block that repeats one of the message's tool
+               calls, T(json.dumps(block, ensure_ascii=False)) otherwise
     name     = T(name) + 1 when `name` is set (not for ToolMessage: the API drops it there)
     tool_call_id = T(tool_call_id) for a ToolMessage
     tool_calls   = for each AIMessage tool call and invalid tool call:
@@ -20,8 +21,15 @@ receives for tool calls and content blocks. With ``T(s) = len(encoding.encode_or
                    json.dumps(args, ensure_ascii=False) (the raw string for invalid calls)
     messages = sum(message) + 3 reply-priming tokens (0 for an empty list)
 
-The 3 tokens per tool call are an estimate of the call's framing; everything else is exact for
-the encoding. ``json.dumps`` falls back to ``str`` for values JSON cannot encode.
+The 3 tokens per tool call are an estimate of the call's framing and the image cost is a
+fixed configurable figure; everything else is exact for the encoding. ``json.dumps`` falls back
+to ``str`` for values JSON cannot encode.
+
+`TiktokenCounter` caches per-message counts, so recounting a grown history encodes only the new
+messages; old ones cost a cache lookup on a fingerprint of their counted fields. On top of that
+it remembers the last few lists it counted: when a list starts with the very same message
+objects as a remembered one, that prefix is not looked at again, so counting a history after
+appending to it costs O(new messages).
 
 Example:
     >>> from langchain_core.messages import HumanMessage
@@ -283,8 +291,10 @@ def _dumps(value: Any) -> str:
     return _JSON.encode(value)
 
 
-def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+def _digest(text: str, domain: bytes = b"text") -> bytes:
+    """16-byte blake2b of ``text``; ``domain`` keeps raw text apart from serialized JSON."""
+    data = text.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=16, person=domain).digest()
 
 
 def _text_key(text: str | None) -> str | bytes | None:
@@ -294,9 +304,11 @@ def _text_key(text: str | None) -> str | bytes | None:
     return _digest(text)
 
 
-def _args_key(args: Mapping[str, Any]) -> Any:
-    """Fingerprint tool-call arguments; equal fingerprints give equal JSON."""
-    frozen: list[tuple[str, type, Any]] = []
+def _flat_args(args: Any) -> list[Any] | None:
+    """Flatten arguments made of short scalars into (name, type, value) runs, else None."""
+    if type(args) is not dict:
+        return None
+    flat: list[Any] = []
     for name, value in args.items():
         kind = type(value)
         if (
@@ -304,17 +316,29 @@ def _args_key(args: Mapping[str, Any]) -> Any:
             or kind not in _FLAT_TYPES
             or (kind is str and len(value) > _INLINE_KEY_CHARS)
         ):
-            return _digest(_dumps(args))
-        frozen.append((name, kind, value))
-    return tuple(frozen)
+            return None
+        flat += (name, kind, value)
+    return flat
 
 
-def _calls_key(message: AIMessage) -> Any:
-    valid = tuple((tc["name"], tc["id"], _args_key(tc["args"])) for tc in message.tool_calls)
-    invalid = tuple(
-        (tc["name"], tc["id"], _text_key(tc["args"])) for tc in message.invalid_tool_calls
-    )
-    return valid, invalid
+def _add_calls_key(parts: list[Any], message: AIMessage) -> None:
+    """Append a flat fingerprint of the tool calls; equal fingerprints give equal counts.
+
+    Arguments made of short scalars stand for themselves, typed so that ``1`` and ``True``
+    differ; other arguments are digested from their JSON. Lengths prefix every variable part,
+    so a fingerprint has one reading.
+    """
+    parts += (len(message.tool_calls), len(message.invalid_tool_calls))
+    for call in message.tool_calls:
+        parts += (call["name"], call["id"])
+        flat = _flat_args(call["args"])
+        if flat is None:
+            parts += (-1, _digest(_dumps(call["args"]), b"json"))
+        else:
+            parts.append(len(flat))
+            parts += flat
+    for invalid in message.invalid_tool_calls:
+        parts += (invalid["name"], invalid["id"], _text_key(invalid["args"]))
 
 
 def _role(message: BaseMessage) -> str:
@@ -336,7 +360,7 @@ def _calls(message: BaseMessage) -> list[tuple[str, str, str]]:
     """The (name, arguments, id) strings the API receives for an AIMessage's tool calls."""
     if not isinstance(message, AIMessage):
         return []
-    calls = [(tc["name"], _dumps(tc["args"]), tc["id"] or "") for tc in message.tool_calls]
+    calls = [(tc["name"] or "", _dumps(tc["args"]), tc["id"] or "") for tc in message.tool_calls]
     calls.extend(
         (tc["name"] or "", tc["args"] or "", tc["id"] or "") for tc in message.invalid_tool_calls
     )
@@ -344,6 +368,29 @@ def _calls(message: BaseMessage) -> list[tuple[str, str, str]]:
 
 
 _Key = tuple[Any, ...]
+
+
+_PREFIX_MEMOS = 8  # histories remembered at once (e.g. a few concurrent sessions)
+
+
+@dataclass(frozen=True)
+class _PrefixMemo:
+    """The last list counted from one first message: its objects and their counts."""
+
+    messages: list[BaseMessage]
+    counts: list[int]
+
+    def shared_prefix(self, messages: list[BaseMessage]) -> int:
+        """Length of the leading run of identical message objects.
+
+        Only object identity is compared: touching every old message would cost as much as
+        the per-message cache lookup this memo exists to skip.
+        """
+        n = min(len(self.messages), len(messages))
+        if all(map(operator.is_, self.messages[:n], messages[:n])):
+            return n
+        pairs = zip(self.messages, messages, strict=False)
+        return next(i for i, (a, b) in enumerate(pairs) if a is not b)
 
 
 class TiktokenCounter:
@@ -407,6 +454,7 @@ class TiktokenCounter:
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
+        self._prefixes: OrderedDict[int, _PrefixMemo] = OrderedDict()
 
     @property
     def model(self) -> str:
@@ -448,24 +496,29 @@ class TiktokenCounter:
     def _key(message: BaseMessage) -> _Key:
         """Fingerprint every field the count depends on; equal keys mean equal counts."""
         content = message.content
-        if type(content) is str:
-            content_key = _text_key(content)
+        if type(content) is not str:
+            content_key: Any = _digest(_dumps(content), b"json")
+        elif len(content) > _INLINE_KEY_CHARS:
+            content_key = _digest(content)
         else:
-            content_key = _digest(_dumps(content))
+            content_key = content
         cls = type(message)
-        extra: Any = None
-        if cls is AIMessage:
-            if message.tool_calls or message.invalid_tool_calls:  # type: ignore[attr-defined]
-                extra = _calls_key(message)  # type: ignore[arg-type]
-        elif cls is ToolMessage:
-            extra = message.tool_call_id  # type: ignore[attr-defined]
-        elif cls is not HumanMessage:
-            extra = (
-                _role(message),
-                message.tool_call_id if isinstance(message, ToolMessage) else None,
-                _calls_key(message) if isinstance(message, AIMessage) else None,
-            )
-        return (message.id, cls, message.name, content_key, extra)
+        if cls is HumanMessage or (
+            cls is AIMessage
+            and not message.tool_calls  # type: ignore[attr-defined]
+            and not message.invalid_tool_calls  # type: ignore[attr-defined]
+        ):
+            return (message.id, cls, message.name, content_key)
+        if cls is ToolMessage:
+            return (message.id, cls, message.name, content_key, message.tool_call_id)  # type: ignore[attr-defined]
+        parts: list[Any] = [message.id, cls, message.name, content_key]
+        if cls is not AIMessage:
+            parts.append(_role(message))
+            if isinstance(message, ToolMessage):
+                parts.append(message.tool_call_id)
+        if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
+            _add_calls_key(parts, message)
+        return tuple(parts)
 
     def _content_tokens(self, content: str | list[str | dict[Any, Any]], call_ids: set[str]) -> int:
         if isinstance(content, str):
@@ -517,7 +570,38 @@ class TiktokenCounter:
         """
         if not messages:
             return 0
-        return sum(self._count_each(messages)) + REPLY_PRIMING_TOKENS
+        return sum(self.count_each(messages)) + REPLY_PRIMING_TOKENS
+
+    def count_each(self, messages: Sequence[BaseMessage]) -> list[int]:
+        """Per-message counts (as `count_message`), in O(new messages) for a grown list.
+
+        A list that begins with the same message objects as one of the last few lists counted
+        reuses that prefix's counts without fingerprinting it again; anything else goes through
+        the per-message cache. Messages are treated as values: edit one in place after counting
+        it and a later count of a list holding that same object may be stale (copy it with
+        ``model_copy(update=...)`` instead, as LangGraph's ``add_messages`` does, or call
+        `cache_clear`). `count_message` always re-fingerprints.
+
+        Example:
+            >>> from langchain_core.messages import AIMessage, HumanMessage
+            >>> counter = TiktokenCounter()
+            >>> history = [HumanMessage("hi"), AIMessage("hello!")]
+            >>> counter.count_each(history), counter.count_each([*history, HumanMessage("hi")])
+            ([5, 6], [5, 6, 5])
+        """
+        if not messages:
+            return []
+        items = list(messages)
+        with self._lock:
+            memo = self._prefixes.get(id(items[0]))
+        kept = memo.shared_prefix(items) if memo is not None else 0
+        counts = (memo.counts[:kept] if memo is not None else []) + self._count_each(items[kept:])
+        with self._lock:
+            self._prefixes[id(items[0])] = _PrefixMemo(items, counts)
+            self._prefixes.move_to_end(id(items[0]))
+            while len(self._prefixes) > _PREFIX_MEMOS:
+                self._prefixes.popitem(last=False)
+        return list(counts)
 
     def _count_each(self, messages: Sequence[BaseMessage]) -> list[int]:
         """Per-message counts: cached ones under one lock, the others computed outside it."""
@@ -539,7 +623,7 @@ class TiktokenCounter:
             return counts  # type: ignore[return-value]
         fresh: dict[_Key, int] = {}
         result: list[int] = []
-        for message, key, count in zip(messages, keys, counts):
+        for message, key, count in zip(messages, keys, counts, strict=True):
             if count is None:
                 count = fresh.get(key)
                 if count is None:
@@ -572,6 +656,7 @@ class TiktokenCounter:
         """Drop every cached count and reset the statistics."""
         with self._lock:
             self._cache.clear()
+            self._prefixes.clear()
             self._hits = self._misses = 0
 
 
@@ -640,8 +725,11 @@ def message_costs(counter: TokenCounter, messages: Sequence[BaseMessage]) -> lis
         >>> message_costs(TiktokenCounter(), [HumanMessage("hi"), AIMessage("hello!")])
         [5, 6]
     """
+    count_each = getattr(counter, "count_each", None)
     count_one = getattr(counter, "count_message", None)
-    if callable(count_one):
+    if callable(count_each):
+        costs = count_each(messages)
+    elif callable(count_one):
         costs = [count_one(message) for message in messages]
     else:
         costs = [counter([message]) for message in messages]
