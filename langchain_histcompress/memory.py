@@ -1,0 +1,552 @@
+"""A LangGraph node that keeps a fact memory up to date, per thread or per user.
+
+`FactExtractionNode` runs before (or after) the answering model node. Each run it finds the
+*completed* rounds it has not processed yet, sends them in batches to a `FactExtractor`
+(one model call per batch, current facts shown to the model), and writes the changes to the
+``facts`` state key through the `merge_facts` reducer, a cursor (the id of the last
+processed message) and an extraction report. Each round is processed once, so resuming a
+thread from a checkpoint never re-extracts.
+
+Completed rounds: every round followed by a newer human message, plus the latest round
+when it ends with an assistant answer without tool calls. When the node runs before the
+model node, the current question's round is therefore processed on the next turn, together
+with the answer that often confirms or corrects it; nothing is lost meanwhile because the
+current question always stays verbatim in the context.
+
+Cross-thread memory: with a ``store`` (given, or the graph's store), facts persist per user
+in the namespace ``("histcompress", "facts", <user_id>)`` built only from
+``config["configurable"]`` values, never from model output. Reads use exact namespace
+matching, so ``acme`` never sees ``acme-corp``'s facts. The thread's ``facts`` state then
+mirrors the user's stored facts.
+
+Example:
+    >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    >>> from langchain_core.messages import AIMessage, HumanMessage
+    >>> model = GenericFakeChatModel(messages=iter([AIMessage(
+    ...     '[{"op": "ADD", "type": "entity", "content": "User is Ana", "source_ids": ["h1"]}]')]))
+    >>> node = FactExtractionNode(model, batch_rounds=1)
+    >>> update = node.invoke({"messages": [HumanMessage("I am Ana", id="h1"),
+    ...                                    AIMessage("Hi Ana!", id="a1")]})
+    >>> update["facts_extraction"]["status"], update["facts_processed_through"]
+    ('ok', 'a1')
+    >>> [fact["content"] for fact in merge_facts({}, update["facts"]).values()]
+    ['User is Ana']
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Annotated, Any
+
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langgraph.store.base import BaseStore, Item, PutOp
+from typing_extensions import TypedDict
+
+from langchain_histcompress.errors import ConfigurationError, StorageError
+from langchain_histcompress.facts import (
+    ExtractionReport,
+    Fact,
+    FactExtractor,
+    facts_from_state,
+    merge_facts,
+)
+from langchain_histcompress.retrieval import validate_namespace
+from langchain_histcompress.rounds import Round, ensure_ids, split_rounds
+
+__all__ = [
+    "DEFAULT_NAMESPACE_PREFIX",
+    "FactExtractionNode",
+    "FactsState",
+    "facts_namespace",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_NAMESPACE_PREFIX: tuple[str, ...] = ("histcompress", "facts")
+"""Store namespace prefix of per-user facts; the user parts follow it."""
+
+NamespaceSpec = Sequence[str] | Callable[[RunnableConfig], Sequence[str]]
+"""Config keys whose values name the tenant, or a callable config -> tenant parts."""
+
+
+class FactsState(TypedDict, total=False):
+    """Graph state keys written by `FactExtractionNode` (combine with a messages state)."""
+
+    facts: Annotated[dict[str, dict[str, Any]], merge_facts]
+    """Facts by id, as JSON dicts (`Fact.to_state`); reduced by `merge_facts`."""
+    facts_processed_through: str | None
+    """Id of the last message whose round was sent to the extractor."""
+    facts_extraction: dict[str, Any]
+    """Report of the node's last run (status ``ok`` / ``empty`` / ``failed`` / ``skipped``)."""
+
+
+def _encode_part(value: str) -> str:
+    # Injective: '%' first, then '.', which store namespaces do not allow.
+    return value.replace("%", "%25").replace(".", "%2E")
+
+
+def facts_namespace(
+    config: RunnableConfig | None,
+    *,
+    keys: NamespaceSpec = ("user_id",),
+    prefix: Sequence[str] = DEFAULT_NAMESPACE_PREFIX,
+) -> tuple[str, ...]:
+    """The store namespace of a tenant's facts, built only from ``config["configurable"]``.
+
+    Each tenant part must be a non-empty string; ``%`` and ``.`` are percent-encoded so any
+    user id is a valid, distinct namespace label.
+
+    Args:
+        config: The run's config.
+        keys: ``configurable`` keys naming the tenant (in order), or a callable returning
+            the tenant parts from the config.
+        prefix: Namespace parts put before the tenant parts.
+
+    Raises:
+        ConfigurationError: A key is missing, or a part is not a non-empty string.
+
+    Example:
+        >>> facts_namespace({"configurable": {"user_id": "ana.b@acme.com"}})
+        ('histcompress', 'facts', 'ana%2Eb@acme%2Ecom')
+    """
+    configurable = dict((config or {}).get("configurable") or {})
+    if callable(keys):
+        parts = keys(config or {})
+        if isinstance(parts, str) or not isinstance(parts, Sequence) or not parts:
+            msg = f"namespace callable must return a non-empty tuple of strings, got {parts!r}"
+            raise ConfigurationError(msg)
+    else:
+        if isinstance(keys, str) or not keys:
+            msg = f"namespace keys must be a non-empty tuple of config keys, got {keys!r}"
+            raise ConfigurationError(msg)
+        parts = []
+        for key in keys:
+            if key not in configurable:
+                msg = (
+                    f"fact memory needs config['configurable'][{key!r}] to choose the "
+                    "store namespace"
+                )
+                raise ConfigurationError(msg)
+            parts.append(configurable[key])
+    for part in parts:
+        if not isinstance(part, str) or not part.strip():
+            msg = f"namespace values must be non-empty strings, got {part!r}"
+            raise ConfigurationError(msg)
+    return validate_namespace((*prefix, *(_encode_part(p) for p in parts)))
+
+
+def _round_complete(round_: Round) -> bool:
+    last = round_.messages[-1]
+    return isinstance(last, AIMessage) and not last.tool_calls
+
+
+@dataclass(frozen=True)
+class _Plan:
+    batches: tuple[tuple[BaseMessage, ...], ...]
+    pending_rounds: int
+
+
+class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
+    """LangGraph node extracting facts from completed, unprocessed rounds.
+
+    Use it as ``graph.add_node("facts", node)``; it supports ``invoke`` and ``ainvoke``
+    (true async model and store calls). A failed extraction does not break the graph: it
+    is reported in the status key and the rounds are retried on the next run (unless
+    ``raise_on_error=True``, which raises `SummarizationError`).
+
+    Args:
+        model: Chat model used for extraction (a cheap one is fine).
+        batch_rounds: Completed rounds per model call; fewer pending rounds wait.
+        max_batches_per_run: Bound on model calls per run (``None``: all full batches).
+        state_key: State key of the facts.
+        messages_key: State key of the conversation.
+        cursor_key: State key of the processed-through message id.
+        status_key: State key of the run report.
+        store: Store for per-user facts shared across threads.
+        use_runtime_store: Use the graph's store (``compile(store=...)``) when ``store`` is
+            not given.
+        namespace_from_config: ``configurable`` keys naming the user, or a callable
+            config -> tenant parts (see `facts_namespace`).
+        namespace_prefix: Store namespace prefix.
+        raise_on_error: Raise `SummarizationError` when extraction fails.
+        max_retries: Retries of transient model errors.
+        retry_backoff: Seconds before the first retry (doubled each time).
+        ttl_by_type: Default lifetime of new facts per type.
+        max_prompt_facts: At most this many current facts are shown to the model.
+        extractor: A configured `FactExtractor` to use instead of building one from the
+            arguments above.
+        now: Clock (returns an aware datetime); default UTC now.
+        name: Run name of the node.
+    """
+
+    def __init__(
+        self,
+        model: Runnable[LanguageModelInput, BaseMessage] | None = None,
+        *,
+        batch_rounds: int = 2,
+        max_batches_per_run: int | None = None,
+        state_key: str = "facts",
+        messages_key: str = "messages",
+        cursor_key: str = "facts_processed_through",
+        status_key: str = "facts_extraction",
+        store: BaseStore | None = None,
+        use_runtime_store: bool = True,
+        namespace_from_config: NamespaceSpec = ("user_id",),
+        namespace_prefix: Sequence[str] = DEFAULT_NAMESPACE_PREFIX,
+        raise_on_error: bool = False,
+        max_retries: int = 2,
+        retry_backoff: float = 0.5,
+        ttl_by_type: Mapping[str, timedelta] | None = None,
+        max_prompt_facts: int = 100,
+        extractor: FactExtractor | None = None,
+        now: Callable[[], datetime] | None = None,
+        name: str = "fact_extraction",
+    ) -> None:
+        """Validate and store the configuration (see the class docstring)."""
+        if extractor is None:
+            if model is None:
+                msg = "FactExtractionNode needs a model or an extractor"
+                raise ConfigurationError(msg)
+            extractor = FactExtractor(
+                model,
+                max_retries=max_retries,
+                retry_backoff=retry_backoff,
+                raise_on_error=raise_on_error,
+                ttl_by_type=ttl_by_type,
+                max_prompt_facts=max_prompt_facts,
+            )
+        elif model is not None:
+            msg = "pass either model or extractor, not both"
+            raise ConfigurationError(msg)
+        if not isinstance(extractor, FactExtractor):
+            msg = f"extractor must be a FactExtractor, not {type(extractor).__name__}"
+            raise ConfigurationError(msg)
+        if isinstance(batch_rounds, bool) or not isinstance(batch_rounds, int) or batch_rounds < 1:
+            msg = f"batch_rounds must be an int >= 1, got {batch_rounds!r}"
+            raise ConfigurationError(msg)
+        if max_batches_per_run is not None and (
+            isinstance(max_batches_per_run, bool)
+            or not isinstance(max_batches_per_run, int)
+            or max_batches_per_run < 1
+        ):
+            msg = f"max_batches_per_run must be None or an int >= 1, got {max_batches_per_run!r}"
+            raise ConfigurationError(msg)
+        keys = {
+            "state_key": state_key,
+            "messages_key": messages_key,
+            "cursor_key": cursor_key,
+            "status_key": status_key,
+        }
+        for label, value in keys.items():
+            if not isinstance(value, str) or not value:
+                msg = f"{label} must be a non-empty string, got {value!r}"
+                raise ConfigurationError(msg)
+        if len(set(keys.values())) != len(keys):
+            msg = f"state keys must be distinct, got {keys}"
+            raise ConfigurationError(msg)
+        if store is not None and not isinstance(store, BaseStore):
+            msg = f"store must be a LangGraph BaseStore, not {type(store).__name__}"
+            raise ConfigurationError(msg)
+        if not callable(namespace_from_config):
+            if isinstance(namespace_from_config, str) or not namespace_from_config:
+                msg = (
+                    "namespace_from_config must be a non-empty tuple of config keys or a "
+                    f"callable, got {namespace_from_config!r}"
+                )
+                raise ConfigurationError(msg)
+            namespace_from_config = tuple(namespace_from_config)
+        validate_namespace(tuple(namespace_prefix))
+        self.extractor = extractor
+        self.batch_rounds = batch_rounds
+        self.max_batches_per_run = max_batches_per_run
+        self.state_key = state_key
+        self.messages_key = messages_key
+        self.cursor_key = cursor_key
+        self.status_key = status_key
+        self.store = store
+        self.use_runtime_store = use_runtime_store
+        self.namespace_from_config = namespace_from_config
+        self.namespace_prefix = tuple(namespace_prefix)
+        self.name = name
+        self._now = now
+        self._runnable: Runnable[Mapping[str, Any], dict[str, Any]] = RunnableLambda(
+            self._run, afunc=self._arun, name=name
+        )
+
+    # -- runnable faces ----------------------------------------------------------------
+
+    def invoke(
+        self, input: Mapping[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Run the node on a state and return the state update."""
+        return self._runnable.invoke(input, config, **kwargs)
+
+    async def ainvoke(
+        self, input: Mapping[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Async `invoke` (async model and store calls)."""
+        return await self._runnable.ainvoke(input, config, **kwargs)
+
+    def __call__(
+        self, state: Mapping[str, Any], config: RunnableConfig | None = None
+    ) -> dict[str, Any]:
+        """Same as `invoke`."""
+        return self.invoke(state, config)
+
+    # -- shared pieces -----------------------------------------------------------------
+
+    def _clock(self) -> datetime:
+        value = self._now() if self._now is not None else datetime.now(timezone.utc)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value
+
+    def _messages(self, state: Mapping[str, Any]) -> list[BaseMessage]:
+        if not isinstance(state, Mapping):
+            msg = f"node input must be a state mapping, not {type(state).__name__}"
+            raise ConfigurationError(msg)
+        messages = state.get(self.messages_key) or []
+        if not isinstance(messages, Sequence) or not all(
+            isinstance(m, BaseMessage) for m in messages
+        ):
+            msg = f"state[{self.messages_key!r}] must be a list of messages"
+            raise ConfigurationError(msg)
+        return ensure_ids(messages)
+
+    def _plan(self, state: Mapping[str, Any]) -> _Plan:
+        messages = self._messages(state)
+        cursor = state.get(self.cursor_key)
+        start = 0
+        if cursor:
+            for index in range(len(messages) - 1, -1, -1):
+                if messages[index].id == cursor:
+                    start = index + 1
+                    break
+            else:
+                logger.warning(
+                    "fact cursor message is no longer in the history; reprocessing the "
+                    "remaining %d messages",
+                    len(messages),
+                )
+        rounds = list(split_rounds(messages[start:]).rounds)
+        if rounds and not _round_complete(rounds[-1]):
+            rounds.pop()
+        size = self.batch_rounds
+        batches = [
+            tuple(m for r in rounds[i : i + size] for m in r.messages)
+            for i in range(0, len(rounds) - size + 1, size)
+        ]
+        if self.max_batches_per_run is not None:
+            batches = batches[: self.max_batches_per_run]
+        done = len(batches) * size
+        return _Plan(batches=tuple(batches), pending_rounds=len(rounds) - done)
+
+    def _store(self) -> BaseStore | None:
+        if self.store is not None:
+            return self.store
+        if not self.use_runtime_store:
+            return None
+        from langgraph.config import get_store
+
+        try:
+            return get_store()
+        except (RuntimeError, KeyError, AttributeError):
+            return None
+
+    def _namespace(self, config: RunnableConfig) -> tuple[str, ...]:
+        return facts_namespace(
+            config, keys=self.namespace_from_config, prefix=self.namespace_prefix
+        )
+
+    def _parse_items(
+        self, items: Sequence[Item], namespace: tuple[str, ...], now: datetime
+    ) -> tuple[dict[str, Fact], list[str]]:
+        facts: dict[str, Fact] = {}
+        expired: list[str] = []
+        for item in items:
+            if tuple(item.namespace) != namespace:
+                continue
+            try:
+                fact = Fact.model_validate(item.value)
+            except ValueError:
+                logger.warning("skipping an invalid fact item in the store")
+                continue
+            if fact.id != item.key:
+                logger.warning("skipping a store fact whose key differs from its id")
+                continue
+            if fact.is_expired(now):
+                expired.append(item.key)
+            else:
+                facts[fact.id] = fact
+        return facts, expired
+
+    @staticmethod
+    def _store_ops(
+        namespace: tuple[str, ...], before: Mapping[str, Fact], after: Mapping[str, Fact]
+    ) -> list[PutOp]:
+        ops = [PutOp(namespace, fid, None) for fid in before if fid not in after]
+        ops.extend(
+            PutOp(namespace, fid, fact.to_state())
+            for fid, fact in after.items()
+            if before.get(fid) != fact
+        )
+        return ops
+
+    def _update(
+        self,
+        state: Mapping[str, Any],
+        final: Mapping[str, Fact],
+        reports: Sequence[ExtractionReport],
+        plan: _Plan,
+        processed: int,
+    ) -> dict[str, Any]:
+        before = facts_from_state(state.get(self.state_key))
+        writes: list[dict[str, Any]] = [
+            {"op": "DELETE", "id": fid} for fid in before if fid not in final
+        ]
+        writes.extend(fact.to_state() for fid, fact in final.items() if before.get(fid) != fact)
+        statuses = [r.status for r in reports]
+        if "failed" in statuses:
+            status = "failed"
+        elif "ok" in statuses:
+            status = "ok"
+        elif statuses:
+            status = "empty"
+        else:
+            status = "skipped"
+        failed = next((r for r in reports if r.status == "failed"), None)
+        cursor = None
+        if processed:
+            cursor = plan.batches[processed - 1][-1].id
+        unprocessed_batches = len(plan.batches) - processed
+        report: dict[str, Any] = {
+            "status": status,
+            "calls": sum(r.attempts for r in reports),
+            "batches": len(reports),
+            "added": _ids(r.added for r in reports),
+            "updated": _ids(r.updated for r in reports),
+            "deleted": _ids(r.deleted for r in reports),
+            "rejected": [item for r in reports for item in r.rejected],
+            "error_type": failed.error_type if failed else None,
+            "error": failed.error if failed else None,
+            "processed_through": cursor or state.get(self.cursor_key),
+            "pending_rounds": plan.pending_rounds + unprocessed_batches * self.batch_rounds,
+        }
+        update: dict[str, Any] = {self.status_key: report}
+        if writes:
+            update[self.state_key] = writes
+        if cursor is not None:
+            update[self.cursor_key] = cursor
+        return update
+
+    # -- sync / async bodies -----------------------------------------------------------
+
+    def _run(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        plan = self._plan(state)
+        now = self._clock()
+        store = self._store()
+        if store is not None:
+            namespace = self._namespace(config)
+            try:
+                items = _search_all(store, namespace)
+            except Exception as exc:
+                msg = f"could not read facts from the store ({type(exc).__name__})"
+                raise StorageError(msg) from exc
+            loaded, expired = self._parse_items(items, namespace, now)
+        else:
+            loaded = {
+                fid: f
+                for fid, f in facts_from_state(state.get(self.state_key)).items()
+                if not f.is_expired(now)
+            }
+            expired = []
+        current = dict(loaded)
+        reports: list[ExtractionReport] = []
+        processed = 0
+        for batch in plan.batches:
+            result = self.extractor.extract(batch, current, now=now, config=config)
+            reports.append(result.report)
+            if result.status == "failed":
+                break
+            current = result.facts
+            processed += 1
+        if store is not None:
+            ops = [PutOp(namespace, key, None) for key in expired]
+            ops.extend(self._store_ops(namespace, loaded, current))
+            if ops:
+                try:
+                    store.batch(ops)
+                except Exception as exc:
+                    msg = f"could not write facts to the store ({type(exc).__name__})"
+                    raise StorageError(msg) from exc
+        return self._update(state, current, reports, plan, processed)
+
+    async def _arun(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        plan = self._plan(state)
+        now = self._clock()
+        store = self._store()
+        if store is not None:
+            namespace = self._namespace(config)
+            try:
+                items = await _asearch_all(store, namespace)
+            except Exception as exc:
+                msg = f"could not read facts from the store ({type(exc).__name__})"
+                raise StorageError(msg) from exc
+            loaded, expired = self._parse_items(items, namespace, now)
+        else:
+            loaded = {
+                fid: f
+                for fid, f in facts_from_state(state.get(self.state_key)).items()
+                if not f.is_expired(now)
+            }
+            expired = []
+        current = dict(loaded)
+        reports: list[ExtractionReport] = []
+        processed = 0
+        for batch in plan.batches:
+            result = await self.extractor.aextract(batch, current, now=now, config=config)
+            reports.append(result.report)
+            if result.status == "failed":
+                break
+            current = result.facts
+            processed += 1
+        if store is not None:
+            ops = [PutOp(namespace, key, None) for key in expired]
+            ops.extend(self._store_ops(namespace, loaded, current))
+            if ops:
+                try:
+                    await store.abatch(ops)
+                except Exception as exc:
+                    msg = f"could not write facts to the store ({type(exc).__name__})"
+                    raise StorageError(msg) from exc
+        return self._update(state, current, reports, plan, processed)
+
+
+_PAGE = 500
+
+
+def _search_all(store: BaseStore, namespace: tuple[str, ...]) -> list[Item]:
+    items: list[Item] = []
+    while True:
+        page = store.search(namespace, limit=_PAGE, offset=len(items))
+        items.extend(page)
+        if len(page) < _PAGE:
+            return items
+
+
+async def _asearch_all(store: BaseStore, namespace: tuple[str, ...]) -> list[Item]:
+    items: list[Item] = []
+    while True:
+        page = await store.asearch(namespace, limit=_PAGE, offset=len(items))
+        items.extend(page)
+        if len(page) < _PAGE:
+            return items
+
+
+def _ids(groups: Any) -> list[str]:
+    return list(dict.fromkeys(fid for group in groups for fid in group))
