@@ -1,0 +1,410 @@
+"""Benchmark reports: a plain-text table, a JSON file with every figure, Markdown, PNG plots.
+
+Plots are drawn with matplotlib's object API on the Agg canvas (no pyplot, no GUI backend,
+no global state changed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from langchain_histcompress.bench.metrics import ReplayFigures
+from langchain_histcompress.bench.recall import RecallSummary
+from langchain_histcompress.bench.runner import BenchResult
+from langchain_histcompress.bench.strategies import available_strategies
+
+__all__ = [
+    "DEFINITIONS",
+    "format_table",
+    "result_to_dict",
+    "write_json",
+    "write_markdown",
+    "write_plots",
+    "write_reports",
+]
+
+DEFINITIONS: dict[str, str] = {
+    "prompt tokens": "tiktoken count (o200k_base, OpenAI chat overhead) of the answering "
+    "model's input at each assistant turn; mean, 95th percentile (nearest rank) and last call",
+    "billed tokens": "prompt + completion tokens of every model call: the answering calls and "
+    "the strategy's own summarize / extract calls",
+    "savings": "1 - billed(strategy) / billed(full) over the whole replayed conversations",
+    "internal calls": "summarize / extract calls the strategy made on the internal model",
+    "evidence recall": "share of category 1-4 questions whose evidence turns are all in the "
+    "context built for the question, verbatim or through a fact sourced from them; a summary "
+    "covering a turn does not count",
+    "context tokens": "mean token count of the question contexts (question included)",
+    "overhead": "wall time of the strategy's own work per assistant turn, internal model time "
+    "excluded: mean over the replay, and median over a few turns once the history holds "
+    "1k / 10k / 100k messages (the first conversation repeated with fresh ids)",
+}
+"""What each reported figure means."""
+
+_COLUMNS = (
+    ("strategy", "<"),
+    ("calls", ">"),
+    ("internal", ">"),
+    ("prompt mean", ">"),
+    ("p95", ">"),
+    ("last", ">"),
+    ("billed", ">"),
+    ("savings", ">"),
+    ("recall", ">"),
+    ("ctx tokens", ">"),
+    ("ms/turn", ">"),
+)
+
+
+def _tokens(value: float | None) -> str:
+    return "-" if value is None else f"{round(value):,}"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def _size_label(size: int) -> str:
+    return f"{size // 1000}k" if size >= 1000 and size % 1000 == 0 else str(size)
+
+
+def _row(
+    result: BenchResult, strategy: str, conversation: str | None
+) -> tuple[list[str], str | None]:
+    figures = result.figures(strategy, conversation)
+    recall = result.recall(strategy, conversation)
+    error = None
+    names = [conversation] if conversation else list(result.conversations)
+    for name in names:
+        run = result.run(strategy, name)
+        if run is not None and run.error:
+            error = f"{name}: {run.error}"
+            break
+    if figures is None:
+        cells = [strategy] + ["-"] * (len(_COLUMNS) - 1)
+        return cells, error
+    cells = [
+        strategy,
+        f"{figures.calls:,}",
+        f"{figures.internal_calls:,}",
+        _tokens(figures.prompt_mean),
+        _tokens(figures.prompt_p95),
+        _tokens(figures.prompt_last),
+        _tokens(figures.billed),
+        _percent(figures.savings),
+        _percent(recall.recall if recall else None),
+        _tokens(recall.mean_context_tokens if recall else None),
+        _ms(figures.overhead_ms_mean),
+    ]
+    return cells, error
+
+
+def _table_rows(result: BenchResult, conversation: str | None) -> tuple[list[str], list[list[str]]]:
+    header = [name for name, _ in _COLUMNS]
+    sizes = result.config.sizes if result.overhead and conversation is None else ()
+    header += [f"ms@{_size_label(s)}" for s in sizes]
+    rows: list[list[str]] = []
+    for strategy in result.strategies:
+        cells, _ = _row(result, strategy, conversation)
+        rows.append(cells + [_ms(result.overhead_ms(strategy, s)) for s in sizes])
+    return header, rows
+
+
+def format_table(result: BenchResult, conversation: str | None = None) -> str:
+    """The figures as an aligned plain-text table (all conversations, or one).
+
+    Example output row: ``truncation  208  0  763  962  ...``.
+    """
+    header, rows = _table_rows(result, conversation)
+    aligns = [a for _, a in _COLUMNS] + [">"] * (len(header) - len(_COLUMNS))
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            f"{c:{a}{w}}" for c, a, w in zip(cells, aligns, widths, strict=True)
+        ).rstrip()
+
+    out = [line(header), line(["-" * w for w in widths])]
+    out += [line(r) for r in rows]
+    errors = [e for s in result.strategies if (e := _row(result, s, conversation)[1])]
+    out += [f"failed: {e}" for e in errors]
+    return "\n".join(out)
+
+
+def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    aligns = [a for _, a in _COLUMNS] + [">"] * (len(header) - len(_COLUMNS))
+    marks = ["---:" if a == ">" else ":---" for a in aligns[: len(header)]]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _figures_dict(figures: ReplayFigures | None) -> dict[str, Any] | None:
+    if figures is None:
+        return None
+    data = asdict(figures)
+    data["billed"] = figures.billed
+    return data
+
+
+def _recall_dict(recall: RecallSummary | None) -> dict[str, Any] | None:
+    if recall is None:
+        return None
+    return {
+        "questions": recall.questions,
+        "hits": recall.hits,
+        "recall": recall.recall,
+        "via_fact_hits": recall.via_fact_hits,
+        "mean_context_tokens": recall.mean_context_tokens,
+        "by_category": {
+            str(k): {"hits": h, "questions": n, "recall": h / n if n else 0.0}
+            for k, (h, n) in recall.by_category.items()
+        },
+    }
+
+
+def result_to_dict(result: BenchResult) -> dict[str, Any]:
+    """Every figure of ``result`` as JSON-ready data (per-turn series included)."""
+    config = result.config
+    specs = available_strategies()
+    per_conversation: dict[str, Any] = {}
+    turns: dict[str, Any] = {}
+    for conversation in result.conversations:
+        per_conversation[conversation] = {}
+        turns[conversation] = {}
+        for strategy in result.strategies:
+            run = result.run(strategy, conversation)
+            per_conversation[conversation][strategy] = {
+                "figures": _figures_dict(result.figures(strategy, conversation)),
+                "recall": _recall_dict(result.recall(strategy, conversation)),
+                "error": run.error if run else "not run",
+                "missed_questions": [
+                    {"question_index": i, "category": q.category, "missing": list(q.missing)}
+                    for i, q in enumerate(run.questions if run else ())
+                    if not q.hit
+                ],
+            }
+            turns[conversation][strategy] = {
+                "message_ids": [t.message_id for t in run.turns] if run else [],
+                "prompt_tokens": [t.prompt_tokens for t in run.turns] if run else [],
+                "completion_tokens": [t.completion_tokens for t in run.turns] if run else [],
+                "internal_calls": [len(t.internal_calls) for t in run.turns] if run else [],
+                "internal_billed": [t.internal_billed for t in run.turns] if run else [],
+                "overhead_ms": [round(t.overhead_s * 1000, 4) for t in run.turns] if run else [],
+            }
+    return {
+        "format_version": 1,
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "seconds": round(result.seconds, 3),
+        "config": {
+            "data": [str(p) for p in config.data],
+            "strategies": list(result.strategies),
+            "internal_model": result.internal_model,
+            "quick": config.quick,
+            "overhead_sizes": list(config.sizes),
+            "overhead_turns": config.overhead_turns,
+            "budget_tokens": config.budget_tokens,
+            "keep_messages": config.keep_messages,
+            "summary_tokens": config.summary_tokens,
+            "token_counter": "tiktoken gpt-4o-mini (o200k_base)",
+        },
+        "definitions": DEFINITIONS,
+        "conversations": list(result.conversations),
+        "strategies": [
+            {"name": s, "description": specs[s].description if s in specs else ""}
+            for s in result.strategies
+        ],
+        "totals": {
+            s: {
+                "figures": _figures_dict(result.figures(s)),
+                "recall": _recall_dict(result.recall(s)),
+                "overhead_ms": {str(size): result.overhead_ms(s, size) for size in config.sizes}
+                if result.overhead
+                else {},
+            }
+            for s in result.strategies
+        },
+        "per_conversation": per_conversation,
+        "turns": turns,
+        "overhead": [asdict(o) for o in result.overhead],
+        "incremental_counting": result.counting,
+        "notes": list(result.notes),
+    }
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_json(result: BenchResult, path: Path) -> Path:
+    """Write `result_to_dict` to ``path`` (UTF-8, indented)."""
+    path.write_text(
+        json.dumps(_finite(result_to_dict(result)), indent=1, ensure_ascii=False) + "\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = ()) -> Path:
+    """Write a Markdown report (tables, definitions, plot links) to ``path``."""
+    config = result.config
+    specs = available_strategies()
+    lines = [
+        "# histcompress benchmark",
+        "",
+        f"Conversations: {', '.join(result.conversations)}. Internal model: "
+        f"`{result.internal_model}`. Token budget {config.budget_tokens}, kept messages "
+        f"{config.keep_messages}, summary cap {config.summary_tokens} tokens. "
+        f"Run time {result.seconds:.1f} s.",
+        "",
+        "## All conversations",
+        "",
+        _markdown_table(*_table_rows(result, None)),
+        "",
+    ]
+    failures = [e for s in result.strategies if (e := _row(result, s, None)[1])]
+    lines += [f"- failed: {e}" for e in failures]
+    if failures:
+        lines.append("")
+    lines += ["## Strategies", ""]
+    lines += [f"- `{s}`: {specs[s].description if s in specs else ''}" for s in result.strategies]
+    lines.append("")
+    for conversation in result.conversations:
+        lines += [
+            f"## Conversation {conversation}",
+            "",
+            _markdown_table(*_table_rows(result, conversation)),
+            "",
+        ]
+    lines += ["## Evidence recall by category", ""]
+    categories = sorted(
+        {k for s in result.strategies if (r := result.recall(s)) is not None for k in r.by_category}
+    )
+    header = ["strategy", *[f"cat {k}" for k in categories], "via fact"]
+    rows = []
+    for strategy in result.strategies:
+        recall = result.recall(strategy)
+        if recall is None:
+            continue
+        cells = [strategy]
+        for k in categories:
+            hits, total = recall.by_category.get(k, (0, 0))
+            cells.append(f"{hits}/{total}")
+        cells.append(str(recall.via_fact_hits))
+        rows.append(cells)
+    lines += [
+        "| " + " | ".join(header) + " |",
+        "| :--- | " + " | ".join("---:" for _ in header[1:]) + " |",
+        *["| " + " | ".join(r) + " |" for r in rows],
+        "",
+    ]
+    if result.counting:
+        c = result.counting
+        lines += [
+            "## Incremental token counting",
+            "",
+            f"First count of {int(c.get('messages', 0)):,} messages: "
+            f"{c.get('first_count_s', 0.0):.3f} s; recount after appending: "
+            f"{c.get('recount_s', 0.0):.4f} s (ratio {c.get('ratio', 0.0):.4f}).",
+            "",
+        ]
+    errors = [o for o in result.overhead if o.error]
+    if errors:
+        lines += ["## Overhead failures", ""]
+        lines += [f"- `{o.strategy}` @ {o.messages}: {o.error}" for o in errors]
+        lines.append("")
+    if plots:
+        lines += ["## Plots", ""]
+        lines += [f"![{p.stem}]({p.name})" for p in plots]
+        lines.append("")
+    lines += ["## Definitions", ""]
+    lines += [f"- **{k}**: {v}." for k, v in DEFINITIONS.items()]
+    if result.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in result.notes]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+
+
+def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw PNG plots into ``out_dir`` and return their paths.
+
+    One ``tokens_per_call_<conversation>.png`` per conversation (prompt tokens of each
+    answering call against the assistant turn, one line per strategy) and one
+    ``recall_vs_tokens.png`` (evidence recall against mean context tokens).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    written: list[Path] = []
+    for conversation in result.conversations:
+        figure = Figure(figsize=(10, 5.5), dpi=100)
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        for strategy in result.strategies:
+            run = result.run(strategy, conversation)
+            if run is None or not run.turns:
+                continue
+            series = [t.prompt_tokens for t in run.turns]
+            axes.plot(range(1, len(series) + 1), series, label=strategy, linewidth=1.2)
+        axes.set_xlabel("assistant turn")
+        axes.set_ylabel("prompt tokens per call")
+        axes.set_title(f"Prompt tokens per call, conversation {conversation}")
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize="small")
+        path = out_dir / f"tokens_per_call_{_safe(conversation)}.png"
+        figure.savefig(path, bbox_inches="tight")
+        written.append(path)
+    figure = Figure(figsize=(8, 5.5), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for strategy in result.strategies:
+        recall = result.recall(strategy)
+        if recall is None:
+            continue
+        axes.scatter([recall.mean_context_tokens], [100 * recall.recall], label=strategy)
+    axes.set_xscale("log")
+    axes.set_xlabel("mean context tokens at question time (log)")
+    axes.set_ylabel("evidence recall (%)")
+    axes.set_ylim(-5, 105)
+    axes.set_title("Evidence recall vs context size")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize="small")
+    path = out_dir / "recall_vs_tokens.png"
+    figure.savefig(path, bbox_inches="tight")
+    written.append(path)
+    return written
+
+
+def write_reports(result: BenchResult, out_dir: Path, *, plots: bool = True) -> dict[str, Path]:
+    """Write JSON, Markdown and (optionally) plots into ``out_dir`` (created if needed).
+
+    Returns:
+        ``{"json": ..., "markdown": ..., "plot:<name>": ...}``.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {"json": write_json(result, out_dir / "bench.json")}
+    images = write_plots(result, out_dir) if plots else []
+    written["markdown"] = write_markdown(result, out_dir / "bench.md", plots=images)
+    written.update({f"plot:{p.stem}": p for p in images})
+    return written

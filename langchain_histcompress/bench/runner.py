@@ -1,0 +1,515 @@
+"""Run every strategy over every LoCoMo file: replay, recall, overhead, with a progress bar.
+
+For each file and strategy, the conversation is replayed turn by turn: before each assistant
+turn the strategy builds the answering model's input, which is counted as that call's prompt;
+the answer is the file's own assistant turn (so the transcript stays the real one), counted as
+its completion. The strategy's internal calls go to the internal model, the offline
+`ReplayChatModel` by default or a real model (``BenchConfig.model``), metered by a
+`UsageLedger`. After the replay, each recall question gets its context
+(`Strategy.context_for_question`) and is scored (`recall.score_question`).
+
+Library overhead is measured once per run, on the first file extended to 1k / 10k / 100k
+messages, always with the replay model (model time is excluded anyway, and a real model would
+be billed for the warm-up).
+
+Example:
+    >>> import io
+    >>> bar = ProgressBar(4, io.StringIO(), width=8, interactive=False)
+    >>> bar.advance(2, "halfway")
+    >>> print(bar.stream.getvalue().strip())
+    [####....]  50% halfway
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from langchain_histcompress.bench.locomo import LocomoConversation, find_locomo_files, load_locomo
+from langchain_histcompress.bench.metrics import (
+    OverheadFigure,
+    ReplayFigures,
+    TurnRecord,
+    UsageLedger,
+    extended_history,
+    measure_overhead,
+    replay_figures,
+)
+from langchain_histcompress.bench.recall import (
+    QuestionRecall,
+    RecallSummary,
+    score_question,
+    summarize_recall,
+)
+from langchain_histcompress.bench.replay import ReplayChatModel
+from langchain_histcompress.bench.strategies import (
+    DEFAULT_STRATEGIES,
+    Strategy,
+    StrategyEnv,
+    available_strategies,
+    build_strategy,
+)
+from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.render import message_text
+from langchain_histcompress.tokens import TiktokenCounter
+
+__all__ = [
+    "BASELINE",
+    "BenchConfig",
+    "BenchResult",
+    "ProgressBar",
+    "StrategyRun",
+    "make_chat_model",
+    "replay_strategy",
+    "run_benchmark",
+]
+
+logger = logging.getLogger(__name__)
+
+BASELINE = "full"
+"""The strategy savings are measured against; always run."""
+
+FULL_SIZES: tuple[int, ...] = (1_000, 10_000, 100_000)
+QUICK_SIZES: tuple[int, ...] = (1_000,)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to run (validated on construction).
+
+    Example:
+        >>> config = BenchConfig(data=(Path("26.json"),), strategies=("truncation",), quick=True)
+        >>> config.strategy_names(), config.sizes
+        (['full', 'truncation'], (1000,))
+    """
+
+    data: tuple[Path, ...]
+    """LoCoMo files, or folders of them."""
+    strategies: tuple[str, ...] = ()
+    """Strategy names; empty for every available built-in one. ``full`` is always added."""
+    model: str | None = None
+    """``provider:name`` of a real internal model; ``None`` for the offline replay model."""
+    quick: bool = False
+    """Measure overhead at 1k messages only, with fewer turns, and skip the counting figure."""
+    overhead_sizes: tuple[int, ...] | None = None
+    """History sizes for the overhead figure (default 1k / 10k / 100k, 1k when quick)."""
+    overhead_turns: int = 5
+    """Turns timed per strategy and size."""
+    budget_tokens: int = 2000
+    """Token budget of token-bounded strategies."""
+    keep_messages: int = 20
+    """Messages kept by count-bounded strategies."""
+    summary_tokens: int = 600
+    """Cap on replayed and requested summaries."""
+    counting: bool = True
+    """Also measure incremental token counting on a 100k-message history."""
+
+    def __post_init__(self) -> None:
+        """Validate sizes and budgets."""
+        if not self.data:
+            msg = "no data given: pass at least one LoCoMo file or folder"
+            raise ConfigurationError(msg)
+        for name in ("overhead_turns", "budget_tokens", "keep_messages", "summary_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                msg = f"{name} must be an integer >= 1, got {value!r}"
+                raise ConfigurationError(msg)
+        if self.overhead_sizes is not None and any(s < 10 for s in self.overhead_sizes):
+            msg = f"overhead_sizes must all be >= 10, got {self.overhead_sizes!r}"
+            raise ConfigurationError(msg)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """History sizes used for overhead."""
+        if self.overhead_sizes is not None:
+            return self.overhead_sizes
+        return QUICK_SIZES if self.quick else FULL_SIZES
+
+    def strategy_names(self) -> list[str]:
+        """Names to run, baseline first; unknown names raise `ConfigurationError`."""
+        available = available_strategies()
+        wanted = list(self.strategies) or [n for n in DEFAULT_STRATEGIES if n in available]
+        unknown = [n for n in wanted if n not in available]
+        if unknown:
+            msg = f"unknown strategy {unknown[0]!r}; available: {', '.join(available)}"
+            raise ConfigurationError(msg)
+        return [BASELINE, *dict.fromkeys(n for n in wanted if n != BASELINE)]
+
+
+@dataclass(frozen=True)
+class StrategyRun:
+    """One strategy replayed over one conversation."""
+
+    strategy: str
+    """Strategy name."""
+    conversation: str
+    """Conversation name."""
+    turns: tuple[TurnRecord, ...] = ()
+    """One record per assistant turn."""
+    recall: RecallSummary | None = None
+    """Evidence recall at the end of the conversation."""
+    questions: tuple[QuestionRecall, ...] = ()
+    """Per-question recall details."""
+    error: str | None = None
+    """Why the run failed, if it did (figures then stop at the failing turn)."""
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """Everything a benchmark run measured."""
+
+    config: BenchConfig
+    """The configuration."""
+    conversations: tuple[str, ...]
+    """Conversation names in file order."""
+    strategies: tuple[str, ...]
+    """Strategy names in report order."""
+    internal_model: str
+    """Name of the internal model."""
+    runs: tuple[StrategyRun, ...]
+    """Every (strategy, conversation) replay."""
+    overhead: tuple[OverheadFigure, ...] = ()
+    """Library overhead per strategy and history size."""
+    counting: dict[str, float] | None = None
+    """Incremental token counting figures (see ``bench.counting``)."""
+    seconds: float = 0.0
+    """Wall time of the whole run."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    """Warnings worth reporting (e.g. strategies not installed)."""
+
+    def run(self, strategy: str, conversation: str) -> StrategyRun | None:
+        """The run of ``strategy`` on ``conversation``."""
+        for run in self.runs:
+            if run.strategy == strategy and run.conversation == conversation:
+                return run
+        return None
+
+    def figures(self, strategy: str, conversation: str | None = None) -> ReplayFigures | None:
+        """Replay figures of ``strategy`` on one conversation or all (``None`` if it failed)."""
+        names = [conversation] if conversation is not None else list(self.conversations)
+        runs = [self.run(strategy, name) for name in names]
+        if not runs or any(r is None or r.error for r in runs):
+            return None
+        base_runs = [self.run(BASELINE, name) for name in names]
+        baseline = None
+        if all(r is not None and not r.error for r in base_runs):
+            baseline = replay_figures([r.turns for r in base_runs if r is not None]).billed
+        return replay_figures([r.turns for r in runs if r is not None], baseline_billed=baseline)
+
+    def recall(self, strategy: str, conversation: str | None = None) -> RecallSummary | None:
+        """Evidence recall of ``strategy`` on one conversation or all."""
+        names = [conversation] if conversation is not None else list(self.conversations)
+        runs = [self.run(strategy, name) for name in names]
+        if not runs or any(r is None or r.error or r.recall is None for r in runs):
+            return None
+        return summarize_recall(q for r in runs if r is not None for q in r.questions)
+
+    def overhead_ms(self, strategy: str, size: int) -> float | None:
+        """Median overhead per turn at ``size`` messages."""
+        for figure in self.overhead:
+            if figure.strategy == strategy and figure.messages == size:
+                return figure.ms_per_turn
+        return None
+
+
+class ProgressBar:
+    """A plain text progress bar (``[####....]  50% label``) on a stream, stderr by default.
+
+    On a terminal it redraws one line (at most 10 times a second); elsewhere it prints a line
+    whenever the label changes.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO | None = None,
+        *,
+        width: int = 30,
+        interactive: bool | None = None,
+    ) -> None:
+        """Prepare a bar for ``total`` units."""
+        self.total = max(1, total)
+        self.stream = stream if stream is not None else sys.stderr
+        self.width = width
+        isatty = getattr(self.stream, "isatty", None)
+        self.interactive = bool(isatty and isatty()) if interactive is None else interactive
+        self.done = 0
+        self._label = ""
+        self._last_draw = 0.0
+
+    def _line(self) -> str:
+        filled = int(self.width * min(self.done, self.total) / self.total)
+        percent = int(100 * min(self.done, self.total) / self.total)
+        return f"[{'#' * filled}{'.' * (self.width - filled)}] {percent:3d}% {self._label}"
+
+    def advance(self, units: int = 1, label: str | None = None) -> None:
+        """Add ``units`` done and optionally change the label."""
+        self.done += units
+        changed = label is not None and label != self._label
+        if label is not None:
+            self._label = label
+        now = time.monotonic()
+        if self.interactive:
+            if changed or now - self._last_draw >= 0.1 or self.done >= self.total:
+                self.stream.write("\r" + self._line().ljust(self.width + 60)[: self.width + 60])
+                self.stream.flush()
+                self._last_draw = now
+        elif changed:
+            self.stream.write(self._line() + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        """Finish the bar's line."""
+        if self.interactive:
+            self.stream.write("\r" + self._line().ljust(self.width + 60)[: self.width + 60] + "\n")
+            self.stream.flush()
+
+
+def make_chat_model(spec: str) -> BaseChatModel:
+    """Build a real chat model from ``provider:name`` with ``init_chat_model``.
+
+    Raises:
+        ConfigurationError: The spec is malformed, the provider package is missing, or the
+            model cannot be created (typically a missing API key).
+
+    Example:
+        >>> try:
+        ...     make_chat_model("gpt-4o-mini")
+        ... except ConfigurationError as exc:
+        ...     print(str(exc).split(" (")[0])
+        --model must look like provider:name
+    """
+    if ":" not in spec or not all(part.strip() for part in spec.split(":", 1)):
+        msg = f"--model must look like provider:name (e.g. openai:gpt-4o-mini), got {spec!r}"
+        raise ConfigurationError(msg)
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError as exc:
+        msg = "--model needs langchain (pip install 'langchain-histcompress[bench]')"
+        raise ConfigurationError(msg) from exc
+    try:
+        model = init_chat_model(spec)
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        msg = (
+            f"cannot create model {spec!r}: {reason} "
+            "(set the provider's API key, e.g. OPENAI_API_KEY, and install its package)"
+        )
+        raise ConfigurationError(msg) from exc
+    if not isinstance(model, BaseChatModel):
+        msg = f"{spec!r} did not give a chat model"
+        raise ConfigurationError(msg)
+    return model
+
+
+def _metered(model: BaseChatModel, ledger: UsageLedger) -> BaseChatModel:
+    callbacks = model.callbacks if isinstance(model.callbacks, list) else []
+    return model.model_copy(update={"callbacks": [*callbacks, ledger]})
+
+
+def _assistant_turns(conversation: LocomoConversation) -> int:
+    return sum(1 for t in conversation.turns if not t.from_user)
+
+
+def replay_strategy(
+    strategy: Strategy,
+    conversation: LocomoConversation,
+    *,
+    counter: TiktokenCounter,
+    ledger: UsageLedger,
+    on_turn: Callable[[], None] | None = None,
+) -> StrategyRun:
+    """Replay ``conversation`` through ``strategy``, then score recall (errors are recorded)."""
+    strategy.reset()
+    history: list[BaseMessage] = [conversation.system_message()]
+    turns: list[TurnRecord] = []
+    try:
+        for message in conversation.messages():
+            if isinstance(message, AIMessage):
+                snapshot = tuple(history)
+                mark = ledger.mark()
+                start = time.perf_counter()
+                model_input = strategy.model_input(snapshot)
+                elapsed = time.perf_counter() - start
+                calls = tuple(ledger.since(mark))
+                turns.append(
+                    TurnRecord(
+                        message_id=str(message.id),
+                        prompt_tokens=counter.count_messages(model_input),
+                        completion_tokens=counter.count_text(message_text(message)),
+                        input_messages=len(model_input),
+                        internal_calls=calls,
+                        overhead_s=max(0.0, elapsed - sum(c.seconds for c in calls)),
+                    )
+                )
+                if on_turn is not None:
+                    on_turn()
+            history.append(message)
+        questions: list[QuestionRecall] = []
+        snapshot = tuple(history)
+        for index, qa in enumerate(conversation.recall_questions()):
+            question = HumanMessage(qa.question, id=f"question-{index}")
+            context = strategy.context_for_question(snapshot, question)
+            tokens = counter.count_messages(context.messages)
+            questions.append(score_question(qa, context, context_tokens=tokens))
+    except Exception as exc:
+        logger.warning(
+            "strategy %s failed on %s: %s", strategy.name, conversation.name, type(exc).__name__
+        )
+        return StrategyRun(
+            strategy.name, conversation.name, tuple(turns), error=f"{type(exc).__name__}: {exc}"
+        )
+    return StrategyRun(
+        strategy=strategy.name,
+        conversation=conversation.name,
+        turns=tuple(turns),
+        recall=summarize_recall(questions),
+        questions=tuple(questions),
+    )
+
+
+def _unique_names(conversations: Sequence[LocomoConversation]) -> list[LocomoConversation]:
+    seen: dict[str, int] = {}
+    out: list[LocomoConversation] = []
+    for conversation in conversations:
+        count = seen.get(conversation.name, 0)
+        seen[conversation.name] = count + 1
+        if count:
+            conversation = LocomoConversation(
+                name=f"{conversation.name}-{count + 1}",
+                speaker_a=conversation.speaker_a,
+                speaker_b=conversation.speaker_b,
+                sessions=conversation.sessions,
+                qa=conversation.qa,
+                source=conversation.source,
+            )
+        out.append(conversation)
+    return out
+
+
+def run_benchmark(
+    config: BenchConfig,
+    *,
+    progress: TextIO | None = None,
+    model: BaseChatModel | None = None,
+) -> BenchResult:
+    """Run the benchmark described by ``config``.
+
+    Args:
+        config: What to run.
+        progress: Stream for the progress bar (default stderr).
+        model: A ready internal model overriding ``config.model`` (tests, custom clients).
+
+    Raises:
+        ConfigurationError: A file is missing or malformed, a strategy is unknown, or the
+            real model cannot be created. Nothing is run then.
+    """
+    started = time.perf_counter()
+    names = config.strategy_names()
+    conversations = _unique_names([load_locomo(p) for p in find_locomo_files(config.data)])
+    real_model = model
+    if real_model is None and config.model is not None:
+        real_model = make_chat_model(config.model)
+    counter = TiktokenCounter("gpt-4o-mini", cache_size=1_048_576)
+    notes = [f"strategy {n!r} is not installed" for n in config.strategies if n not in names]
+    replay_units = sum(_assistant_turns(c) for c in conversations) * len(names)
+    overhead_units = len(names) * len(config.sizes) * (config.overhead_turns + 1)
+    bar = ProgressBar(replay_units + overhead_units + 1, progress)
+    runs: list[StrategyRun] = []
+    for conversation in conversations:
+        ledger = UsageLedger(counter)
+        internal = real_model or ReplayChatModel(
+            conversation=conversation, counter=counter, summary_token_cap=config.summary_tokens
+        )
+        env = StrategyEnv(
+            counter=counter,
+            model=_metered(internal, ledger),
+            budget_tokens=config.budget_tokens,
+            keep_messages=config.keep_messages,
+            summary_tokens=config.summary_tokens,
+        )
+        for name in names:
+            label = f"{conversation.name} {name}"
+            bar.advance(0, label)
+            strategy = build_strategy(name, env)
+            run = replay_strategy(
+                strategy, conversation, counter=counter, ledger=ledger, on_turn=bar.advance
+            )
+            done = len(run.turns)
+            bar.advance(_assistant_turns(conversation) - done)
+            runs.append(run)
+    overhead = _overhead(config, names, conversations[0], counter, bar)
+    counting = None
+    if config.counting and not config.quick:
+        bar.advance(0, "incremental counting")
+        counting = _counting(max(config.sizes))
+    bar.advance(1, "done")
+    bar.close()
+    return BenchResult(
+        config=config,
+        conversations=tuple(c.name for c in conversations),
+        strategies=tuple(names),
+        internal_model=config.model or ("custom" if model is not None else "locomo-replay"),
+        runs=tuple(runs),
+        overhead=tuple(overhead),
+        counting=counting,
+        seconds=time.perf_counter() - started,
+        notes=tuple(notes),
+    )
+
+
+def _overhead(
+    config: BenchConfig,
+    names: Sequence[str],
+    conversation: LocomoConversation,
+    counter: TiktokenCounter,
+    bar: ProgressBar,
+) -> list[OverheadFigure]:
+    base = [conversation.system_message(), *conversation.messages()]
+    history = extended_history(base, max(config.sizes) + 4 * len(base) // 3 + 50)
+    ledger = UsageLedger(counter)
+    internal = ReplayChatModel(
+        conversation=conversation, counter=counter, summary_token_cap=config.summary_tokens
+    )
+    env = StrategyEnv(
+        counter=counter,
+        model=_metered(internal, ledger),
+        budget_tokens=config.budget_tokens,
+        keep_messages=config.keep_messages,
+        summary_tokens=config.summary_tokens,
+    )
+    figures: list[OverheadFigure] = []
+    for size in config.sizes:
+        for name in names:
+            bar.advance(0, f"overhead {name} @ {size} messages")
+            try:
+                strategy = build_strategy(name, env)
+                figure = measure_overhead(
+                    strategy, history, size, ledger=ledger, turns=config.overhead_turns
+                )
+            except Exception as exc:
+                logger.warning("overhead of %s at %d failed: %s", name, size, type(exc).__name__)
+                figure = OverheadFigure(name, size, None, 0, error=f"{type(exc).__name__}: {exc}")
+            figures.append(figure)
+            bar.advance(config.overhead_turns + 1)
+    return figures
+
+
+def _counting(size: int) -> dict[str, float] | None:
+    try:
+        from langchain_histcompress.bench.counting import measure_incremental_counting
+    except ImportError:  # pragma: no cover - shipped with the package
+        return None
+    try:
+        return measure_incremental_counting(size)
+    except Exception as exc:
+        logger.warning("incremental counting benchmark failed: %s", type(exc).__name__)
+        return None

@@ -1,0 +1,573 @@
+"""History strategies compared by the benchmark, behind one small protocol.
+
+A strategy sees the replayed conversation turn by turn. Before each assistant turn it gets the
+full original history so far (system message first; the list only ever grows) and returns what
+the answering model receives; it may call its internal model (summarizer / extractor) on the
+way, which the benchmark meters through the model's callbacks. After the replay it builds the
+context for each question (`Strategy.context_for_question`) for evidence recall.
+
+Strategies are made by factories registered by name (`register_strategy`), each receiving a
+`StrategyEnv` (token counter, internal model, budgets), so a new engine needs only a small
+adapter. Built in:
+
+- ``full``: the whole history every turn (the baseline of savings).
+- ``truncation``: `reducers.TruncationReducer` (last ``keep_messages`` messages).
+- ``max_tokens``: `reducers.MaxTokensReducer` (newest whole rounds within ``budget_tokens``).
+- ``trim_messages``: langchain-core ``trim_messages`` (last, start on human, keep system).
+- ``langmem``: langmem ``summarize_messages`` with a running summary.
+- ``summarization_middleware``: LangChain v1 ``SummarizationMiddleware``, its
+  ``before_model`` hook driven on an agent-like message state.
+- ``round_compression`` / ``round_compression_5_10`` / ``thread_summary``: the package's
+  ``RoundCompressor`` (2 compressed / 3 retained, 5 / 10) and ``thread_summarizer`` preset.
+- ``facts``: ``FactExtractionNode`` (facts from every two completed rounds) and
+  ``ContextBuilder`` (facts + newest rounds within ``budget_tokens``).
+- ``hybrid``: ``RoundCompressor`` summary + facts + 4 retrieved raw turns, assembled by
+  ``ContextBuilder``.
+
+Strategies whose package modules are missing are simply not offered.
+
+Example:
+    >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+    >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    >>> from langchain_histcompress.tokens import TiktokenCounter
+    >>> env = StrategyEnv(counter=TiktokenCounter(), model=FakeListChatModel(responses=["x"]),
+    ...                   keep_messages=2)
+    >>> strategy = build_strategy("truncation", env)
+    >>> history = [SystemMessage("s", id="s"), HumanMessage("a", id="1"), AIMessage("b", id="2"),
+    ...            HumanMessage("c", id="3")]
+    >>> [m.id for m in strategy.model_input(history)]
+    ['s', '3']
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, trim_messages
+
+from langchain_histcompress.bench.recall import QuestionContext
+from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.reducers import MaxTokensReducer, TruncationReducer
+from langchain_histcompress.rounds import split_rounds
+from langchain_histcompress.tokens import TiktokenCounter
+
+__all__ = [
+    "DEFAULT_STRATEGIES",
+    "Strategy",
+    "StrategyEnv",
+    "StrategySpec",
+    "available_strategies",
+    "build_strategy",
+    "register_strategy",
+]
+
+
+@dataclass(frozen=True)
+class StrategyEnv:
+    """What a strategy factory receives."""
+
+    counter: TiktokenCounter
+    """The token counter shared by every strategy and by the metrics."""
+    model: BaseChatModel
+    """The internal model (summarizer / extractor): the replay model or a real one."""
+    budget_tokens: int = 2000
+    """Token budget of token-bounded strategies (reducer, trim, summarization triggers)."""
+    keep_messages: int = 20
+    """Messages kept verbatim by count-bounded strategies."""
+    summary_tokens: int = 600
+    """Cap on summaries, for strategies that take one."""
+
+
+class Strategy(ABC):
+    """A way of turning the growing history into the answering model's input."""
+
+    name: str = ""
+    """Registry name, set by `build_strategy`."""
+
+    def reset(self) -> None:  # noqa: B027 - stateless strategies need nothing
+        """Forget any state: a new conversation starts."""
+
+    @abstractmethod
+    def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The answering model's input for the next assistant turn.
+
+        Args:
+            history: Every original message so far, system message first; each call
+                extends the previous call's list.
+        """
+
+    def warm_start(self, history: Sequence[BaseMessage]) -> None:
+        """Bring the state up to ``history`` before timing (default: one `model_input` call).
+
+        Used by the overhead measurement on long extended histories; a strategy whose normal
+        catch-up would take many model calls overrides it with a shortcut that leaves the
+        same kind of state.
+        """
+        self.model_input(history)
+
+    def context_for_question(
+        self, history: Sequence[BaseMessage], question: HumanMessage
+    ) -> QuestionContext:
+        """The context built to answer ``question`` after ``history``, without changing state.
+
+        The default appends the question to the history and applies `view`.
+        """
+        return QuestionContext(tuple(self.view([*history, question])))
+
+    def view(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The model view of ``messages`` built from the current state (default: as is)."""
+        return list(messages)
+
+
+class FullHistory(Strategy):
+    """The whole history every turn."""
+
+    def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Return the history unchanged."""
+        return list(history)
+
+
+class ReducerStrategy(Strategy):
+    """A stateless `reducers` reducer applied before every call."""
+
+    def __init__(self, reducer: TruncationReducer | MaxTokensReducer) -> None:
+        """Wrap ``reducer``."""
+        self.reducer = reducer
+
+    def view(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Reduce ``messages`` (unchanged when the reducer returns ``None``)."""
+        reduced = self.reducer.reduce(messages)
+        return list(messages) if reduced is None else reduced
+
+    def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Reduce the history."""
+        return self.view(history)
+
+
+class TrimMessagesStrategy(Strategy):
+    """langchain-core ``trim_messages``: newest messages within a token budget."""
+
+    def __init__(self, counter: TiktokenCounter, max_tokens: int) -> None:
+        """Configure the budget and counter."""
+        self.counter = counter
+        self.max_tokens = max_tokens
+
+    def view(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Trim ``messages``."""
+        return trim_messages(
+            list(messages),
+            max_tokens=self.max_tokens,
+            token_counter=self.counter,
+            strategy="last",
+            start_on="human",
+            include_system=True,
+        )
+
+    def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Trim the history."""
+        return self.view(history)
+
+
+class LangmemStrategy(Strategy):
+    """langmem ``summarize_messages`` with its running summary kept between turns."""
+
+    def __init__(self, env: StrategyEnv) -> None:
+        """Import langmem and keep the settings."""
+        try:
+            self._module = importlib.import_module("langmem.short_term")
+        except ImportError as exc:  # pragma: no cover - langmem is a bench dependency
+            msg = "the langmem strategy needs langmem (pip install 'langchain-histcompress[bench]')"
+            raise ConfigurationError(msg) from exc
+        self.env = env
+        self._running: Any = None
+
+    def reset(self) -> None:
+        """Drop the running summary."""
+        self._running = None
+
+    def _summarize(self, messages: Sequence[BaseMessage]) -> Any:
+        return self._module.summarize_messages(
+            list(messages),
+            running_summary=self._running,
+            model=self.env.model,
+            max_tokens=self.env.budget_tokens,
+            max_summary_tokens=min(self.env.summary_tokens, self.env.budget_tokens // 2),
+            token_counter=self.env.counter,
+        )
+
+    def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Summarize when over budget, keep the running summary, return the messages."""
+        result = self._summarize(history)
+        if result.running_summary is not None:
+            self._running = result.running_summary
+        return list(result.messages)
+
+    def view(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The messages langmem would send now (state unchanged)."""
+        return list(self._summarize(messages).messages)
+
+
+class MiddlewareStrategy(Strategy):
+    """LangChain v1 ``SummarizationMiddleware`` driven through its ``before_model`` hook.
+
+    The strategy keeps the agent's message state as ``create_agent`` would: every new message
+    is appended, the hook may replace the state with a summary plus the kept messages, and the
+    model receives the system prompt followed by the state.
+    """
+
+    def __init__(self, env: StrategyEnv) -> None:
+        """Build the middleware with the internal model and the shared counter."""
+        middleware_module = importlib.import_module("langchain.agents.middleware")
+        runtime_module = importlib.import_module("langgraph.runtime")
+        message_module = importlib.import_module("langgraph.graph.message")
+        self._middleware = middleware_module.SummarizationMiddleware(
+            env.model,
+            trigger=("tokens", env.budget_tokens),
+            keep=("messages", env.keep_messages),
+            token_counter=env.counter,
+        )
+        self._runtime = runtime_module.Runtime()
+        self._add_messages: Callable[[Any, Any], Any] = message_module.add_messages
+        self._state: list[BaseMessage] = []
+        self._seen = 0
+
+    def reset(self) -> None:
+        """Empty the agent state."""
+        self._state = []
+        self._seen = 0
+
+    def _run_hook(self, state: list[BaseMessage]) -> list[BaseMessage]:
+        update = self._middleware.before_model({"messages": state}, self._runtime)
+        if not update or "messages" not in update:
+            return state
+        return cast("list[BaseMessage]", self._add_messages(state, update["messages"]))
+
+    @staticmethod
+    def _split(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        cut = 0
+        while cut < len(messages) and isinstance(messages[cut], SystemMessage):
+            cut += 1
+        return list(messages[:cut]), list(messages[cut:])
+
+    def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Append the new messages to the state, run the hook, return system + state."""
+        system, body = self._split(history)
+        self._state = self._run_hook([*self._state, *body[self._seen :]])
+        self._seen = len(body)
+        return system + self._state
+
+    def view(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """System + the state the hook would produce for ``messages`` (state unchanged)."""
+        system, body = self._split(messages)
+        return system + self._run_hook([*self._state, *body[self._seen :]])
+
+
+class CompressorStrategy(Strategy):
+    """The package's `RoundCompressor` (module ``langchain_histcompress.compressor``)."""
+
+    def __init__(self, compressor: Any) -> None:
+        """Wrap a ``RoundCompressor``."""
+        self.compressor = compressor
+        self._summary: Any = None
+
+    def reset(self) -> None:
+        """Drop the running summary."""
+        self._summary = None
+
+    @property
+    def summary(self) -> Any:
+        """The current running summary (``None`` before the first compression)."""
+        return self._summary
+
+    def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Compress when due, keep the summary, return the model view."""
+        result = self.compressor.compress(list(history), summary=self._summary)
+        if result.summary is not None:
+            self._summary = result.summary
+        return list(result.messages)
+
+    def warm_start(self, history: Sequence[BaseMessage]) -> None:
+        """Start from a summary covering all but the retained rounds, made with one call.
+
+        Catching up on a long backlog normally takes one summarizer call per
+        ``rounds_to_compress`` rounds; for timing, the summary text comes from one call on the
+        newest folded rounds and its coverage is set to every folded round.
+        """
+        rounds = split_rounds(history).rounds
+        keep = max(1, int(self.compressor.rounds_to_retain))
+        folded = rounds[:-keep]
+        if not folded:
+            self.model_input(history)
+            return
+        chunk = [m for r in folded[-int(self.compressor.rounds_to_compress) :] for m in r.messages]
+        update = self.compressor.summarizer.summarize(chunk, None, rounds=1)
+        made = update.summary
+        self._summary = type(made)(
+            content=made.content,
+            text=made.text,
+            covered_ids=frozenset(m.id for r in folded for m in r.messages if m.id),
+            rounds_covered=len(folded),
+            model=made.model,
+            prompt_version=made.prompt_version,
+            created_at=made.created_at,
+        )
+        self.model_input(history)
+
+    def view(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The model view from the current summary, no model call."""
+        return list(self.compressor.view(list(messages), self._summary))
+
+
+class FactsStrategy(Strategy):
+    """Fact memory + context assembly: ``FactExtractionNode`` and ``ContextBuilder``.
+
+    Every turn the node extracts facts from completed rounds it has not seen (one call per
+    two rounds) and the builder assembles system + facts (+ running summary and retrieved raw
+    turns in hybrid mode) + the newest rounds within ``budget_tokens``.
+    """
+
+    def __init__(
+        self,
+        env: StrategyEnv,
+        *,
+        summaries: CompressorStrategy | None = None,
+        raw_turns: int = 0,
+    ) -> None:
+        """Build the node and the builder; ``summaries`` adds a running summary (hybrid)."""
+        memory = importlib.import_module("langchain_histcompress.memory")
+        context = importlib.import_module("langchain_histcompress.context")
+        facts_module = importlib.import_module("langchain_histcompress.facts")
+        self._merge: Callable[[Any, Any], dict[str, Any]] = facts_module.merge_facts
+        self.node = memory.FactExtractionNode(env.model, batch_rounds=2, use_runtime_store=False)
+        self.builder = context.ContextBuilder(
+            max_context_tokens=env.budget_tokens,
+            token_counter=env.counter,
+            raw_turn_retrieval=raw_turns,
+        )
+        self.summaries = summaries
+        self._facts: dict[str, Any] = {}
+        self._cursor: str | None = None
+
+    def reset(self) -> None:
+        """Forget facts, cursor and summary."""
+        self._facts = {}
+        self._cursor = None
+        if self.summaries is not None:
+            self.summaries.reset()
+
+    def _extract(self, history: Sequence[BaseMessage]) -> None:
+        state = {
+            self.node.messages_key: list(history),
+            self.node.state_key: self._facts,
+            self.node.cursor_key: self._cursor,
+        }
+        update = self.node.invoke(state)
+        if self.node.state_key in update:
+            self._facts = self._merge(self._facts, update[self.node.state_key])
+        self._cursor = update.get(self.node.cursor_key, self._cursor)
+
+    def _summary(self) -> Any:
+        return self.summaries.summary if self.summaries is not None else None
+
+    def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Extract new facts, update the summary (hybrid), assemble the context."""
+        self._extract(history)
+        if self.summaries is not None:
+            self.summaries.model_input(history)
+        return list(self.builder.build(list(history), summary=self._summary(), facts=self._facts))
+
+    def warm_start(self, history: Sequence[BaseMessage]) -> None:
+        """Extract from the newest 40 rounds only, then continue from there.
+
+        Catching up on a long backlog would take one extraction call per two rounds.
+        """
+        rounds = split_rounds(history).rounds
+        window = [m for r in rounds[-40:] for m in r.messages]
+        self._extract(window)
+        if self.summaries is not None:
+            self.summaries.warm_start(history)
+        self.model_input(history)
+
+    def context_for_question(
+        self, history: Sequence[BaseMessage], question: HumanMessage
+    ) -> QuestionContext:
+        """Assemble the context for ``question``, reporting the facts and turns shown."""
+        built = self.builder.assemble(
+            [*history, question], summary=self._summary(), facts=self._facts
+        )
+        return QuestionContext(
+            tuple(built.messages),
+            fact_source_ids=frozenset(built.fact_source_ids),
+            retrieved_ids=frozenset(built.retrieved_ids),
+        )
+
+
+StrategyFactory = Callable[[StrategyEnv], Strategy]
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """A registered strategy."""
+
+    name: str
+    """Registry name (used on the command line)."""
+    description: str
+    """One line for reports."""
+    factory: StrategyFactory
+    """Builds a fresh strategy."""
+    requires: tuple[str, ...] = ()
+    """Modules that must be importable for the strategy to be offered."""
+
+
+_REGISTRY: dict[str, StrategySpec] = {}
+
+
+def register_strategy(
+    name: str, factory: StrategyFactory, description: str, *, requires: Sequence[str] = ()
+) -> None:
+    """Register (or replace) a strategy factory under ``name``.
+
+    Raises:
+        ConfigurationError: ``name`` is empty or holds a comma or whitespace.
+
+    Example:
+        >>> class LastFour(Strategy):
+        ...     def model_input(self, history):
+        ...         return list(history[-4:])
+        >>> register_strategy("last_four", lambda env: LastFour(), "last four messages")
+        >>> "last_four" in available_strategies()
+        True
+        >>> _ = _REGISTRY.pop("last_four")
+    """
+    if not name or any(c in name for c in ", \t\n"):
+        msg = f"strategy name must be non-empty, without commas or spaces, got {name!r}"
+        raise ConfigurationError(msg)
+    _REGISTRY[name] = StrategySpec(name, description, factory, tuple(requires))
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def available_strategies() -> dict[str, StrategySpec]:
+    """Registered strategies whose required modules are installed, in registration order.
+
+    Example:
+        >>> list(available_strategies())[:3]
+        ['full', 'truncation', 'max_tokens']
+    """
+    return {n: s for n, s in _REGISTRY.items() if all(_installed(m) for m in s.requires)}
+
+
+def build_strategy(name: str, env: StrategyEnv) -> Strategy:
+    """Build the strategy registered as ``name``.
+
+    Raises:
+        ConfigurationError: No available strategy has that name.
+    """
+    spec = available_strategies().get(name)
+    if spec is None:
+        known = ", ".join(available_strategies())
+        msg = f"unknown strategy {name!r}; available: {known}"
+        raise ConfigurationError(msg)
+    strategy = spec.factory(env)
+    strategy.name = name
+    return strategy
+
+
+def _compressor(env: StrategyEnv, **kwargs: Any) -> Strategy:
+    module = importlib.import_module("langchain_histcompress.compressor")
+    compressor = module.RoundCompressor(env.model, token_counter=env.counter, **kwargs)
+    return CompressorStrategy(compressor)
+
+
+def _hybrid(env: StrategyEnv) -> Strategy:
+    module = importlib.import_module("langchain_histcompress.compressor")
+    compressor = module.RoundCompressor(
+        env.model, rounds_to_compress=2, rounds_to_retain=3, token_counter=env.counter
+    )
+    return FactsStrategy(env, summaries=CompressorStrategy(compressor), raw_turns=4)
+
+
+def _thread_summary(env: StrategyEnv) -> Strategy:
+    module = importlib.import_module("langchain_histcompress.compressor")
+    compressor = module.thread_summarizer(env.model, token_counter=env.counter)
+    return CompressorStrategy(compressor)
+
+
+register_strategy("full", lambda env: FullHistory(), "whole history every turn (baseline)")
+register_strategy(
+    "truncation",
+    lambda env: ReducerStrategy(TruncationReducer(target_count=env.keep_messages)),
+    "TruncationReducer: last N messages",
+)
+register_strategy(
+    "max_tokens",
+    lambda env: ReducerStrategy(
+        MaxTokensReducer(max_tokens=env.budget_tokens, token_counter=env.counter)
+    ),
+    "MaxTokensReducer: newest whole rounds within the token budget",
+)
+register_strategy(
+    "trim_messages",
+    lambda env: TrimMessagesStrategy(env.counter, env.budget_tokens),
+    "langchain-core trim_messages (last, start on human, keep system)",
+)
+register_strategy(
+    "langmem",
+    LangmemStrategy,
+    "langmem summarize_messages with a running summary",
+    requires=("langmem",),
+)
+register_strategy(
+    "summarization_middleware",
+    MiddlewareStrategy,
+    "LangChain v1 SummarizationMiddleware (before_model hook)",
+    requires=("langchain.agents",),
+)
+register_strategy(
+    "round_compression",
+    lambda env: _compressor(env, rounds_to_compress=2, rounds_to_retain=3),
+    "RoundCompressor: fold 2 rounds once 2 + 3 are pending, keep 3 verbatim",
+    requires=("langchain_histcompress.compressor",),
+)
+register_strategy(
+    "round_compression_5_10",
+    lambda env: _compressor(env, rounds_to_compress=5, rounds_to_retain=10),
+    "RoundCompressor: fold 5 rounds once 5 + 10 are pending, keep 10 verbatim",
+    requires=("langchain_histcompress.compressor",),
+)
+register_strategy(
+    "thread_summary",
+    _thread_summary,
+    "thread_summarizer: running summary updated after every exchange",
+    requires=("langchain_histcompress.compressor",),
+)
+register_strategy(
+    "facts",
+    lambda env: FactsStrategy(env),
+    "FactExtractionNode + ContextBuilder: facts, then the newest rounds within the budget",
+    requires=("langchain_histcompress.memory", "langchain_histcompress.context"),
+)
+register_strategy(
+    "hybrid",
+    _hybrid,
+    "RoundCompressor summary + facts + 4 retrieved raw turns, assembled by ContextBuilder",
+    requires=(
+        "langchain_histcompress.compressor",
+        "langchain_histcompress.memory",
+        "langchain_histcompress.context",
+    ),
+)
+
+DEFAULT_STRATEGIES: tuple[str, ...] = tuple(_REGISTRY)
+"""Every built-in strategy, in report order (those not installed are skipped)."""

@@ -1,0 +1,155 @@
+"""The ``histcompress`` command: ``bench`` (LoCoMo replay benchmark) and ``demo``.
+
+Exit codes: 0 on success, 2 on bad input (missing or malformed file, unknown strategy,
+model that cannot be created, unwritable output folder), with one line on stderr.
+
+Example:
+    >>> main(["bench", "--data", "/no/such/file.json", "--no-plots"])
+    2
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from langchain_histcompress.errors import ConfigurationError
+
+__all__ = ["main"]
+
+_PROG = "histcompress"
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _fail(message: object) -> int:
+    sys.stderr.write(f"{_PROG}: error: {_one_line(message)}\n")
+    return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description="Keep long LangChain conversations inside the context window.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    bench = commands.add_parser(
+        "bench",
+        help="replay LoCoMo conversations through every strategy and report the figures",
+        description=(
+            "Replay LoCoMo conversations turn by turn through each history strategy and report "
+            "prompt tokens per call, billed tokens, savings against the full history, internal "
+            "model calls, library overhead and evidence recall."
+        ),
+    )
+    bench.add_argument(
+        "--data",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="LoCoMo JSON files, or folders of them",
+    )
+    bench.add_argument(
+        "--model",
+        metavar="PROVIDER:NAME",
+        help="real model for the strategies' own summarize / extract calls "
+        "(default: offline replay of the files' own summaries and facts; needs an API key)",
+    )
+    bench.add_argument(
+        "--out", default="histcompress-bench", metavar="DIR", help="output folder (created)"
+    )
+    bench.add_argument(
+        "--strategies",
+        metavar="A,B,...",
+        help="comma-separated strategy names (default: all available; 'full' always runs)",
+    )
+    bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="measure overhead at 1k messages only and skip the counting figure",
+    )
+    commands.add_parser("demo", help="run a short offline example (extra arguments go to the demo)")
+    return parser
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from langchain_histcompress.bench.report import format_table, write_reports
+    from langchain_histcompress.bench.runner import BenchConfig, run_benchmark
+
+    names: tuple[str, ...] = ()
+    if args.strategies is not None:
+        names = tuple(n.strip() for n in args.strategies.split(",") if n.strip())
+        if not names:
+            return _fail("--strategies lists no strategy name")
+    try:
+        config = BenchConfig(
+            data=tuple(Path(p) for p in args.data),
+            strategies=names,
+            model=args.model,
+            quick=args.quick,
+        )
+        config.strategy_names()
+        result = run_benchmark(config, progress=sys.stderr)
+    except ConfigurationError as exc:
+        return _fail(exc)
+    out = Path(args.out)
+    try:
+        written = write_reports(result, out, plots=not args.no_plots)
+    except OSError as exc:
+        return _fail(f"cannot write reports to {out}: {exc.strerror or exc}")
+    except ImportError:
+        return _fail(
+            "plots need matplotlib (pip install 'langchain-histcompress[bench]'); "
+            "or pass --no-plots"
+        )
+    sys.stdout.write(format_table(result) + "\n\n")
+    for kind, path in written.items():
+        sys.stdout.write(f"{kind}: {path}\n")
+    return 0
+
+
+def _demo(argv: list[str]) -> int:
+    try:
+        module = importlib.import_module("langchain_histcompress.demo")
+    except ModuleNotFoundError as exc:
+        if exc.name != "langchain_histcompress.demo":
+            raise
+        sys.stdout.write(
+            "The demo is not part of this installation yet. Try the benchmark instead:\n"
+            "  histcompress bench --data path/to/locomo/*.json --quick\n"
+        )
+        return 0
+    run_demo = getattr(module, "run_demo", None)
+    if not callable(run_demo):
+        return _fail("langchain_histcompress.demo has no run_demo(argv) function")
+    code = run_demo(argv)
+    return code if isinstance(code, int) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``histcompress`` command line and return its exit code.
+
+    Args:
+        argv: Arguments without the program name (default: ``sys.argv[1:]``).
+    """
+    parser = _parser()
+    try:
+        args, extra = parser.parse_known_args(list(argv) if argv is not None else None)
+        if args.command == "bench" and extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:  # argparse already printed its message
+        return exc.code if isinstance(exc.code, int) else 2
+    if args.command == "bench":
+        return _bench(args)
+    return _demo(extra)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,929 @@
+"""Rolling round compression: fold the oldest rounds into a running summary, keep the newest.
+
+`RoundCompressor` follows the round-compression design: once ``rounds_to_compress`` +
+``rounds_to_retain`` uncompressed rounds exist (the latest round counts), one summarizer call
+builds the new summary from the previous summary and the oldest ``rounds_to_compress``
+uncompressed rounds; the newest ``rounds_to_retain`` rounds stay verbatim. Replaying a
+conversation one round at a time with the defaults (2 + 3), the first call happens at round 5,
+then one call every second round: 100 rounds cost 48 calls.
+
+Rules every setting keeps:
+
+* Cuts fall between rounds; inside one oversized round only between whole tool groups, so an
+  ``AIMessage`` with ``tool_calls`` is never separated from its ``ToolMessage`` objects.
+* The last round (the one holding the latest human message) is never folded as a whole: with
+  ``rounds_to_retain=0`` the latest round still counts as retained.
+* Nothing is lost: every original message is either in the view verbatim or in the summary's
+  ``covered_ids`` (the exact ids sent to the summarizer), never both.
+* Compression is pure: ``compress`` returns a new view and summary and never changes its inputs;
+  on a model failure it raises `SummarizationError` and the caller's state is untouched.
+
+Other triggers cut at the same round boundaries: ``compression_threshold_tokens`` (the
+uncompressed part is too large), ``idle_gap`` (the user came back after a pause: everything before
+the resumed round is folded) and ``max_round_tokens`` (the latest round alone is too large: its
+older tool groups are folded, the human message and the newest steps stay). A backlog (compression
+enabled late, imported history) is folded in chunks of ``rounds_to_compress`` rounds, one call
+per chunk, at most ``max_calls_per_compress`` calls per ``compress``; the rest stays verbatim in
+the view and the next ``compress`` continues.
+
+Example:
+    >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+    >>> model = GenericFakeChatModel(messages=iter(
+    ...     [AIMessage('{"ConversationSummary": "The user counted to two."}')]))
+    >>> compressor = RoundCompressor(model, rounds_to_compress=2, rounds_to_retain=1,
+    ...                              token_counter="approximate")
+    >>> history = [SystemMessage("Be brief.")]
+    >>> for n in range(3):
+    ...     history += [HumanMessage(f"say {n}", id=f"h{n}"), AIMessage(str(n), id=f"a{n}")]
+    >>> result = compressor.compress(history)
+    >>> result.calls, sorted(result.summary.covered_ids)
+    (1, ['a0', 'a1', 'h0', 'h1'])
+    >>> [m.type for m in result.messages], result.messages[0] is history[0]
+    (['system', 'system', 'human', 'ai'], True)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import itertools
+import logging
+import math
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+
+from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
+from langchain_histcompress.render import message_text
+from langchain_histcompress.rounds import (
+    HistoryViolation,
+    Round,
+    is_summary_message,
+    split_rounds,
+    split_units,
+    validate_history,
+)
+from langchain_histcompress.summary import (
+    RunningSummary,
+    Summarizer,
+    SummaryProfile,
+    SummaryUpdate,
+)
+from langchain_histcompress.tokens import TokenCounter, message_costs
+
+__all__ = [
+    "SUMMARY_METADATA_KEY",
+    "CompressionChunk",
+    "CompressionPlan",
+    "CompressionResult",
+    "Placement",
+    "RoundCompressor",
+    "TriggerReason",
+    "acompress_in_background",
+    "compress_in_background",
+    "message_timestamp",
+    "pending_rounds",
+    "thread_summarizer",
+    "view",
+]
+
+logger = logging.getLogger(__name__)
+
+Placement = Literal["system_message", "append_to_system"]
+"""Where the summary goes in the view: its own ``SystemMessage`` right after the preamble, or
+appended to a copy of the preamble's last system message."""
+
+TriggerReason = Literal["rounds", "tokens", "idle_gap", "oversized_round"]
+"""Why a compression was planned."""
+
+_PLACEMENTS = ("system_message", "append_to_system")
+_TIMESTAMP_KEYS = ("timestamp", "created_at")
+SUMMARY_METADATA_KEY = "histcompress_summary"
+"""``additional_kwargs`` key holding the summary's provenance on a system message the summary
+was appended to (``placement="append_to_system"``)."""
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """A history split for compression (computed in one pass over the uncovered tail)."""
+
+    lead: list[BaseMessage]
+    """Leading system messages, earlier summary messages included."""
+    body: list[BaseMessage]
+    """Everything after the leading system messages, as given."""
+    tail_start: int
+    """Index in ``body`` of the first round holding a message that is not covered."""
+    tail: list[BaseMessage]
+    """``body[tail_start:]`` without summary messages: where every pending round lives."""
+
+    @property
+    def preamble(self) -> list[BaseMessage]:
+        """The caller's own system preamble (summary messages removed)."""
+        return [m for m in self.lead if not is_summary_message(m)]
+
+
+def _parts(messages: Sequence[BaseMessage], covered: frozenset[str]) -> _Parts:
+    lead_end = 0
+    while lead_end < len(messages) and isinstance(messages[lead_end], SystemMessage):
+        lead_end += 1
+    body = list(messages[lead_end:])
+    first = 0
+    if covered:
+        # Skip the covered prefix cheaply, then step back to the start of its round so the
+        # tail is made of whole rounds (and whole tool groups).
+        while first < len(body) and (body[first].id in covered or is_summary_message(body[first])):
+            first += 1
+        if first < len(body):
+            while first > 0 and not isinstance(body[first], HumanMessage):
+                first -= 1
+    tail = [m for m in body[first:] if not is_summary_message(m)]
+    return _Parts(list(messages[:lead_end]), body, first, tail)
+
+
+def _visible(messages: Sequence[BaseMessage], covered: frozenset[str]) -> list[BaseMessage]:
+    """``messages`` minus whole units whose every message is covered.
+
+    A unit only partly covered (a summary record that does not match this history) is shown
+    whole, so nothing is ever lost and no tool group is split.
+    """
+    if not covered:
+        return list(messages)
+    return [
+        message
+        for unit in split_units(messages)
+        if not all(m.id is not None and m.id in covered for m in unit)
+        for message in unit
+    ]
+
+
+def _pending(tail: Sequence[BaseMessage], covered: frozenset[str]) -> list[Round]:
+    out: list[Round] = []
+    for round_ in split_rounds(tail).rounds:
+        kept = _visible(round_.messages, covered)
+        if kept:
+            out.append(Round(tuple(kept)))
+    return out
+
+
+def pending_rounds(
+    messages: Sequence[BaseMessage], summary: RunningSummary | None = None
+) -> list[Round]:
+    """The rounds not yet folded into ``summary``, each holding only its uncovered messages.
+
+    The system preamble and package summary messages are never part of a round. A round
+    partly folded (older tool groups of an oversized round) appears with its remaining
+    messages.
+
+    Args:
+        messages: The full original history.
+        summary: The current summary (``None``: nothing is covered).
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> history = [HumanMessage("a", id="h1"), AIMessage("b", id="a1"),
+        ...            HumanMessage("c", id="h2")]
+        >>> s = RunningSummary(content="x", text="x", covered_ids=frozenset({"h1", "a1"}))
+        >>> [[m.id for m in r.messages] for r in pending_rounds(history, s)]
+        [['h2']]
+    """
+    covered = summary.covered_ids if summary is not None else frozenset()
+    return _pending(_parts(messages, covered).tail, covered)
+
+
+def _check_placement(placement: object) -> None:
+    if placement not in _PLACEMENTS:
+        msg = f"placement must be one of {list(_PLACEMENTS)}, got {placement!r}"
+        raise ConfigurationError(msg)
+
+
+def _with_summary(
+    preamble: list[BaseMessage], summary: RunningSummary, placement: Placement
+) -> list[BaseMessage]:
+    if placement == "system_message" or not preamble:
+        return [*preamble, summary.to_message()]
+    *head, last = preamble
+    rendered = summary.render()
+    content: str | list[str | dict[Any, Any]]
+    if isinstance(last.content, str):
+        content = f"{last.content}\n\n{rendered}" if last.content else rendered
+    else:
+        content = [*last.content, {"type": "text", "text": rendered}]
+    extra = {**last.additional_kwargs, SUMMARY_METADATA_KEY: summary.provenance()}
+    return [*head, last.model_copy(update={"content": content, "additional_kwargs": extra})]
+
+
+def view(
+    messages: Sequence[BaseMessage],
+    summary: RunningSummary | None = None,
+    *,
+    placement: Placement = "system_message",
+) -> list[BaseMessage]:
+    """Build the model view of a history: preamble, one summary, uncompressed messages.
+
+    No model call. The preamble messages are the caller's own objects (byte-identical); with
+    ``placement="append_to_system"`` the last one is replaced by a *copy* with the summary
+    appended (its provenance under ``additional_kwargs["histcompress_summary"]``). Earlier
+    summary messages found in ``messages`` are replaced by ``summary``. Without a summary the
+    history is returned as is (as a new list).
+
+    Args:
+        messages: The full original history.
+        summary: The current summary.
+        placement: ``"system_message"`` (default) or ``"append_to_system"``.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+        >>> history = [SystemMessage("Be brief."), HumanMessage("a", id="h1"),
+        ...            AIMessage("b", id="a1"), HumanMessage("c", id="h2")]
+        >>> s = RunningSummary(content="x", text="x", covered_ids=frozenset({"h1", "a1"}))
+        >>> [m.type for m in view(history, s)]
+        ['system', 'system', 'human']
+        >>> [m.type for m in view(history, s, placement="append_to_system")]
+        ['system', 'human']
+    """
+    _check_placement(placement)
+    if summary is None:
+        return list(messages)
+    parts = _parts(messages, summary.covered_ids)
+    return [
+        *_with_summary(parts.preamble, summary, placement),
+        *_visible(parts.tail, summary.covered_ids),
+    ]
+
+
+def _to_datetime(value: object) -> datetime | None:
+    parsed: datetime | None = None
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value) / 1000 if value > 1e11 else float(value)
+        try:
+            parsed = datetime.fromtimestamp(seconds, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            return None
+    elif isinstance(value, str) and value.strip():
+        text = value.strip()
+        try:
+            return _to_datetime(float(text))
+        except ValueError:
+            pass
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+    if parsed is not None and parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed
+
+
+def message_timestamp(message: BaseMessage) -> datetime | None:
+    """When a message was sent, from ``additional_kwargs`` or ``response_metadata``.
+
+    Looks for the keys ``"timestamp"`` then ``"created_at"``; accepts a ``datetime``, epoch
+    seconds (or milliseconds) and ISO 8601 strings. Naive times are taken as UTC.
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> message_timestamp(
+        ...     HumanMessage("hi", additional_kwargs={"timestamp": "2024-05-01T10:00:00Z"}))
+        datetime.datetime(2024, 5, 1, 10, 0, tzinfo=datetime.timezone.utc)
+    """
+    for source in (message.additional_kwargs, message.response_metadata):
+        for key in _TIMESTAMP_KEYS:
+            if key in source:
+                found = _to_datetime(source[key])
+                if found is not None:
+                    return found
+    return None
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class CompressionChunk:
+    """Messages folded into the summary by one summarizer call."""
+
+    messages: tuple[BaseMessage, ...]
+    """The exact messages sent to the summarizer (they become covered)."""
+    rounds: int
+    """Whole rounds among them (0 for a partial fold of an oversized round)."""
+    partial_round: bool = False
+    """The messages are older tool groups of the latest round, which stays in progress."""
+
+
+@dataclass(frozen=True)
+class CompressionPlan:
+    """What `RoundCompressor.compress` would do, computed without any model call."""
+
+    chunks: tuple[CompressionChunk, ...]
+    """One entry per summarizer call, oldest messages first."""
+    pending_rounds: int
+    """Uncompressed rounds before compression (the latest round included)."""
+    deferred_rounds: int
+    """Rounds that are due but left verbatim because ``max_calls_per_compress`` was reached."""
+    reasons: tuple[TriggerReason, ...]
+    """Triggers that fired, in check order."""
+    previous_text: str | None = None
+    """Text of summary messages found in the history when no summary record was given; passed
+    to the first call as the previous summary."""
+
+
+@dataclass(frozen=True)
+class CompressionResult:
+    """The outcome of `RoundCompressor.compress`."""
+
+    messages: list[BaseMessage]
+    """The model view: preamble untouched, one summary, uncompressed rounds verbatim."""
+    summary: RunningSummary | None
+    """The new summary (the one passed in when nothing was compressed)."""
+    compressed: bool
+    """Whether at least one summarizer call updated the summary."""
+    calls: int
+    """Summary updates made (one per chunk)."""
+    attempts: int = 0
+    """Model invocations, retries included."""
+    deferred_rounds: int = 0
+    """Due rounds left verbatim because ``max_calls_per_compress`` was reached."""
+    updates: tuple[RunningSummary, ...] = field(default_factory=tuple)
+    """Every summary version produced, oldest first (the last one is ``summary``)."""
+
+
+# --------------------------------------------------------------------------- compressor
+
+
+def _check_optional_int(name: str, value: object, minimum: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        msg = f"{name} must be None or an integer >= {minimum}, got {value!r}"
+        raise ConfigurationError(msg)
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if value is None:
+        msg = f"{name} must be an integer >= {minimum}, got None"
+        raise ConfigurationError(msg)
+    _check_optional_int(name, value, minimum)
+
+
+class RoundCompressor:
+    """Rolling round compression of a chat history into a running summary.
+
+    Args:
+        model: The summarizer chat model (may be cheaper than the answering model).
+        rounds_to_compress: Rounds folded per summarizer call.
+        rounds_to_retain: Newest rounds always kept verbatim (the latest round is always
+            kept, so 0 behaves like 1 for the trigger).
+        profile: ``"conversation"``, ``"code"``, ``"text"`` or a pydantic model class.
+        structured_output: Call ``model.with_structured_output(schema)`` instead of plain
+            invoke + robust parsing.
+        placement: ``"system_message"`` or ``"append_to_system"`` (see `view`).
+        enabled: ``False`` turns compression off: ``compress`` only builds the view.
+        compress_on_rounds: Use the round-count trigger (turn off for token / idle triggers
+            only).
+        compression_threshold_tokens: Also compress when the uncompressed part exceeds this
+            many tokens (oldest rounds first, ``rounds_to_retain`` kept).
+        idle_gap: Also compress everything before the latest round when its human message
+            came more than this long after the previous message.
+        timestamp_getter: Reads a message's time (default `message_timestamp`).
+        max_round_tokens: Fold the older tool groups of the latest round when that round alone
+            exceeds this many tokens.
+        max_calls_per_compress: Upper bound on summarizer calls per ``compress``; a larger
+            backlog stays verbatim and the next call continues.
+        max_summary_tokens: Cap on the summary's tokens; longer answers are retried.
+        token_counter: Token counter, model name or ``None`` (see `tokens.resolve_counter`).
+        max_retries: Retries after the first attempt (transient errors, unusable answers).
+        timeout: Seconds per summarizer call (``None``: no limit).
+        retry_backoff: First wait before retrying a transient error (doubles per retry).
+        max_backoff: Upper bound on one wait.
+        instructions: Extra guidance for the summarizer's system prompt.
+        validate_input: Raise `InvalidHistoryError` for histories that break the provider
+            shape (orphan tool results, unanswered calls, duplicate ids...).
+        sleep: Sync sleep used between retries (injectable for tests).
+        async_sleep: Async sleep used between retries.
+        clock: Returns the current time for summaries' ``created_at``.
+
+    Raises:
+        ConfigurationError: A parameter is invalid (named in the message).
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> model = GenericFakeChatModel(messages=iter(
+        ...     [AIMessage('{"ConversationSummary": "Rounds 0-1 happened."}')]))
+        >>> compressor = RoundCompressor(model, token_counter="approximate")
+        >>> history = []
+        >>> for n in range(5):
+        ...     history += [HumanMessage(f"q{n}", id=f"h{n}"), AIMessage(f"a{n}", id=f"a{n}")]
+        >>> result = compressor.compress(history)
+        >>> result.calls, [m.id for m in result.messages[1:]]
+        (1, ['h2', 'a2', 'h3', 'a3', 'h4', 'a4'])
+        >>> compressor.compress(history, result.summary).compressed  # 3 pending: nothing due
+        False
+    """
+
+    def __init__(
+        self,
+        model: Runnable[Any, Any],
+        *,
+        rounds_to_compress: int = 2,
+        rounds_to_retain: int = 3,
+        profile: SummaryProfile = "conversation",
+        structured_output: bool = False,
+        placement: Placement = "system_message",
+        enabled: bool = True,
+        compress_on_rounds: bool = True,
+        compression_threshold_tokens: int | None = None,
+        idle_gap: timedelta | None = None,
+        timestamp_getter: Callable[[BaseMessage], datetime | None] | None = None,
+        max_round_tokens: int | None = None,
+        max_calls_per_compress: int = 8,
+        max_summary_tokens: int = 2048,
+        token_counter: TokenCounter | str | None = None,
+        max_retries: int = 2,
+        timeout: float | None = 60.0,
+        retry_backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        instructions: str | None = None,
+        validate_input: bool = True,
+        sleep: Callable[[float], None] | None = None,
+        async_sleep: Callable[[float], Awaitable[None]] | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        """Validate the configuration (see the class docstring)."""
+        _check_int("rounds_to_compress", rounds_to_compress, 1)
+        _check_int("rounds_to_retain", rounds_to_retain, 0)
+        _check_int("max_calls_per_compress", max_calls_per_compress, 1)
+        _check_optional_int("compression_threshold_tokens", compression_threshold_tokens, 1)
+        _check_optional_int("max_round_tokens", max_round_tokens, 1)
+        _check_placement(placement)
+        if idle_gap is not None and (
+            not isinstance(idle_gap, timedelta) or idle_gap <= timedelta(0)
+        ):
+            msg = f"idle_gap must be None or a positive timedelta, got {idle_gap!r}"
+            raise ConfigurationError(msg)
+        if timestamp_getter is not None and not callable(timestamp_getter):
+            msg = f"timestamp_getter must be callable, got {timestamp_getter!r}"
+            raise ConfigurationError(msg)
+        for name, flag in (
+            ("structured_output", structured_output),
+            ("enabled", enabled),
+            ("compress_on_rounds", compress_on_rounds),
+            ("validate_input", validate_input),
+        ):
+            if not isinstance(flag, bool):
+                msg = f"{name} must be a bool, got {flag!r}"
+                raise ConfigurationError(msg)
+        self.summarizer = Summarizer(
+            model,
+            profile=profile,
+            structured_output=structured_output,
+            max_summary_tokens=max_summary_tokens,
+            token_counter=token_counter,
+            max_retries=max_retries,
+            timeout=timeout,
+            retry_backoff=retry_backoff,
+            max_backoff=max_backoff,
+            instructions=instructions,
+            sleep=sleep,
+            async_sleep=async_sleep,
+            clock=clock,
+        )
+        self.rounds_to_compress = rounds_to_compress
+        self.rounds_to_retain = rounds_to_retain
+        self.placement: Placement = placement
+        self.enabled = enabled
+        self.compress_on_rounds = compress_on_rounds
+        self.compression_threshold_tokens = compression_threshold_tokens
+        self.idle_gap = idle_gap
+        self.timestamp_getter = timestamp_getter or message_timestamp
+        self.max_round_tokens = max_round_tokens
+        self.max_calls_per_compress = max_calls_per_compress
+        self.validate_input = validate_input
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """The token counter used by the token triggers and the summary cap."""
+        return self.summarizer.token_counter
+
+    def __repr__(self) -> str:
+        """Show the main settings (never message content)."""
+        return (
+            f"{type(self).__name__}(model={self.summarizer.model_name!r}, "
+            f"rounds_to_compress={self.rounds_to_compress}, "
+            f"rounds_to_retain={self.rounds_to_retain}, "
+            f"profile={self.summarizer.config.profile!r}, enabled={self.enabled})"
+        )
+
+    # ----------------------------------------------------------------- planning (pure)
+
+    def _check_input(self, messages: Sequence[BaseMessage], summary: object) -> _Parts:
+        """Check types, ids and (optionally) shape; return the history split for planning.
+
+        Only the preamble and the uncovered tail are shape-checked (covered messages are never
+        shown again), plus a check that no tail message reuses the id of a covered one.
+        """
+        if summary is not None and not isinstance(summary, RunningSummary):
+            msg = f"summary must be a RunningSummary or None, got {type(summary).__name__}"
+            raise ConfigurationError(msg)
+        for index, message in enumerate(messages):
+            if not isinstance(message, BaseMessage):
+                msg = f"messages[{index}] is a {type(message).__name__}, not a BaseMessage"
+                raise ConfigurationError(msg)
+        parts = _parts(messages, summary.covered_ids if summary is not None else frozenset())
+        offset = len(parts.lead) + parts.tail_start
+        tail = parts.body[parts.tail_start :]
+        for index, message in enumerate(tail, start=offset):
+            if not message.id and not is_summary_message(message):
+                msg = (
+                    f"messages[{index}] ({message.type}) has no id; compression records covered "
+                    "messages by id (give every message an id, e.g. with rounds.ensure_ids)"
+                )
+                raise ConfigurationError(msg)
+        if self.validate_input:
+            violations = [
+                replace(v, index=v.index + parts.tail_start) if v.index >= len(parts.lead) else v
+                for v in validate_history([*parts.lead, *tail])
+            ]
+            prefix_ids = {m.id for m in parts.body[: parts.tail_start]}
+            violations += [
+                HistoryViolation(
+                    "duplicate_message_id", index, m.id, f"message id {m.id!r} repeats"
+                )
+                for index, m in enumerate(tail, start=offset)
+                if m.id is not None and m.id in prefix_ids
+            ]
+            if violations:
+                raise InvalidHistoryError(sorted(violations, key=lambda v: v.index))
+        return parts
+
+    def _costs(self, rounds: Sequence[Round]) -> list[int]:
+        return [sum(message_costs(self.token_counter, r.messages)) for r in rounds]
+
+    def _rounds_over_threshold(self, pending: Sequence[Round], eligible: int) -> int:
+        threshold = self.compression_threshold_tokens
+        assert threshold is not None
+        costs = self._costs(pending)
+        remaining = sum(costs)
+        if remaining <= threshold:
+            return 0
+        needed = 0
+        while remaining > threshold and needed < eligible:
+            remaining -= costs[needed]
+            needed += 1
+        step = self.rounds_to_compress
+        return min(math.ceil(needed / step) * step, eligible)
+
+    def _idle(self, parts: _Parts) -> bool:
+        assert self.idle_gap is not None
+        tail = parts.tail
+        latest = next(
+            (i for i in range(len(tail) - 1, -1, -1) if isinstance(tail[i], HumanMessage)), None
+        )
+        if latest is None:
+            return False
+        resumed = _to_datetime(self.timestamp_getter(tail[latest]))
+        if resumed is None:
+            return False
+        earlier = itertools.chain(
+            reversed(tail[:latest]),
+            (m for m in reversed(parts.body[: parts.tail_start]) if not is_summary_message(m)),
+        )
+        for message in earlier:
+            before = _to_datetime(self.timestamp_getter(message))
+            if before is not None:
+                return resumed - before > self.idle_gap
+        return False
+
+    def _oversized_fold(self, latest: Round) -> CompressionChunk | None:
+        limit = self.max_round_tokens
+        assert limit is not None
+        units = split_units(latest.messages)
+        costs = [sum(message_costs(self.token_counter, unit)) for unit in units]
+        remaining = sum(costs)
+        if remaining <= limit:
+            return None
+        start = 1 if isinstance(units[0][0], HumanMessage) else 0
+        folded: list[BaseMessage] = []
+        for unit, cost in zip(units[start:-1], costs[start:-1], strict=True):
+            if remaining <= limit:
+                break
+            folded.extend(unit)
+            remaining -= cost
+        if not folded:
+            return None
+        return CompressionChunk(tuple(folded), rounds=0, partial_round=True)
+
+    def plan(
+        self, messages: Sequence[BaseMessage], summary: RunningSummary | None = None
+    ) -> CompressionPlan:
+        """Decide what `compress` would fold, without calling the model.
+
+        Args:
+            messages: The full original history (every non-system message with an id).
+            summary: The current summary (``None`` before the first compression).
+
+        Raises:
+            InvalidHistoryError: ``validate_input`` is on and the history is malformed.
+            ConfigurationError: A message has no id, or ``summary`` has the wrong type.
+
+        Example:
+            >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+            >>> from langchain_core.messages import HumanMessage
+            >>> compressor = RoundCompressor(GenericFakeChatModel(messages=iter([])),
+            ...                              token_counter="approximate")
+            >>> history = [HumanMessage(str(n), id=f"h{n}") for n in range(5)]
+            >>> plan = compressor.plan(history)
+            >>> [[m.id for m in c.messages] for c in plan.chunks], plan.reasons
+            ([['h0', 'h1']], ('rounds',))
+        """
+        parts = self._check_input(messages, summary)
+        covered = summary.covered_ids if summary is not None else frozenset()
+        pending = _pending(parts.tail, covered)
+        step = self.rounds_to_compress
+        retain = max(self.rounds_to_retain, 1)
+        eligible = max(len(pending) - retain, 0)
+        due = 0
+        reasons: list[TriggerReason] = []
+        if self.compress_on_rounds and eligible >= step:
+            due = eligible // step * step
+            reasons.append("rounds")
+        if self.compression_threshold_tokens is not None and eligible:
+            needed = self._rounds_over_threshold(pending, eligible)
+            if needed:
+                due = max(due, needed)
+                reasons.append("tokens")
+        if self.idle_gap is not None and len(pending) >= 2 and self._idle(parts):
+            due = max(due, len(pending) - 1)
+            reasons.append("idle_gap")
+        chunks = [
+            CompressionChunk(
+                tuple(m for r in pending[start : min(start + step, due)] for m in r.messages),
+                rounds=min(step, due - start),
+            )
+            for start in range(0, due, step)
+        ][: self.max_calls_per_compress]
+        deferred = due - sum(c.rounds for c in chunks)
+        latest_is_last = bool(pending) and pending[-1].messages[-1] is parts.tail[-1]
+        if (
+            self.max_round_tokens is not None
+            and latest_is_last
+            and len(chunks) < self.max_calls_per_compress
+        ):
+            fold = self._oversized_fold(pending[-1])
+            if fold is not None:
+                chunks.append(fold)
+                reasons.append("oversized_round")
+        previous_text = None
+        if summary is None and chunks:
+            stale = [m for m in parts.lead + parts.body if is_summary_message(m)]
+            previous_text = "\n\n".join(message_text(m) for m in stale) or None
+        return CompressionPlan(
+            chunks=tuple(chunks),
+            pending_rounds=len(pending),
+            deferred_rounds=deferred,
+            reasons=tuple(reasons),
+            previous_text=previous_text,
+        )
+
+    # ----------------------------------------------------------------- compress
+
+    def view(
+        self, messages: Sequence[BaseMessage], summary: RunningSummary | None = None
+    ) -> list[BaseMessage]:
+        """The model view for ``summary`` with this compressor's placement (no model call)."""
+        return view(messages, summary, placement=self.placement)
+
+    def _unchanged(
+        self, messages: Sequence[BaseMessage], summary: RunningSummary | None
+    ) -> CompressionResult:
+        return CompressionResult(self.view(messages, summary), summary, compressed=False, calls=0)
+
+    def _finish(
+        self,
+        messages: Sequence[BaseMessage],
+        plan: CompressionPlan,
+        updates: list[SummaryUpdate],
+        summary: RunningSummary | None,
+    ) -> CompressionResult:
+        if plan.chunks:
+            logger.info(
+                "compressed %d chunk(s) (%s) in %d attempt(s); %d round(s) deferred",
+                len(plan.chunks),
+                ",".join(plan.reasons),
+                sum(u.attempts for u in updates),
+                plan.deferred_rounds,
+            )
+        final = updates[-1].summary if updates else summary
+        return CompressionResult(
+            messages=self.view(messages, final),
+            summary=final,
+            compressed=bool(updates),
+            calls=len(updates),
+            attempts=sum(u.attempts for u in updates),
+            deferred_rounds=plan.deferred_rounds,
+            updates=tuple(u.summary for u in updates),
+        )
+
+    def compress(
+        self,
+        messages: Sequence[BaseMessage],
+        summary: RunningSummary | None = None,
+        *,
+        config: RunnableConfig | None = None,
+    ) -> CompressionResult:
+        """Fold due rounds into the summary and return the new view and summary.
+
+        Args:
+            messages: The full original history, every non-system message with an id
+                (messages already in ``summary.covered_ids`` are skipped).
+            summary: The current summary (``None`` before the first compression).
+            config: Caller's runnable config (callbacks...); summarizer calls add their own
+                internal tags to a copy.
+
+        Returns:
+            The view, the (possibly new) summary and call counts. Nothing is changed in place.
+
+        Raises:
+            SummarizationError: A summarizer call failed after bounded retries (no result;
+                the caller keeps its previous summary).
+            InvalidHistoryError: ``validate_input`` is on and the history is malformed.
+            ConfigurationError: A message has no id.
+        """
+        if not self.enabled:
+            return self._unchanged(messages, summary)
+        plan = self.plan(messages, summary)
+        updates: list[SummaryUpdate] = []
+        current = summary
+        for chunk in plan.chunks:
+            update = self.summarizer.summarize(
+                chunk.messages,
+                current,
+                rounds=chunk.rounds,
+                partial_round=chunk.partial_round,
+                previous_text=plan.previous_text if current is None else None,
+                config=config,
+            )
+            updates.append(update)
+            current = update.summary
+        return self._finish(messages, plan, updates, summary)
+
+    async def acompress(
+        self,
+        messages: Sequence[BaseMessage],
+        summary: RunningSummary | None = None,
+        *,
+        config: RunnableConfig | None = None,
+    ) -> CompressionResult:
+        """Async `compress` (same arguments and guarantees; cancellation propagates)."""
+        if not self.enabled:
+            return self._unchanged(messages, summary)
+        plan = self.plan(messages, summary)
+        updates: list[SummaryUpdate] = []
+        current = summary
+        for chunk in plan.chunks:
+            update = await self.summarizer.asummarize(
+                chunk.messages,
+                current,
+                rounds=chunk.rounds,
+                partial_round=chunk.partial_round,
+                previous_text=plan.previous_text if current is None else None,
+                config=config,
+            )
+            updates.append(update)
+            current = update.summary
+        return self._finish(messages, plan, updates, summary)
+
+
+# --------------------------------------------------------------------------- thread summary
+
+
+def thread_summarizer(model: Runnable[Any, Any], **kwargs: Any) -> RoundCompressor:
+    """A `RoundCompressor` preset for thread summarization: every finished exchange is folded.
+
+    ``rounds_to_compress=1, rounds_to_retain=0, placement="append_to_system"`` (the summary
+    lives in the system prompt); any keyword overrides. The latest round is never folded, so
+    the current question always stays verbatim: a round is folded once a newer round exists.
+
+    To answer first and summarize after, build the view with ``compressor.view(history,
+    summary)`` (no model call), reply, then fold in the background with
+    `compress_in_background` / `acompress_in_background` and use the finished result's
+    summary on the next turn.
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+        >>> model = GenericFakeChatModel(messages=iter(
+        ...     [AIMessage('{"ConversationSummary": "The user greeted the assistant."}')]))
+        >>> compressor = thread_summarizer(model, token_counter="approximate")
+        >>> history = [SystemMessage("Be brief."), HumanMessage("hi", id="h1"),
+        ...            AIMessage("hello", id="a1"), HumanMessage("how are you?", id="h2")]
+        >>> result = compressor.compress(history)
+        >>> [m.type for m in result.messages], result.calls
+        (['system', 'human'], 1)
+    """
+    options: dict[str, Any] = {
+        "rounds_to_compress": 1,
+        "rounds_to_retain": 0,
+        "placement": "append_to_system",
+        **kwargs,
+    }
+    return RoundCompressor(model, **options)
+
+
+def compress_in_background(
+    compressor: RoundCompressor,
+    messages: Sequence[BaseMessage],
+    summary: RunningSummary | None = None,
+    *,
+    config: RunnableConfig | None = None,
+    executor: concurrent.futures.Executor | None = None,
+) -> concurrent.futures.Future[CompressionResult]:
+    """Start ``compressor.compress`` in the background and return its future at once.
+
+    The history is snapshotted (a new list) before returning, so the caller may keep appending
+    to its own list. Runs on ``executor`` when given, else on a daemon thread (context
+    variables, e.g. tracing callbacks, are copied). ``future.result()`` returns the
+    `CompressionResult` or raises what ``compress`` raised.
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> model = GenericFakeChatModel(messages=iter(
+        ...     [AIMessage('{"ConversationSummary": "The user said hi."}')]))
+        >>> history = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1"),
+        ...            HumanMessage("bye", id="h2"), AIMessage("bye!", id="a2")]
+        >>> future = compress_in_background(
+        ...     thread_summarizer(model, token_counter="approximate"), history)
+        >>> sorted(future.result(timeout=30).summary.covered_ids)
+        ['a1', 'h1']
+    """
+    snapshot = list(messages)
+    if executor is not None:
+        return executor.submit(compressor.compress, snapshot, summary, config=config)
+    future: concurrent.futures.Future[CompressionResult] = concurrent.futures.Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = context.run(compressor.compress, snapshot, summary, config=config)
+        except BaseException as exc:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    threading.Thread(target=run, name="histcompress-compress", daemon=True).start()
+    return future
+
+
+def acompress_in_background(
+    compressor: RoundCompressor,
+    messages: Sequence[BaseMessage],
+    summary: RunningSummary | None = None,
+    *,
+    config: RunnableConfig | None = None,
+) -> asyncio.Task[CompressionResult]:
+    """Schedule ``compressor.acompress`` as an ``asyncio.Task`` on the running loop.
+
+    Call it from a coroutine after the reply was sent; keep a reference to the task and await
+    it (or check ``task.done()``) before the next turn. The history is snapshotted first.
+
+    Raises:
+        RuntimeError: No event loop is running.
+
+    Example:
+        >>> import asyncio
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> model = GenericFakeChatModel(messages=iter(
+        ...     [AIMessage('{"ConversationSummary": "The user said hi."}')]))
+        >>> compressor = thread_summarizer(model, token_counter="approximate")
+        >>> history = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1"),
+        ...            HumanMessage("bye", id="h2"), AIMessage("bye!", id="a2")]
+        >>> async def turn():
+        ...     task = acompress_in_background(compressor, history)
+        ...     # ... the reply has already been returned to the user here ...
+        ...     return (await task).summary.text
+        >>> asyncio.run(turn())
+        'The user said hi.'
+    """
+    snapshot = list(messages)
+    loop = asyncio.get_running_loop()
+    return loop.create_task(
+        compressor.acompress(snapshot, summary, config=config), name="histcompress-compress"
+    )

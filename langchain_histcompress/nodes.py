@@ -1,0 +1,405 @@
+"""LangGraph faces of round compression: a graph node, a state schema and model-input helpers.
+
+`RoundCompressionNode` runs before the answering model node of any ``StateGraph`` whose state
+holds a message list (``MessagesState``, `HistCompressState` or your own schema). Each run it
+reads the messages and the stored running summary, lets a `RoundCompressor` fold the rounds that
+are due (sync ``invoke`` and async ``ainvoke`` both supported, sharing everything but the model
+call) and writes:
+
+* the new summary under ``running_summary``, as a plain JSON dict
+  (``RunningSummary.model_dump(mode="json")``), only when something was compressed; every
+  LangGraph checkpointer stores it without custom types or serializer allowlists;
+* the compressed view under ``model_input`` (preamble, the summary as data, the uncompressed
+  rounds verbatim) for the model node to send.
+
+The conversation itself is left alone by default: state keeps every message and only the view
+is compressed. With ``destructive=True`` the node also removes the messages the summary covers,
+one ``RemoveMessage(id=...)`` per covered id (never the remove-all sentinel); the messages left
+plus the stored summary still represent the whole conversation, because the summary records
+exactly which ids it covers.
+
+A `SummarizationError` from the summarizer re-raises by default: LangGraph then applies none
+of the node's writes, so the checkpointed state is exactly what it was before the run. With
+``on_error="skip"`` the node logs a warning, keeps the stored summary and writes a view built
+from it, and the graph goes on.
+
+Example:
+    >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+    >>> from langgraph.graph import END, START, StateGraph
+    >>> from langchain_histcompress.compressor import RoundCompressor
+    >>> summarizer = GenericFakeChatModel(messages=iter(
+    ...     [AIMessage('{"ConversationSummary": "The user counted to one."}')]))
+    >>> compressor = RoundCompressor(summarizer, rounds_to_compress=2, rounds_to_retain=1,
+    ...                              token_counter="approximate")
+    >>> def model(state: HistCompressState) -> dict:
+    ...     return {"messages": [AIMessage(f"I see {len(state['model_input'])} messages")]}
+    >>> graph = StateGraph(HistCompressState)
+    >>> _ = graph.add_node("compress", RoundCompressionNode(compressor))
+    >>> _ = graph.add_node("model", model)
+    >>> _ = graph.add_edge(START, "compress")
+    >>> _ = graph.add_edge("compress", "model")
+    >>> _ = graph.add_edge("model", END)
+    >>> app = graph.compile()
+    >>> history = [SystemMessage("Be brief.")]
+    >>> for n in range(2):
+    ...     history += [HumanMessage(f"say {n}"), AIMessage(str(n))]
+    >>> state = app.invoke({"messages": [*history, HumanMessage("say 2")]})
+    >>> state["messages"][-1].content, len(state["messages"])
+    ('I see 3 messages', 7)
+    >>> state["running_summary"]["version"], len(state["running_summary"]["covered_ids"])
+    (1, 4)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langgraph.graph.message import add_messages
+from pydantic import ValidationError
+from typing_extensions import NotRequired, Required
+
+from langchain_histcompress.compressor import CompressionResult, RoundCompressor, view
+from langchain_histcompress.context import ContextBuilder
+from langchain_histcompress.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.memory import FactsState
+from langchain_histcompress.rounds import ensure_ids
+from langchain_histcompress.summary import RunningSummary
+
+__all__ = [
+    "HistCompressState",
+    "OnError",
+    "RoundCompressionNode",
+    "build_model_input",
+    "summary_from_state",
+    "summary_to_state",
+]
+
+logger = logging.getLogger(__name__)
+
+OnError = Literal["raise", "skip"]
+"""What a compression face does when the summarizer fails: re-raise `SummarizationError`
+(state untouched), or log a warning and go on with the stored summary."""
+
+_ON_ERROR: tuple[str, ...] = ("raise", "skip")
+
+
+class HistCompressState(FactsState):
+    """Ready-made graph state for round compression with fact memory.
+
+    Holds the conversation (``messages``, reduced by ``add_messages``), the running summary,
+    the compressed model input and the fact-memory keys of `FactsState` (``facts`` with the
+    `~langchain_histcompress.facts.merge_facts` reducer, the extraction cursor and report).
+    Every value is a message list or plain JSON, so any checkpointer stores it as is.
+    """
+
+    messages: Required[Annotated[list[AnyMessage], add_messages]]
+    """The whole conversation (kept verbatim unless a destructive node removes covered ids)."""
+    running_summary: NotRequired[dict[str, Any] | None]
+    """The running summary as ``RunningSummary.model_dump(mode="json")`` (``None`` before the
+    first compression); read it back with `summary_from_state`."""
+    model_input: NotRequired[list[AnyMessage]]
+    """The compressed view the model node sends: preamble, summary as data, uncompressed
+    rounds (written by `RoundCompressionNode` on every run)."""
+
+
+def summary_from_state(
+    state: Mapping[str, Any] | Any, key: str = "running_summary"
+) -> RunningSummary | None:
+    """Read the running summary stored under ``key`` of a graph state.
+
+    Accepts the JSON dict form written by the package faces, a `RunningSummary`, or nothing.
+
+    Args:
+        state: A state mapping (or an object with the key as attribute, e.g. a pydantic state).
+        key: The state key.
+
+    Returns:
+        The summary, or ``None`` when the key is absent or empty.
+
+    Raises:
+        ConfigurationError: The value is not a valid summary record (wrong key, or a record
+            whose ``sha256`` no longer matches its text).
+
+    Example:
+        >>> s = RunningSummary(content="x", text="x", covered_ids=frozenset({"m1"}))
+        >>> summary_from_state({"running_summary": summary_to_state(s)}) == s
+        True
+        >>> summary_from_state({"messages": []}) is None
+        True
+    """
+    raw = state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
+    if raw is None:
+        return None
+    if isinstance(raw, RunningSummary):
+        return raw
+    if not isinstance(raw, Mapping):
+        msg = f"state[{key!r}] must be a running summary dict, got {type(raw).__name__}"
+        raise ConfigurationError(msg)
+    try:
+        return RunningSummary.model_validate(dict(raw))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'record'}: {err['msg']}"
+            for err in exc.errors()[:3]
+        )
+        msg = f"state[{key!r}] is not a valid running summary record ({problems})"
+        raise ConfigurationError(msg) from None
+
+
+def summary_to_state(summary: RunningSummary) -> dict[str, Any]:
+    """The JSON dict form of ``summary`` stored in graph state (round-trips exactly).
+
+    Example:
+        >>> s = RunningSummary(content="x", text="x", covered_ids=frozenset({"b", "a"}))
+        >>> summary_to_state(s)["covered_ids"]
+        ['a', 'b']
+    """
+    return summary.model_dump(mode="json")
+
+
+def _state_messages(state: Mapping[str, Any] | Any, key: str) -> list[BaseMessage]:
+    raw = state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
+    if raw is None:
+        return []
+    if isinstance(raw, BaseMessage | str | bytes) or not isinstance(raw, Sequence):
+        msg = f"state[{key!r}] must be a list of messages, got {type(raw).__name__}"
+        raise ConfigurationError(msg)
+    for index, message in enumerate(raw):
+        if not isinstance(message, BaseMessage):
+            msg = f"state[{key!r}][{index}] is a {type(message).__name__}, not a message"
+            raise ConfigurationError(msg)
+    return list(raw)
+
+
+def build_model_input(
+    state: Mapping[str, Any] | Any,
+    *,
+    context_builder: ContextBuilder | None = None,
+    messages_key: str = "messages",
+    summary_key: str = "running_summary",
+    facts_key: str = "facts",
+    placement: Literal["system_message", "append_to_system"] = "system_message",
+) -> list[BaseMessage]:
+    """Build the model's input from a graph state, without any model call.
+
+    Without ``context_builder``: the compressed view (preamble, summary as data, uncompressed
+    rounds), the same list `RoundCompressionNode` writes under ``model_input``. With a
+    `~langchain_histcompress.context.ContextBuilder`: the builder's context under its token
+    budget, with the summary and the state's facts as data.
+
+    Args:
+        state: The graph state.
+        context_builder: Assembles the context under a token budget (optional).
+        messages_key: State key of the conversation.
+        summary_key: State key of the running summary.
+        facts_key: State key of the facts (used with ``context_builder`` only).
+        placement: Where the summary goes in the view (see `compressor.view`).
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> s = RunningSummary(content="x", text="x", covered_ids=frozenset({"h1", "a1"}))
+        >>> state = {"messages": [HumanMessage("a", id="h1"), AIMessage("b", id="a1"),
+        ...                       HumanMessage("c", id="h2")],
+        ...          "running_summary": summary_to_state(s)}
+        >>> [m.type for m in build_model_input(state)]
+        ['system', 'human']
+    """
+    messages = ensure_ids(_state_messages(state, messages_key))
+    summary = summary_from_state(state, summary_key)
+    if context_builder is None:
+        return view(messages, summary, placement=placement)
+    facts = state.get(facts_key) if isinstance(state, Mapping) else getattr(state, facts_key, None)
+    return context_builder.build(messages, summary=summary, facts=facts)
+
+
+def _check_key(label: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        msg = f"{label} must be a non-empty string, got {value!r}"
+        raise ConfigurationError(msg)
+    return value
+
+
+class RoundCompressionNode(Runnable[Any, dict[str, Any]]):
+    """LangGraph node that folds due rounds into a running summary kept in graph state.
+
+    Add it with ``graph.add_node("compress", node)`` before the model node; it runs under
+    ``graph.invoke`` (sync summarizer call) and ``graph.ainvoke`` (async summarizer call).
+    The node is also a valid ``pre_model_hook`` of ``langgraph.prebuilt.create_react_agent``
+    through `as_pre_model_hook`.
+
+    Args:
+        compressor: The `RoundCompressor` deciding what to fold and calling the summarizer.
+        messages_key: State key of the conversation.
+        summary_key: State key of the running summary (JSON dict form).
+        output_key: State key the compressed view is written to (``None``: do not write it;
+            build the input with `build_model_input` instead).
+        destructive: Also remove the covered messages from state, one
+            ``RemoveMessage(id=...)`` per covered id.
+        on_error: ``"raise"`` (default): a `SummarizationError` propagates and the graph
+            applies none of the node's writes. ``"skip"``: log a warning, keep the stored
+            summary and write the view built from it.
+        name: Run name of the node (also its default node name in a graph).
+
+    Raises:
+        ConfigurationError: A parameter is invalid.
+    """
+
+    def __init__(
+        self,
+        compressor: RoundCompressor,
+        *,
+        messages_key: str = "messages",
+        summary_key: str = "running_summary",
+        output_key: str | None = "model_input",
+        destructive: bool = False,
+        on_error: OnError = "raise",
+        name: str = "compress_history",
+    ) -> None:
+        """Validate and store the configuration (see the class docstring)."""
+        if not isinstance(compressor, RoundCompressor):
+            msg = f"compressor must be a RoundCompressor, not {type(compressor).__name__}"
+            raise ConfigurationError(msg)
+        keys = {
+            "messages_key": _check_key("messages_key", messages_key),
+            "summary_key": _check_key("summary_key", summary_key),
+        }
+        if output_key is not None:
+            keys["output_key"] = _check_key("output_key", output_key)
+        if len(set(keys.values())) != len(keys):
+            msg = f"state keys must be distinct, got {keys}"
+            raise ConfigurationError(msg)
+        if not isinstance(destructive, bool):
+            msg = f"destructive must be a bool, got {destructive!r}"
+            raise ConfigurationError(msg)
+        if on_error not in _ON_ERROR:
+            msg = f"on_error must be one of {list(_ON_ERROR)}, got {on_error!r}"
+            raise ConfigurationError(msg)
+        self.compressor = compressor
+        self.messages_key = messages_key
+        self.summary_key = summary_key
+        self.output_key = output_key
+        self.destructive = destructive
+        self.on_error: OnError = on_error
+        self.name = _check_key("name", name)
+        self._node_name = name
+        self._runnable: Runnable[Any, dict[str, Any]] = RunnableLambda(
+            self._run, afunc=self._arun, name=name
+        )
+
+    def __repr__(self) -> str:
+        """Show the configuration (never message content)."""
+        return (
+            f"{type(self).__name__}({self.compressor!r}, messages_key={self.messages_key!r}, "
+            f"summary_key={self.summary_key!r}, output_key={self.output_key!r}, "
+            f"destructive={self.destructive}, on_error={self.on_error!r})"
+        )
+
+    # -- runnable faces ----------------------------------------------------------------
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Run the node on a state and return the state update."""
+        return self._runnable.invoke(input, config, **kwargs)
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Async `invoke` (the summarizer is awaited)."""
+        return await self._runnable.ainvoke(input, config, **kwargs)
+
+    def as_pre_model_hook(self) -> RoundCompressionNode:
+        """A copy of this node for ``create_react_agent(..., pre_model_hook=...)``.
+
+        The copy writes the view under ``llm_input_messages``, the key the prebuilt agent
+        sends to the model instead of ``messages`` (state keeps every message unless the node
+        is destructive). The agent's ``state_schema`` must declare the summary key, or
+        LangGraph drops the summary and every turn would summarize again, e.g.::
+
+            class AgentState(TypedDict):
+                messages: Annotated[list[AnyMessage], add_messages]
+                remaining_steps: NotRequired[RemainingSteps]
+                running_summary: NotRequired[dict[str, Any] | None]
+
+        Example:
+            >>> from langchain_core.language_models.fake_chat_models import (
+            ...     GenericFakeChatModel)
+            >>> node = RoundCompressionNode(RoundCompressor(GenericFakeChatModel(
+            ...     messages=iter([])), token_counter="approximate"))
+            >>> node.as_pre_model_hook().output_key
+            'llm_input_messages'
+        """
+        return RoundCompressionNode(
+            self.compressor,
+            messages_key=self.messages_key,
+            summary_key=self.summary_key,
+            output_key="llm_input_messages",
+            destructive=self.destructive,
+            on_error=self.on_error,
+            name=self._node_name,
+        )
+
+    # -- shared pieces -----------------------------------------------------------------
+
+    def _inputs(
+        self, state: Any
+    ) -> tuple[list[BaseMessage], list[BaseMessage], RunningSummary | None]:
+        originals = _state_messages(state, self.messages_key)
+        return originals, ensure_ids(originals), summary_from_state(state, self.summary_key)
+
+    def _update(
+        self,
+        originals: Sequence[BaseMessage],
+        result: CompressionResult,
+    ) -> dict[str, Any]:
+        update: dict[str, Any] = {}
+        if result.compressed and result.summary is not None:
+            update[self.summary_key] = summary_to_state(result.summary)
+        if self.output_key is not None:
+            update[self.output_key] = result.messages
+        if self.destructive and result.summary is not None:
+            covered = result.summary.covered_ids
+            removals = [
+                RemoveMessage(id=m.id) for m in originals if m.id is not None and m.id in covered
+            ]
+            if removals:
+                update[self.messages_key] = removals
+        return update
+
+    def _skipped(
+        self,
+        error: SummarizationError,
+        messages: Sequence[BaseMessage],
+        summary: RunningSummary | None,
+    ) -> dict[str, Any]:
+        if self.on_error == "raise":
+            raise error
+        logger.warning(
+            "round compression failed (%s); keeping the stored summary (version %s)",
+            type(error).__name__,
+            summary.version if summary is not None else None,
+        )
+        if self.output_key is None:
+            return {}
+        return {self.output_key: self.compressor.view(messages, summary)}
+
+    def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        originals, messages, summary = self._inputs(state)
+        try:
+            result = self.compressor.compress(messages, summary, config=config)
+        except SummarizationError as error:
+            return self._skipped(error, messages, summary)
+        return self._update(originals, result)
+
+    async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        originals, messages, summary = self._inputs(state)
+        try:
+            result = await self.compressor.acompress(messages, summary, config=config)
+        except SummarizationError as error:
+            return self._skipped(error, messages, summary)
+        return self._update(originals, result)

@@ -1,0 +1,234 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+
+from langchain_histcompress.bench.locomo import LocomoConversation, parse_locomo
+from langchain_histcompress.bench.metrics import (
+    ModelCall,
+    TurnRecord,
+    UsageLedger,
+    extended_history,
+    measure_overhead,
+    percentile,
+    replay_figures,
+)
+from langchain_histcompress.bench.replay import ReplayChatModel
+from langchain_histcompress.bench.strategies import (
+    DEFAULT_STRATEGIES,
+    Strategy,
+    StrategyEnv,
+    available_strategies,
+    build_strategy,
+    register_strategy,
+)
+from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.rounds import validate_history
+from langchain_histcompress.tokens import TiktokenCounter
+from tests.unit_tests.test_bench_locomo import tiny_locomo_data
+
+
+@pytest.fixture(scope="module")
+def counter() -> TiktokenCounter:
+    return TiktokenCounter()
+
+
+@pytest.fixture
+def conversation() -> LocomoConversation:
+    return parse_locomo(tiny_locomo_data(), name="tiny")
+
+
+def _long_history(conversation: LocomoConversation, n: int) -> list[BaseMessage]:
+    return extended_history([conversation.system_message(), *conversation.messages()], n)
+
+
+def _env(
+    conversation: LocomoConversation, counter: TiktokenCounter, ledger: UsageLedger
+) -> StrategyEnv:
+    model = ReplayChatModel(conversation=conversation, counter=counter, callbacks=[ledger])
+    return StrategyEnv(
+        counter=counter, model=model, budget_tokens=600, keep_messages=6, summary_tokens=120
+    )
+
+
+def test_registry_lists_builtins_and_rejects_unknown_names(
+    conversation: LocomoConversation, counter: TiktokenCounter
+) -> None:
+    names = list(available_strategies())
+    assert names[:4] == ["full", "truncation", "max_tokens", "trim_messages"]
+    assert set(names) <= set(DEFAULT_STRATEGIES)
+    env = _env(conversation, counter, UsageLedger(counter))
+    with pytest.raises(ConfigurationError, match="unknown strategy 'nope'; available: full"):
+        build_strategy("nope", env)
+    with pytest.raises(ConfigurationError, match="without commas"):
+        register_strategy("a,b", lambda env: build_strategy("full", env), "bad")
+
+
+def test_registered_adapter_is_built_with_its_name(
+    conversation: LocomoConversation, counter: TiktokenCounter
+) -> None:
+    class LastTwo(Strategy):
+        def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
+            return list(history[-2:])
+
+    register_strategy("test_last_two", lambda env: LastTwo(), "test adapter")
+    try:
+        strategy = build_strategy(
+            "test_last_two", _env(conversation, counter, UsageLedger(counter))
+        )
+        assert strategy.name == "test_last_two"
+        history = [HumanMessage("a", id="1"), AIMessage("b", id="2"), HumanMessage("c", id="3")]
+        assert [m.id for m in strategy.model_input(history)] == ["2", "3"]
+    finally:
+        from langchain_histcompress.bench import strategies
+
+        strategies._REGISTRY.pop("test_last_two")
+
+
+@pytest.mark.parametrize("name", list(available_strategies()))
+def test_every_strategy_gives_a_valid_view_over_a_long_history(
+    name: str, conversation: LocomoConversation, counter: TiktokenCounter
+) -> None:
+    ledger = UsageLedger(counter)
+    strategy = build_strategy(name, _env(conversation, counter, ledger))
+    history = _long_history(conversation, 120)
+    seen_shorter = False
+    for position in range(1, len(history)):
+        if history[position].type != "ai":
+            continue
+        prefix = history[:position]
+        model_input = strategy.model_input(prefix)
+        assert model_input[0].type == "system"
+        if name != "langmem":
+            # langmem folds every unsummarized message up to where its threshold is crossed,
+            # which is the newest message when it runs every turn
+            assert model_input[-1] is prefix[-1]  # the newest message is there, verbatim
+        assert validate_history(model_input) == [] or name == "full"
+        seen_shorter = seen_shorter or counter(model_input) < counter(prefix)
+    assert seen_shorter == (name != "full")
+    question = HumanMessage("Who teaches Ana?", id="question-0")
+    context = strategy.context_for_question(history, question)
+    assert context.messages[-1] is question
+    assert context.messages[0].type == "system"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        n
+        for n in available_strategies()
+        if n not in {"full", "truncation", "max_tokens", "trim_messages"}
+    ],
+)
+def test_summarizing_strategies_call_the_internal_model(
+    name: str, conversation: LocomoConversation, counter: TiktokenCounter
+) -> None:
+    ledger = UsageLedger(counter)
+    strategy = build_strategy(name, _env(conversation, counter, ledger))
+    history = _long_history(conversation, 120)
+    for position in range(1, len(history)):
+        if history[position].type == "ai":
+            strategy.model_input(history[:position])
+    calls = ledger.since(0)
+    assert calls
+    assert all(c.prompt_tokens > 0 and c.completion_tokens > 0 for c in calls)
+
+
+def test_context_for_question_does_not_change_state(
+    conversation: LocomoConversation, counter: TiktokenCounter
+) -> None:
+    history = _long_history(conversation, 90)
+    positions = [i for i, m in enumerate(history) if m.type == "ai"]
+    for name in available_strategies():
+        asked = build_strategy(name, _env(conversation, counter, UsageLedger(counter)))
+        plain = build_strategy(name, _env(conversation, counter, UsageLedger(counter)))
+        for index, position in enumerate(positions):
+            with_question = asked.model_input(history[:position])
+            without = plain.model_input(history[:position])
+            assert [(m.type, m.content) for m in with_question] == [
+                (m.type, m.content) for m in without
+            ], name
+            if index % 3 == 0:
+                question = HumanMessage("q?", id=f"question-{index}")
+                context = asked.context_for_question(history[:position], question)
+                assert context.messages[-1] is question
+
+
+def test_percentile_nearest_rank() -> None:
+    assert percentile([5], 95) == 5
+    assert percentile(list(range(1, 101)), 95) == 95
+    assert percentile([3, 1, 2], 50) == 2
+
+
+def test_replay_figures_and_savings() -> None:
+    turns = [
+        TurnRecord("a", 100, 10, 2, (), 0.001),
+        TurnRecord("b", 300, 10, 4, (ModelCall(80, 20, 0.5),), 0.003),
+    ]
+    figures = replay_figures([turns], baseline_billed=840)
+    assert figures.calls == 2
+    assert figures.internal_calls == 1
+    assert figures.prompt_mean == 200
+    assert figures.prompt_p95 == 300
+    assert figures.prompt_last == 300
+    assert figures.billed == 100 + 10 + 300 + 10 + 100
+    assert figures.savings == pytest.approx(1 - 520 / 840)
+    assert figures.overhead_ms_mean == pytest.approx(2.0)
+    assert replay_figures([turns]).savings is None
+
+
+def test_ledger_meters_models_without_usage_and_failures(counter: TiktokenCounter) -> None:
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    ledger = UsageLedger(counter)
+    model = FakeListChatModel(responses=["one two three"], callbacks=[ledger])
+    prompt = [SystemMessage("s"), HumanMessage("hello")]
+    model.invoke(prompt)
+    (call,) = ledger.since(0)
+    assert call.prompt_tokens == counter.count_messages(prompt)
+    assert call.completion_tokens == counter.count_text("one two three")
+    assert not call.failed
+
+    class Broken(FakeListChatModel):
+        def _call(self, *args: object, **kwargs: object) -> str:
+            raise RuntimeError("down")
+
+    mark = ledger.mark()
+    with pytest.raises(RuntimeError):
+        Broken(responses=["x"], callbacks=[ledger]).invoke("hi")
+    (failed,) = ledger.since(mark)
+    assert failed.failed
+    assert failed.billed == 0
+
+
+def test_extended_history_gives_fresh_unique_ids(conversation: LocomoConversation) -> None:
+    history = _long_history(conversation, 40)
+    assert len(history) == 40
+    assert history[0].type == "system"
+    ids = [m.id for m in history]
+    assert len(set(ids)) == len(ids)
+    assert ids[10] == "D1:1#1"
+    assert history[10].content == history[1].content
+
+
+def test_measure_overhead_reports_turns(
+    conversation: LocomoConversation, counter: TiktokenCounter
+) -> None:
+    ledger = UsageLedger(counter)
+    history = _long_history(conversation, 200)
+    for name in ("truncation", "round_compression"):
+        if name not in available_strategies():
+            continue
+        strategy = build_strategy(name, _env(conversation, counter, ledger))
+        figure = measure_overhead(strategy, history, 100, ledger=ledger, turns=3)
+        assert figure.strategy == name
+        assert figure.messages == 100
+        assert figure.turns == 3
+        assert figure.ms_per_turn is not None and figure.ms_per_turn >= 0
+        assert len(figure.samples_ms) == 3
+    with pytest.raises(ValueError, match="no assistant turn"):
+        measure_overhead(
+            build_strategy("full", _env(conversation, counter, ledger)), history, 500, ledger=ledger
+        )

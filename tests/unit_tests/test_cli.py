@@ -1,0 +1,193 @@
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from langchain_histcompress import cli
+from langchain_histcompress.cli import main
+from tests.unit_tests.test_bench_locomo import tiny_locomo_data, write_tiny
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+LOCOMO_DIR = Path(
+    os.environ.get("HISTCOMPRESS_LOCOMO_DIR", PROJECT_ROOT.parent / "shared" / "data" / "locomo")
+)
+
+
+def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("histcompress: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_missing_file_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.json"
+    assert main(["bench", "--data", str(missing), "--out", str(tmp_path / "o")]) == 2
+    assert _error_line(capsys) == f"histcompress: error: {missing}: no such file"
+    assert not (tmp_path / "o").exists()
+
+
+def test_unreadable_json_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", "utf-8")
+    assert main(["bench", "--data", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert f"{bad}: not valid JSON" in _error_line(capsys)
+
+
+def test_wrong_format_exits_2_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tiny_locomo_data()
+    del data["session_2"][1]["dia_id"]
+    path = write_tiny(tmp_path / "broken.json", data)
+    assert main(["bench", "--data", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert _error_line(capsys) == (f"histcompress: error: {path}: session_2[1].dia_id: missing key")
+
+
+def test_unknown_strategy_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_tiny(tmp_path / "t.json")
+    code = main(
+        ["bench", "--data", str(path), "--strategies", "full,bogus", "--out", str(tmp_path)]
+    )
+    assert code == 2
+    assert "unknown strategy 'bogus'; available: full, truncation" in _error_line(capsys)
+
+
+def test_bad_model_spec_and_missing_key_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_tiny(tmp_path / "t.json")
+    out = str(tmp_path / "o")
+    assert main(["bench", "--data", str(path), "--model", "gpt-4o", "--out", out]) == 2
+    assert "--model must look like provider:name" in _error_line(capsys)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_ADMIN_KEY", raising=False)
+    code = main(["bench", "--data", str(path), "--model", "openai:gpt-4o-mini", "--out", out])
+    assert code == 2
+    line = _error_line(capsys)
+    assert "cannot create model 'openai:gpt-4o-mini'" in line
+    assert "API key" in line
+
+
+def test_argparse_errors_return_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench"]) == 2
+    assert "--data" in capsys.readouterr().err
+    assert main([]) == 2
+
+
+def test_tiny_file_produces_table_json_markdown_and_pngs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_tiny(tmp_path / "tiny.json")
+    out = tmp_path / "report"
+    code = main(
+        [
+            "bench",
+            "--data",
+            str(path),
+            "--out",
+            str(out),
+            "--quick",
+            "--strategies",
+            "truncation,max_tokens",
+        ]
+    )
+    assert code == 0
+    captured = capsys.readouterr()
+    table = captured.out.splitlines()
+    assert table[0].split()[:2] == ["strategy", "calls"]
+    assert [line.split()[0] for line in table[2:5]] == ["full", "truncation", "max_tokens"]
+    assert "done" in captured.err  # the progress bar
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bench.json",
+        "bench.md",
+        "recall_vs_tokens.png",
+        "tokens_per_call_tiny.png",
+    ]
+    data = json.loads((out / "bench.json").read_text("utf-8"))
+    assert data["config"]["quick"] is True
+    assert data["totals"]["full"]["recall"]["recall"] == 1.0
+    assert (out / "bench.md").read_text("utf-8").startswith("# histcompress benchmark")
+    assert (out / "recall_vs_tokens.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_no_plots(tmp_path: Path) -> None:
+    path = write_tiny(tmp_path / "tiny.json")
+    out = tmp_path / "report"
+    args = [
+        "bench",
+        "--data",
+        str(path),
+        "--out",
+        str(out),
+        "--quick",
+        "--no-plots",
+        "--strategies",
+        "truncation",
+    ]
+    assert main(args) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["bench.json", "bench.md"]
+
+
+def test_unwritable_output_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_tiny(tmp_path / "tiny.json")
+    blocker = tmp_path / "file"
+    blocker.write_text("x", "utf-8")
+    args = [
+        "bench",
+        "--data",
+        str(path),
+        "--out",
+        str(blocker / "sub"),
+        "--quick",
+        "--strategies",
+        "truncation",
+    ]
+    assert main(args) == 2
+    assert "cannot write reports to" in _error_line(capsys)
+
+
+def test_demo_without_module_prints_a_hint(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def missing(name: str) -> types.ModuleType:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    monkeypatch.setattr(cli.importlib, "import_module", missing)
+    assert main(["demo"]) == 0
+    assert "histcompress bench" in capsys.readouterr().out
+
+
+def test_demo_runs_the_demo_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    module = types.ModuleType("langchain_histcompress.demo")
+    module.run_demo = lambda argv: seen.append(argv) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "langchain_histcompress.demo", module)
+    assert main(["demo", "--fast"]) == 0
+    assert seen == [["--fast"]]
+
+
+@pytest.mark.skipif(
+    not (LOCOMO_DIR / "30.json").is_file(),
+    reason=f"LoCoMo data not found in {LOCOMO_DIR} (set HISTCOMPRESS_LOCOMO_DIR)",
+)
+def test_real_conversation_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "real"
+    assert main(["bench", "--data", str(LOCOMO_DIR / "30.json"), "--quick", "--out", str(out)]) == 0
+    assert "failed:" not in capsys.readouterr().out
+    data = json.loads((out / "bench.json").read_text("utf-8"))
+    totals = data["totals"]
+    assert totals["full"]["recall"]["recall"] == 1.0
+    assert totals["full"]["figures"]["calls"] == data["totals"]["truncation"]["figures"]["calls"]
+    for name, entry in totals.items():
+        assert entry["figures"] is not None, name
+        if name != "full":
+            assert entry["figures"]["savings"] > 0, name
+    assert (out / "tokens_per_call_30.png").is_file()

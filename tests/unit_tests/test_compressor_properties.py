@@ -1,0 +1,262 @@
+"""Property tests: the compressor's invariants over generated histories."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages.utils import count_tokens_approximately
+
+from langchain_histcompress.compressor import (
+    CompressionResult,
+    RoundCompressor,
+    pending_rounds,
+    view,
+)
+from langchain_histcompress.rounds import is_summary_message, split_units, validate_history
+from langchain_histcompress.summary import RunningSummary
+from tests.histories import history
+from tests.unit_tests.test_summary import ScriptedModel, prompt_ids
+
+_stale = itertools.count()
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+@st.composite
+def options(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "rounds_to_compress": draw(st.integers(1, 3)),
+        "rounds_to_retain": draw(st.integers(0, 4)),
+        "max_calls_per_compress": draw(st.integers(1, 4)),
+        "compress_on_rounds": draw(st.booleans()) or draw(st.booleans()),
+        "compression_threshold_tokens": draw(st.none() | st.integers(10, 400)),
+        "max_round_tokens": draw(st.none() | st.integers(10, 300)),
+        "placement": draw(st.sampled_from(["system_message", "append_to_system"])),
+        "idle_gap": draw(st.sampled_from([None, timedelta(hours=1), timedelta(hours=1)])),
+    }
+
+
+@st.composite
+def scenario(draw: st.DrawFn, *, allow_leading_tools: bool = False) -> list[BaseMessage]:
+    """A generated history, optionally with an earlier summary message after the preamble and
+    timestamps with occasional long pauses."""
+    messages = draw(history(allow_leading_tools=allow_leading_tools, max_rounds=12))
+    if draw(st.booleans()):
+        lead = 0
+        while lead < len(messages) and isinstance(messages[lead], SystemMessage):
+            lead += 1
+        text = f"earlier summary {next(_stale)}"
+        messages.insert(lead, RunningSummary(content=text, text=text).to_message())
+    if draw(st.booleans()):
+        stamped: list[BaseMessage] = []
+        when = T0
+        for message in messages:
+            gap = draw(st.sampled_from([timedelta(minutes=1), timedelta(days=1)]))
+            when += gap
+            stamped.append(
+                message.model_copy(
+                    update={
+                        "additional_kwargs": {
+                            **message.additional_kwargs,
+                            "timestamp": when.isoformat(),
+                        }
+                    }
+                )
+            )
+        messages = stamped
+    return messages
+
+
+def make(opts: dict[str, Any], **extra: Any) -> tuple[RoundCompressor, ScriptedModel]:
+    model = ScriptedModel()
+    c = RoundCompressor(
+        model, token_counter=count_tokens_approximately, timeout=None, **opts, **extra
+    )
+    return c, model
+
+
+def conversation(messages: list[BaseMessage]) -> list[BaseMessage]:
+    lead = 0
+    while lead < len(messages) and isinstance(messages[lead], SystemMessage):
+        lead += 1
+    return [m for m in messages[lead:] if not is_summary_message(m)]
+
+
+def check(
+    messages: list[BaseMessage],
+    before: list[BaseMessage],
+    previous: RunningSummary | None,
+    result: CompressionResult,
+    model: ScriptedModel,
+    calls_before: int,
+    placement: str,
+) -> None:
+    assert messages == before, "input mutated"
+    out = result.messages
+    assert validate_history(out) == []
+    body = conversation(messages)
+    body_ids = [str(m.id) for m in body]
+    lead = itertools.takewhile(lambda m: isinstance(m, SystemMessage), messages)
+    preamble = [m for m in lead if not is_summary_message(m)]
+
+    # Preamble byte-identical (the last one is a copy when the summary is appended to it).
+    appended = placement == "append_to_system" and result.summary is not None and preamble
+    untouched = preamble[:-1] if appended else preamble
+    for i, system in enumerate(untouched):
+        assert out[i] is system
+    if appended:
+        copy_ = out[len(preamble) - 1]
+        assert copy_ is not preamble[-1]
+        assert str(copy_.content).startswith(str(preamble[-1].content))
+
+    # One summary at most; exactly where it belongs.
+    summaries = [m for m in out if is_summary_message(m)]
+    if result.summary is None:
+        assert out == messages
+    elif not appended:
+        assert summaries == [result.summary.to_message()]
+        assert out[len(preamble)] == result.summary.to_message()
+    else:
+        assert summaries == []
+
+    # Nothing lost, nothing twice.
+    covered = result.summary.covered_ids if result.summary else frozenset()
+    shown = [m for m in out if not isinstance(m, SystemMessage)]
+    shown_ids = [str(m.id) for m in shown]
+    assert len(set(shown_ids)) == len(shown_ids)
+    for message_id in body_ids:
+        assert (message_id in shown_ids) != (message_id in covered), message_id
+    # Shown messages are the caller's own objects, in the original order.
+    position = {id(m): i for i, m in enumerate(body)}
+    indexes = [position[id(m)] for m in shown]
+    assert indexes == sorted(indexes)
+
+    # Coverage grows by exactly what was sent to the summarizer, whole units only.
+    sent = [i for prompt in model.calls[calls_before:] for i in prompt_ids(prompt)]
+    old = previous.covered_ids if previous else frozenset()
+    assert set(sent) <= set(body_ids)
+    assert covered == old | set(sent)
+    assert len(model.calls) - calls_before == result.calls
+    for unit in split_units(body):
+        flags = {str(m.id) in covered for m in unit}
+        assert len(flags) == 1, "a tool group was split"
+
+    # The newest message and the latest human message are never summarized.
+    if body:
+        assert out[-1] is body[-1]
+    humans = [m for m in body if isinstance(m, HumanMessage)]
+    if humans:
+        assert any(m is humans[-1] for m in out)
+        assert humans[-1].id not in covered
+    if result.summary is not None and previous is not None and result.compressed:
+        assert result.summary.version == previous.version + result.calls
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario(), options())
+def test_one_shot_invariants(messages: list[BaseMessage], opts: dict[str, Any]) -> None:
+    c, model = make(opts)
+    before = copy.deepcopy(messages)
+    result = c.compress(messages)
+    event(f"calls: {min(result.calls, 3)}")
+    event(f"reasons: {','.join(c.plan(messages).reasons)}")
+    check(messages, before, None, result, model, 0, opts["placement"])
+    assert result.messages == view(messages, result.summary, placement=opts["placement"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario(), options(), st.data())
+def test_replay_invariants(
+    messages: list[BaseMessage], opts: dict[str, Any], data: st.DataObject
+) -> None:
+    """Grow the history message by message (at valid cut points) and compress each time."""
+    c, model = make(opts)
+    summary: RunningSummary | None = None
+    valid_ends = [n for n in range(1, len(messages) + 1) if validate_history(messages[:n]) == []]
+    ends = [
+        *data.draw(st.lists(st.sampled_from(valid_ends), max_size=8).map(sorted)),
+        len(messages),
+    ]
+    for end in ends:
+        prefix = messages[:end]
+        before = copy.deepcopy(prefix)
+        calls_before = len(model.calls)
+        result = c.compress(prefix, summary)
+        check(prefix, before, summary, result, model, calls_before, opts["placement"])
+        summary = result.summary
+    # Steady state: with no call cap in the way, the round rule leaves fewer than c + r pending.
+    if opts["compress_on_rounds"] and summary is not None:
+        while (again := c.compress(messages, summary)).compressed:
+            summary = again.summary
+        pending = len(pending_rounds(messages, summary))
+        assert pending < opts["rounds_to_compress"] + max(opts["rounds_to_retain"], 1)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario(allow_leading_tools=True), options())
+def test_lenient_mode_never_loses_messages(
+    messages: list[BaseMessage], opts: dict[str, Any]
+) -> None:
+    c, _ = make(opts, validate_input=False)
+    result = c.compress(messages)
+    covered = result.summary.covered_ids if result.summary else frozenset()
+    shown = {m.id for m in result.messages}
+    for message in conversation(messages):
+        assert (message.id in shown) != (message.id in covered)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario(), options())
+def test_async_matches_sync(messages: list[BaseMessage], opts: dict[str, Any]) -> None:
+    sync_c, sync_model = make(opts)
+    async_c, async_model = make(opts)
+    sync = sync_c.compress(messages)
+    result = asyncio.run(async_c.acompress(messages))
+    assert [m.id for m in result.messages if not is_summary_message(m)] == [
+        m.id for m in sync.messages if not is_summary_message(m)
+    ]
+    assert [prompt_ids(p) for p in async_model.calls] == [prompt_ids(p) for p in sync_model.calls]
+    assert (result.calls, result.deferred_rounds) == (sync.calls, sync.deferred_rounds)
+
+
+def naive_view(messages: list[BaseMessage], summary: RunningSummary) -> list[BaseMessage]:
+    """The view computed over the whole history, unit by unit, with no shortcut."""
+    lead = list(itertools.takewhile(lambda m: isinstance(m, SystemMessage), messages))
+    preamble = [m for m in lead if not is_summary_message(m)]
+    body = [m for m in messages[len(lead) :] if not is_summary_message(m)]
+    shown = [
+        m
+        for unit in split_units(body)
+        if not all(u.id in summary.covered_ids for u in unit)
+        for m in unit
+    ]
+    return [*preamble, summary.to_message(), *shown]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario(allow_leading_tools=True), st.data())
+def test_view_matches_naive_definition_for_any_coverage(
+    messages: list[BaseMessage], data: st.DataObject
+) -> None:
+    """Whatever ``covered_ids`` holds (even a record that does not match the history), the
+    fast tail-only view equals the unit-by-unit definition and loses nothing."""
+    ids = [str(m.id) for m in conversation(messages)]
+    prefix = data.draw(st.integers(0, len(ids)))
+    extra = data.draw(st.lists(st.sampled_from(ids), max_size=5)) if ids else []
+    covered = frozenset(ids[:prefix]) | frozenset(extra)
+    summary = RunningSummary(content="x", text="x", covered_ids=covered)
+    out = view(messages, summary)
+    assert out == naive_view(messages, summary)
+    shown = {m.id for m in out}
+    for message_id in ids:
+        assert message_id in shown or message_id in covered
+    rounds = pending_rounds(messages, summary)
+    assert [m for r in rounds for m in r.messages] == out[
+        len(out) - sum(len(r.messages) for r in rounds) :
+    ]
