@@ -7,21 +7,26 @@ keeps the latest user message, and never separates a tool call from its results.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from langchain_core.language_models import LanguageModelInput
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import BaseMessage, HumanMessage, convert_to_messages
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableLambda
 
 from langchain_histcompress.errors import BudgetError, ConfigurationError
-from langchain_histcompress.rounds import split_rounds, split_units
+from langchain_histcompress.rounds import ensure_ids, is_summary_message, split_rounds, split_units
+from langchain_histcompress.summary import RunningSummary, Summarizer
 from langchain_histcompress.tokens import TokenCounter, message_costs, resolve_counter
 
 __all__ = [
     "HistoryReducer",
     "MaxTokensReducer",
+    "SummarizationReducer",
     "TruncationReducer",
     "with_history_reducer",
 ]
@@ -298,3 +303,144 @@ def with_history_reducer(
 
     step = RunnableLambda(reduce, afunc=areduce, name="histcompress_reduce_history")
     return step | model
+
+
+class SummarizationReducer:
+    """Summarize the older part of the history with one model call; keep the newest verbatim.
+
+    The kept part is chosen like `TruncationReducer` (whole units, starting on a user message,
+    latest user message always kept); everything older is folded into a `RunningSummary`
+    that is placed right after the system preamble as a tagged ``SystemMessage``
+    (``additional_kwargs["lc_source"]`` marks it, so a UI can hide it). The summary is
+    extended, never re-summarized: a summary message already in the input (from an earlier
+    reduction) is passed to the summarizer once, as its previous summary, together with only
+    the messages it does not cover yet; and the reducer remembers its last summary per
+    conversation, so calling it with the full, unreduced history every turn only summarizes
+    what is new. A summarizer failure raises `SummarizationError` and leaves the input as is.
+
+    Args:
+        model: The summarizer chat model (may be cheaper than the answering one).
+        target_count: Non-system messages kept verbatim (at least 1).
+        threshold_count: Extra messages tolerated before reducing again.
+        start_on_human: Start the kept part on a user message.
+        **summarizer_options: Passed to `Summarizer` (``profile``, ``max_summary_tokens``,
+            ``max_retries``, ``timeout``, ``token_counter``...).
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+        >>> summarizer = GenericFakeChatModel(
+        ...     messages=iter([AIMessage('{"ConversationSummary": "Asked q0-q2."}')]))
+        >>> history = [SystemMessage("be brief")]
+        >>> for i in range(5):
+        ...     history += [HumanMessage(f"q{i}", id=f"h{i}"), AIMessage(f"a{i}", id=f"a{i}")]
+        >>> reduced = SummarizationReducer(summarizer, target_count=4).reduce(history)
+        >>> [m.content for m in reduced[2:]], reduced[1].additional_kwargs["lc_source"]
+        (['q3', 'a3', 'q4', 'a4'], 'langchain_histcompress.summary')
+    """
+
+    _MEMORY = 64  # conversations whose last summary is remembered
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        target_count: int,
+        threshold_count: int = 0,
+        *,
+        start_on_human: bool = True,
+        **summarizer_options: Any,
+    ) -> None:
+        """Configure the reducer; see the class docstring."""
+        self._keep = TruncationReducer(target_count, threshold_count, start_on_human=start_on_human)
+        self.summarizer = Summarizer(model, **summarizer_options)
+        self._last: OrderedDict[str, RunningSummary] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _plan(self, messages: Sequence[BaseMessage]) -> _SummaryPlan | None:
+        messages = ensure_ids(messages)
+        originals = [m for m in messages if not is_summary_message(m)]
+        kept = self._keep.reduce(originals)
+        if kept is None:
+            return None
+        preamble = list(split_rounds(originals).preamble)
+        kept_ids = {m.id for m in kept}
+        older = [m for m in originals[len(preamble) :] if m.id not in kept_ids]
+        previous = _summary_in(messages)
+        key = str(older[0].id) if older else ""
+        if previous is None:
+            with self._lock:
+                remembered = self._last.get(key)
+            if remembered is not None and remembered.covered_ids <= {m.id for m in older}:
+                previous = remembered
+        if previous is not None:
+            older = [m for m in older if m.id not in previous.covered_ids]
+        body = kept[len(preamble) :]
+        return _SummaryPlan(preamble, older, body, previous, key)
+
+    def _finish(self, plan: _SummaryPlan, summary: RunningSummary | None) -> list[BaseMessage]:
+        if summary is None:  # nothing new to fold: the previous summary still holds
+            return (
+                plan.preamble + plan.body if plan.previous is None else plan.assemble(plan.previous)
+            )
+        with self._lock:
+            self._last[plan.key] = summary
+            self._last.move_to_end(plan.key)
+            while len(self._last) > self._MEMORY:
+                self._last.popitem(last=False)
+        return plan.assemble(summary)
+
+    def reduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """Return the summarized history, or ``None`` when it is short enough.
+
+        Raises:
+            SummarizationError: The summarizer failed after its retries (input untouched).
+        """
+        plan = self._plan(messages)
+        if plan is None:
+            return None
+        if not plan.older:
+            return self._finish(plan, None)
+        update = self.summarizer.summarize(plan.older, plan.previous, rounds=plan.rounds)
+        return self._finish(plan, update.summary)
+
+    async def areduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """Async twin of `reduce`."""
+        plan = self._plan(messages)
+        if plan is None:
+            return None
+        if not plan.older:
+            return self._finish(plan, None)
+        update = await self.summarizer.asummarize(plan.older, plan.previous, rounds=plan.rounds)
+        return self._finish(plan, update.summary)
+
+
+_RECORD_KEY = "histcompress_summary_record"
+
+
+def _summary_in(messages: Sequence[BaseMessage]) -> RunningSummary | None:
+    """The summary record carried by a summary message this reducer made earlier."""
+    for message in messages:
+        record = message.response_metadata.get(_RECORD_KEY)
+        if is_summary_message(message) and isinstance(record, dict):
+            return RunningSummary.model_validate(record)
+    return None
+
+
+@dataclass(frozen=True)
+class _SummaryPlan:
+    """What one summarizing reduction keeps, folds and extends."""
+
+    preamble: list[BaseMessage]
+    older: list[BaseMessage]
+    body: list[BaseMessage]
+    previous: RunningSummary | None
+    key: str
+
+    @property
+    def rounds(self) -> int:
+        return sum(1 for m in self.older if isinstance(m, HumanMessage))
+
+    def assemble(self, summary: RunningSummary) -> list[BaseMessage]:
+        message = summary.to_message()
+        message.response_metadata[_RECORD_KEY] = summary.model_dump(mode="json")
+        return [*self.preamble, message, *self.body]
