@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import BaseMessage, HumanMessage, convert_to_messages
+from langchain_core.messages import (
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_messages,
+)
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableLambda
 
@@ -51,6 +57,42 @@ Unit = tuple[BaseMessage, ...]
 def _body_units(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Unit]]:
     split = split_rounds(messages)
     return list(split.preamble), split_units(split.body)
+
+
+def _preamble_length(messages: Sequence[BaseMessage]) -> int:
+    count = 0
+    while count < len(messages) and isinstance(messages[count], SystemMessage):
+        count += 1
+    return count
+
+
+def _without_leading_orphans(
+    messages: Sequence[BaseMessage], preamble: int
+) -> list[BaseMessage] | None:
+    """Drop tool results that open the conversation (they answer nothing); None if none."""
+    first = preamble
+    while first < len(messages) and isinstance(messages[first], ToolMessage):
+        first += 1
+    return None if first == preamble else [*messages[:preamble], *messages[first:]]
+
+
+def _window_start(messages: Sequence[BaseMessage], preamble: int, anchor: int) -> int:
+    """Start of the round holding ``anchor`` (or of the body): reductions only look from here.
+
+    Starting on a round boundary keeps every tool group whole, and everything a reducer may
+    keep lies after ``anchor``, so per-turn work is O(kept) rather than O(history).
+    """
+    index = max(anchor, preamble)
+    while index > preamble and not isinstance(messages[index], HumanMessage):
+        index -= 1
+    return index
+
+
+def _last_human(messages: Sequence[BaseMessage], preamble: int) -> int | None:
+    for index in range(len(messages) - 1, preamble - 1, -1):
+        if isinstance(messages[index], HumanMessage):
+            return index
+    return None
 
 
 def _latest_human_unit(units: Sequence[Unit]) -> int | None:
@@ -129,19 +171,23 @@ class TruncationReducer:
 
     def reduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
         """Return the truncated history, or ``None`` when it is short enough."""
-        preamble, units = _body_units(messages)
-        body_count = sum(len(u) for u in units)
-        if body_count <= self.target_count + self.threshold_count:
-            orphans = _leading_orphans(units)
-            return preamble + [m for u in units[orphans:] for m in u] if orphans else None
+        head = _preamble_length(messages)
+        if len(messages) - head <= self.target_count + self.threshold_count:
+            return _without_leading_orphans(messages, head)
+        anchor = len(messages) - self.target_count
+        last_human = _last_human(messages, head)
+        if last_human is not None:
+            anchor = min(anchor, last_human)
+        window = _window_start(messages, head, anchor)
+        units = split_units(messages[window:])
         start, kept = len(units), 0
         while start > 0 and kept + len(units[start - 1]) <= self.target_count:
             start -= 1
             kept += len(units[start])
         start = _clean_start(units, start, start_on_human=self.start_on_human)
-        if start == 0:
+        if window == head and start == 0:
             return None
-        return preamble + [m for u in units[start:] for m in u]
+        return [*messages[:head], *(m for u in units[start:] for m in u)]
 
     async def areduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
         """Async twin of `reduce` (no I/O, so it simply calls it)."""
@@ -204,11 +250,28 @@ class MaxTokensReducer:
             BudgetError: When the preamble and the latest user message alone exceed
                 ``max_tokens``.
         """
+        head = _preamble_length(messages)
+        used = sum(message_costs(self.counter, messages[:head])) + _REPLY_PRIMING
+        limit = self.max_tokens + self.threshold_tokens
+        index = len(messages)
+        while index > head and used <= limit:  # walk back only as far as the budget reaches
+            index -= 1
+            used += self._cost(messages[index])
+        if used <= limit:
+            return _without_leading_orphans(messages, head)
+        last_human = _last_human(messages, head)
+        anchor = index if last_human is None else min(index, last_human)
+        window = [*messages[:head], *messages[_window_start(messages, head, anchor) :]]
+        return self._reduce_window(window)
+
+    def _cost(self, message: BaseMessage) -> int:
+        count_one = getattr(self.counter, "count_message", None)
+        return int(count_one(message)) if callable(count_one) else self.counter([message])
+
+    def _reduce_window(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Reduce a window that starts on a round boundary and is known to be over budget."""
         costs = message_costs(self.counter, messages)
         preamble, units = _body_units(messages)
-        if sum(costs) + _REPLY_PRIMING <= self.max_tokens + self.threshold_tokens:
-            orphans = _leading_orphans(units)
-            return preamble + [m for u in units[orphans:] for m in u] if orphans else None
         cost_of = dict(zip(map(id, messages), costs, strict=True))
 
         def unit_cost(unit: Unit) -> int:
