@@ -1,0 +1,376 @@
+"""The storage interface: append-only messages plus versioned running summaries.
+
+Two small abstract classes describe what the faces need:
+
+* `SummaryStore` keeps one versioned `RunningSummary` per key. It is the *side store*
+  of `CompressingHistoryAdapter`, whose original messages live elsewhere.
+* `HistoryStore` adds the append-only message log of a session and commits a
+  compression atomically: the new summary, the coverage marks of the messages it
+  represents, and the session's summary version move together, after a version check.
+
+Guarantees every implementation keeps:
+
+* **Append-only, ordered.** Messages of a session get a strictly increasing sequence
+  number; reads return them in that order. Originals are deleted only by `clear` or an
+  explicit `prune_covered`.
+* **Exact coverage.** A message is *covered* exactly when its id is in the current
+  summary's ``covered_ids``; `SessionSnapshot.uncovered` lists every other message, so
+  every original is either in the view verbatim or represented by the summary.
+* **Version check.** A summary is committed only if the stored summary is still the one
+  it was built from (``previous``); otherwise `CompressionConflictError` is raised and
+  nothing changes. Two writers can never both commit a summary over the same rounds.
+* **Tenant isolation.** Session ids are only ever compared for equality; operations on
+  ``acme`` never touch ``acme-corp`` or ``acme%``.
+
+Messages are stored losslessly as JSON (`encode_message` / `decode_message`, built on
+``langchain_core.messages.message_to_dict``). A summary is stored as its JSON without
+``covered_ids`` plus the ids *newly* covered by that version, so a commit writes
+O(newly covered) bytes however long the history grows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import (
+    BaseMessage,
+    RemoveMessage,
+    message_to_dict,
+    messages_from_dict,
+)
+
+from langchain_histcompress.errors import (
+    ConfigurationError,
+    InvalidHistoryError,
+    StorageError,
+)
+from langchain_histcompress.rounds import HistoryViolation, ensure_ids
+from langchain_histcompress.summary import RunningSummary
+
+__all__ = [
+    "HistoryStore",
+    "SessionSnapshot",
+    "SummaryStore",
+    "assign_ids",
+    "check_messages",
+    "check_session_id",
+    "decode_message",
+    "decode_summary",
+    "duplicate_ids",
+    "encode_message",
+    "encode_summary",
+]
+
+
+@dataclass(frozen=True)
+class SessionSnapshot:
+    """A consistent read of one session: its current summary and uncovered messages."""
+
+    summary: RunningSummary | None
+    """The current running summary, or ``None`` when nothing has been compressed."""
+    uncovered: tuple[BaseMessage, ...]
+    """Every stored message not covered by ``summary``, in order (preamble + tail)."""
+
+    @property
+    def version(self) -> int:
+        """The current summary's version (``0`` when there is none)."""
+        return 0 if self.summary is None else self.summary.version
+
+
+def check_session_id(session_id: object, *, what: str = "session_id") -> str:
+    """Validate a session id (or summary key) and return it.
+
+    Args:
+        session_id: The candidate id.
+        what: The parameter name used in the error message.
+
+    Raises:
+        ConfigurationError: It is not a non-empty string, or it contains a NUL character.
+
+    Example:
+        >>> check_session_id("acme:42")
+        'acme:42'
+    """
+    if not isinstance(session_id, str) or not session_id:
+        msg = f"{what} must be a non-empty string, got {session_id!r}"
+        raise ConfigurationError(msg)
+    if "\x00" in session_id:
+        msg = f"{what} must not contain NUL characters"
+        raise ConfigurationError(msg)
+    return session_id
+
+
+def encode_message(message: BaseMessage) -> str:
+    """Serialize a message to JSON text, losslessly.
+
+    Non-ASCII characters are escaped, so any string (lone surrogates, NUL) survives
+    every database's text type.
+
+    Raises:
+        ConfigurationError: The message holds a value JSON cannot represent, or it is a
+            ``RemoveMessage`` (a graph instruction, not a chat message).
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> decode_message(encode_message(HumanMessage("hé", id="m1"))) == HumanMessage(
+        ...     "hé", id="m1")
+        True
+    """
+    if isinstance(message, RemoveMessage):
+        msg = "RemoveMessage is a state-update instruction and cannot be stored in a history"
+        raise ConfigurationError(msg)
+    try:
+        return json.dumps(message_to_dict(message), ensure_ascii=True, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        msg = (
+            f"message {message.id!r} ({message.type}) holds a value that cannot be stored "
+            f"as JSON: {exc}"
+        )
+        raise ConfigurationError(msg) from exc
+
+
+def decode_message(text: str) -> BaseMessage:
+    """Rebuild a message stored by `encode_message`.
+
+    Raises:
+        StorageError: The stored text is not a serialized message.
+    """
+    try:
+        return messages_from_dict([json.loads(text)])[0]
+    except (ValueError, TypeError, KeyError) as exc:
+        msg = f"a stored message cannot be decoded: {type(exc).__name__}"
+        raise StorageError(msg) from exc
+
+
+def encode_summary(
+    summary: RunningSummary, previous: RunningSummary | None
+) -> tuple[str, list[str]]:
+    """Serialize ``summary`` for storage as (JSON without covered ids, newly covered ids).
+
+    Args:
+        summary: The summary to store.
+        previous: The summary it replaces (``None`` for the first one).
+
+    Returns:
+        The summary JSON (``covered_ids`` left out) and the sorted ids in
+        ``summary.covered_ids`` that ``previous`` did not cover.
+
+    Raises:
+        StorageError: ``summary`` does not follow ``previous``: its version is not above
+            ``previous.version``, or it drops ids ``previous`` covered.
+    """
+    stored = 0 if previous is None else previous.version
+    if summary.version <= stored:
+        msg = f"summary version {summary.version} does not follow the stored version {stored}"
+        raise StorageError(msg)
+    before: frozenset[str] = frozenset() if previous is None else previous.covered_ids
+    delta = summary.covered_ids - before
+    dropped = len(before) - (len(summary.covered_ids) - len(delta))  # |before - covered|
+    if dropped:
+        msg = (
+            f"summary version {summary.version} drops {dropped} message ids the previous "
+            "summary covered; refusing to lose them"
+        )
+        raise StorageError(msg)
+    data = summary.model_dump(mode="json", exclude={"covered_ids"})
+    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
+    return text, sorted(delta)
+
+
+def decode_summary(text: str, covered_ids: Iterable[str]) -> RunningSummary:
+    """Rebuild a summary from its stored JSON and the union of its covered-id deltas.
+
+    Raises:
+        StorageError: The stored JSON is not a valid summary.
+    """
+    try:
+        data: dict[str, Any] = json.loads(text)
+        data["covered_ids"] = frozenset(covered_ids)
+        return RunningSummary.model_validate(data)
+    except ValueError as exc:
+        msg = f"a stored summary cannot be decoded: {type(exc).__name__}"
+        raise StorageError(msg) from exc
+
+
+def assign_ids(
+    session_id: str, start_seq: int, messages: Sequence[BaseMessage]
+) -> list[BaseMessage]:
+    """Give id-less messages a deterministic id unique within the session (no mutation).
+
+    Ids derive from the session id and the sequence number the batch starts at, so two
+    equal messages appended in different turns never share an id.
+    """
+    return ensure_ids(messages, namespace=f"{session_id}\x00{start_seq}")
+
+
+def duplicate_ids(
+    messages: Sequence[BaseMessage], existing: Iterable[str]
+) -> InvalidHistoryError | None:
+    """The error to raise when a batch repeats an id (in itself or in ``existing``)."""
+    stored = set(existing)
+    seen: set[str] = set()
+    violations: list[HistoryViolation] = []
+    for index, message in enumerate(messages):
+        message_id = str(message.id)
+        if message_id in stored:
+            detail = f"message id {message_id!r} is already stored in this session"
+            violations.append(HistoryViolation("duplicate_message_id", index, message_id, detail))
+        elif message_id in seen:
+            detail = f"message id {message_id!r} repeats within the batch"
+            violations.append(HistoryViolation("duplicate_message_id", index, message_id, detail))
+        seen.add(message_id)
+    return InvalidHistoryError(violations) if violations else None
+
+
+def check_messages(messages: object) -> list[BaseMessage]:
+    """Validate that ``messages`` is a sequence of messages; return it as a list."""
+    if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Sequence):
+        msg = f"messages must be a sequence of BaseMessage, got {type(messages).__name__}"
+        raise ConfigurationError(msg)
+    out: list[BaseMessage] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, BaseMessage):
+            msg = f"messages[{index}] is a {type(message).__name__}, not a BaseMessage"
+            raise ConfigurationError(msg)
+        out.append(message)
+    return out
+
+
+class SummaryStore(ABC):
+    """One versioned running summary per key, updated only through a version check.
+
+    The async methods default to running the sync ones in a worker thread.
+    """
+
+    @abstractmethod
+    def load_summary(self, key: str) -> RunningSummary | None:
+        """Return the current summary for ``key`` (``None`` when there is none)."""
+
+    @abstractmethod
+    def put_summary(
+        self, key: str, summary: RunningSummary, *, previous: RunningSummary | None
+    ) -> None:
+        """Store ``summary`` as the successor of ``previous``, atomically.
+
+        Args:
+            key: The summary key (for a side store: the wrapped history's session key).
+            summary: The new summary; its version must be above ``previous.version`` (one
+                compression may fold several chunks, one version each) and its
+                ``covered_ids`` a superset of ``previous.covered_ids``.
+            previous: The summary ``summary`` was built from, as loaded.
+
+        Raises:
+            CompressionConflictError: The stored summary is no longer ``previous``.
+            ConfigurationError: ``key`` holds the messages of a `HistoryStore` session.
+            StorageError: The backend failed; nothing was written.
+        """
+
+    @abstractmethod
+    def clear(self, key: str) -> None:
+        """Delete everything stored under ``key`` (and nothing else)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release connections. The default does nothing."""
+
+    async def aload_summary(self, key: str) -> RunningSummary | None:
+        """Async twin of `load_summary`."""
+        return await asyncio.to_thread(self.load_summary, key)
+
+    async def aput_summary(
+        self, key: str, summary: RunningSummary, *, previous: RunningSummary | None
+    ) -> None:
+        """Async twin of `put_summary`."""
+        await asyncio.to_thread(self.put_summary, key, summary, previous=previous)
+
+    async def aclear(self, key: str) -> None:
+        """Async twin of `clear`."""
+        await asyncio.to_thread(self.clear, key)
+
+    async def aclose(self) -> None:
+        """Async twin of `close`."""
+        await asyncio.to_thread(self.close)
+
+
+class HistoryStore(SummaryStore):
+    """Append-only message logs per session, with atomic compression commits.
+
+    A key used as a `HistoryStore` session must not also be used as a side-store key
+    with `put_summary`; `put_summary` refuses keys that hold messages.
+    """
+
+    @abstractmethod
+    def append(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Append ``messages`` to the session in one transaction.
+
+        Messages without an id are stored as copies with a generated id; the caller's
+        objects are never mutated.
+
+        Returns:
+            The stored messages (with ids), in order.
+
+        Raises:
+            InvalidHistoryError: A message id repeats within the batch or is already
+                stored in the session; nothing was written.
+            ConfigurationError: A message cannot be serialized; nothing was written.
+            StorageError: The backend failed; nothing was written.
+        """
+
+    @abstractmethod
+    def snapshot(self, session_id: str) -> SessionSnapshot:
+        """Read the current summary and the uncovered messages, consistently.
+
+        Costs O(uncovered messages), not O(history).
+        """
+
+    @abstractmethod
+    def load_messages(self, session_id: str) -> list[BaseMessage]:
+        """Every stored original message of the session, in order."""
+
+    @abstractmethod
+    def commit_compression(
+        self, session_id: str, summary: RunningSummary, *, previous: RunningSummary | None
+    ) -> None:
+        """Commit ``summary`` and mark the messages it newly covers, atomically.
+
+        Args:
+            session_id: The session.
+            summary: The new summary, built from ``previous`` plus uncovered messages.
+            previous: The summary of the snapshot the compression started from.
+
+        Raises:
+            CompressionConflictError: Another writer committed first, or the newly
+                covered messages are no longer stored and uncovered; nothing changed.
+            StorageError: The backend failed or ``summary`` does not extend
+                ``previous``; nothing changed.
+        """
+
+    @abstractmethod
+    def prune_covered(self, session_id: str) -> int:
+        """Delete the session's covered originals; return how many were deleted."""
+
+    async def aappend(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Async twin of `append`."""
+        return await asyncio.to_thread(self.append, session_id, messages)
+
+    async def asnapshot(self, session_id: str) -> SessionSnapshot:
+        """Async twin of `snapshot`."""
+        return await asyncio.to_thread(self.snapshot, session_id)
+
+    async def aload_messages(self, session_id: str) -> list[BaseMessage]:
+        """Async twin of `load_messages`."""
+        return await asyncio.to_thread(self.load_messages, session_id)
+
+    async def acommit_compression(
+        self, session_id: str, summary: RunningSummary, *, previous: RunningSummary | None
+    ) -> None:
+        """Async twin of `commit_compression`."""
+        await asyncio.to_thread(self.commit_compression, session_id, summary, previous=previous)
+
+    async def aprune_covered(self, session_id: str) -> int:
+        """Async twin of `prune_covered`."""
+        return await asyncio.to_thread(self.prune_covered, session_id)

@@ -1,0 +1,1015 @@
+"""The SQL `HistoryStore`: one schema on SQLite (stdlib ``sqlite3``) and PostgreSQL (psycopg 3).
+
+Schema (created idempotently; table names are prefixed ``histcompress_`` so the tables can
+share a database with other applications):
+
+* ``histcompress_sessions(session_id PK, summary_version, next_seq, created_at, updated_at)``:
+  one row per session; ``summary_version`` is the version check of every summary commit and
+  ``next_seq`` allocates message sequence numbers.
+* ``histcompress_messages(session_id, seq, message_id, message, covered_version, created_at)``,
+  primary key ``(session_id, seq)``, unique ``(session_id, message_id)``: the append-only log.
+  ``message`` is the lossless JSON of the message; ``covered_version`` is ``NULL`` until a
+  summary covers the message. A partial index on uncovered rows makes reading the view
+  O(uncovered tail) however long the history grows.
+* ``histcompress_summaries(session_id, version, uid, summary, covered_ids, covered_count,
+  sha256, created_at)``, primary key ``(session_id, version)``: every summary version ever
+  committed; ``summary`` is the `RunningSummary` JSON without ``covered_ids`` and
+  ``covered_ids`` holds only the ids newly covered by that version (the full set is the
+  union over versions), so a commit writes O(newly covered) bytes.
+* ``histcompress_meta(key PK, value)``: the schema version.
+
+Writes are single transactions: SQLite ``BEGIN IMMEDIATE`` (WAL journal, ``busy_timeout``),
+PostgreSQL ``SELECT ... FOR UPDATE`` on the session row. Reads run in one snapshot (SQLite
+deferred transaction, PostgreSQL ``REPEATABLE READ READ ONLY``). A summary commit checks the
+stored version, marks the newly covered messages and moves the version in one transaction,
+so a crash at any point leaves either the old or the new state, never a mix.
+
+The store is safe to share between threads (one connection per store, guarded by a lock)
+and between processes (database locking). Async methods use ``psycopg.AsyncConnection`` on
+PostgreSQL and a worker thread on SQLite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sqlite3
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from langchain_core.messages import BaseMessage
+
+from langchain_histcompress.errors import (
+    CompressionConflictError,
+    ConfigurationError,
+    HistCompressError,
+    StorageError,
+)
+from langchain_histcompress.storage.base import (
+    HistoryStore,
+    SessionSnapshot,
+    assign_ids,
+    check_messages,
+    check_session_id,
+    decode_message,
+    decode_summary,
+    duplicate_ids,
+    encode_message,
+    encode_summary,
+)
+from langchain_histcompress.storage.urls import ConnectionSpec, parse_connection
+from langchain_histcompress.summary import RunningSummary
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["SCHEMA_VERSION", "SQLHistoryStore", "open_store"]
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+"""Version of the table layout this module creates and reads."""
+
+_T = TypeVar("_T")
+_Fetch = Literal["none", "one", "all", "rowcount", "many"]
+_CHUNK = 500  # ids per IN (...) list on SQLite
+_SUMMARY_CACHE_SIZE = 256
+_PG_SCHEMA_LOCK = 0x68697374  # advisory lock key serializing concurrent schema creation
+
+
+@dataclass(frozen=True)
+class _Query:
+    sql: str
+    params: Sequence[Any] = ()
+    fetch: _Fetch = "none"
+    rows: Sequence[Sequence[Any]] = ()
+
+
+_Plan = Generator[_Query, Any, _T]
+"""A transaction body: yields queries, receives their results, returns a value."""
+
+
+@dataclass(frozen=True)
+class _Dialect:
+    name: Literal["sqlite", "postgres"]
+    begin_read: str
+    begin_write: str
+    lock_suffix: str
+    now: str
+    ddl: tuple[str, ...]
+
+    def q(self, sql: str) -> str:
+        return sql if self.name == "sqlite" else sql.replace("?", "%s")
+
+    def in_ids(self, column: str, ids: Sequence[str]) -> list[tuple[str, list[str]]]:
+        """``column IN (...)`` fragments and their parameters, chunked for SQLite."""
+        if self.name == "postgres":
+            return [(f"{column} = ANY(%s)", list(ids))]
+        out = []
+        for start in range(0, len(ids), _CHUNK):
+            chunk = list(ids[start : start + _CHUNK])
+            out.append((f"{column} IN ({','.join('?' * len(chunk))})", chunk))
+        return out
+
+    def id_params(self, chunk: list[str]) -> list[Any]:
+        return [chunk] if self.name == "postgres" else list(chunk)
+
+
+def _ddl(integer: str, timestamp: str, now: str) -> tuple[str, ...]:
+    return (
+        "CREATE TABLE IF NOT EXISTS histcompress_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS histcompress_sessions ("
+        "session_id TEXT PRIMARY KEY, "
+        f"summary_version {integer} NOT NULL DEFAULT 0, "
+        f"next_seq {integer} NOT NULL DEFAULT 1, "
+        f"created_at {timestamp} NOT NULL DEFAULT ({now}), "
+        f"updated_at {timestamp} NOT NULL DEFAULT ({now}))",
+        "CREATE TABLE IF NOT EXISTS histcompress_messages ("
+        "session_id TEXT NOT NULL, "
+        f"seq {integer} NOT NULL, "
+        "message_id TEXT NOT NULL, "
+        "message TEXT NOT NULL, "
+        f"covered_version {integer}, "
+        f"created_at {timestamp} NOT NULL DEFAULT ({now}), "
+        "PRIMARY KEY (session_id, seq), "
+        "UNIQUE (session_id, message_id))",
+        "CREATE INDEX IF NOT EXISTS histcompress_messages_uncovered "
+        "ON histcompress_messages (session_id, seq) WHERE covered_version IS NULL",
+        "CREATE TABLE IF NOT EXISTS histcompress_summaries ("
+        "session_id TEXT NOT NULL, "
+        f"version {integer} NOT NULL, "
+        "uid TEXT NOT NULL, "
+        "summary TEXT NOT NULL, "
+        "covered_ids TEXT NOT NULL, "
+        f"covered_count {integer} NOT NULL, "
+        "sha256 TEXT NOT NULL, "
+        f"created_at {timestamp} NOT NULL DEFAULT ({now}), "
+        "PRIMARY KEY (session_id, version))",
+    )
+
+
+_SQLITE_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+_SQLITE = _Dialect(
+    name="sqlite",
+    begin_read="BEGIN",
+    begin_write="BEGIN IMMEDIATE",
+    lock_suffix="",
+    now=_SQLITE_NOW,
+    ddl=_ddl("INTEGER", "TEXT", _SQLITE_NOW),
+)
+_POSTGRES = _Dialect(
+    name="postgres",
+    begin_read="BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+    begin_write="BEGIN",
+    lock_suffix=" FOR UPDATE",
+    now="now()",
+    ddl=_ddl("BIGINT", "TIMESTAMPTZ", "now()"),
+)
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def _schema_plan(d: _Dialect) -> _Plan[None]:
+    if d.name == "postgres":
+        yield _Query("SELECT pg_advisory_xact_lock(%s)", (_PG_SCHEMA_LOCK,))
+    for statement in d.ddl:
+        yield _Query(statement)
+    yield _Query(
+        d.q(
+            "INSERT INTO histcompress_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING"
+        ),
+        ("schema_version", str(SCHEMA_VERSION)),
+    )
+    row = yield _Query(
+        d.q("SELECT value FROM histcompress_meta WHERE key = ?"), ("schema_version",), "one"
+    )
+    if row is None or str(row[0]) != str(SCHEMA_VERSION):
+        found = None if row is None else row[0]
+        msg = (
+            f"the database holds histcompress schema version {found}, this package reads "
+            f"version {SCHEMA_VERSION}"
+        )
+        raise ConfigurationError(msg)
+
+
+def _lock_session(d: _Dialect, session_id: str) -> _Plan[tuple[int, int]]:
+    """Create the session row if needed, lock it; return (summary_version, next_seq)."""
+    for _ in range(5):
+        yield _Query(
+            d.q(
+                "INSERT INTO histcompress_sessions (session_id) VALUES (?) "
+                "ON CONFLICT (session_id) DO NOTHING"
+            ),
+            (session_id,),
+        )
+        row = yield _Query(
+            d.q(
+                "SELECT summary_version, next_seq FROM histcompress_sessions "
+                f"WHERE session_id = ?{d.lock_suffix}"
+            ),
+            (session_id,),
+            "one",
+        )
+        if row is not None:
+            return int(row[0]), int(row[1])
+    msg = "session row vanished repeatedly while being locked (concurrent clears)"
+    raise StorageError(msg)
+
+
+def _append_plan(
+    d: _Dialect, session_id: str, batch: list[BaseMessage]
+) -> _Plan[list[BaseMessage]]:
+    _, next_seq = yield from _lock_session(d, session_id)
+    stored = assign_ids(session_id, next_seq, batch)
+    ids = [str(m.id) for m in stored]
+    existing: list[str] = []
+    for fragment, chunk in d.in_ids("message_id", ids):
+        rows = yield _Query(
+            f"SELECT message_id FROM histcompress_messages WHERE session_id = {_p(d)} "
+            f"AND {fragment}",
+            [session_id, *d.id_params(chunk)],
+            "all",
+        )
+        existing.extend(str(r[0]) for r in rows)
+    error = duplicate_ids(stored, existing)
+    if error is not None:
+        raise error
+    rows_to_insert = [
+        (session_id, next_seq + i, ids[i], encode_message(m)) for i, m in enumerate(stored)
+    ]
+    if rows_to_insert:
+        yield _Query(
+            d.q(
+                "INSERT INTO histcompress_messages (session_id, seq, message_id, message) "
+                "VALUES (?, ?, ?, ?)"
+            ),
+            fetch="many",
+            rows=rows_to_insert,
+        )
+    yield _Query(
+        d.q(
+            f"UPDATE histcompress_sessions SET next_seq = ?, updated_at = {d.now} "
+            "WHERE session_id = ?"
+        ),
+        (next_seq + len(stored), session_id),
+    )
+    return stored
+
+
+def _p(d: _Dialect) -> str:
+    return "?" if d.name == "sqlite" else "%s"
+
+
+@dataclass(frozen=True)
+class _RawSnapshot:
+    version: int
+    uid: str | None
+    summary: tuple[str, list[str]] | None
+    messages: list[str]
+
+
+def _load_summary_rows(d: _Dialect, session_id: str, version: int) -> _Plan[tuple[str, list[str]]]:
+    row = yield _Query(
+        d.q("SELECT summary FROM histcompress_summaries WHERE session_id = ? AND version = ?"),
+        (session_id, version),
+        "one",
+    )
+    if row is None:
+        msg = f"session {session_id!r}: summary version {version} is missing"
+        raise StorageError(msg)
+    deltas = yield _Query(
+        d.q(
+            "SELECT covered_ids FROM histcompress_summaries "
+            "WHERE session_id = ? AND version <= ? ORDER BY version"
+        ),
+        (session_id, version),
+        "all",
+    )
+    ids: list[str] = []
+    for (delta,) in deltas:
+        ids.extend(json.loads(delta))
+    return str(row[0]), ids
+
+
+def _current_version(d: _Dialect, session_id: str) -> _Plan[tuple[int, str | None]]:
+    row = yield _Query(
+        d.q(
+            "SELECT s.summary_version, m.uid FROM histcompress_sessions s "
+            "LEFT JOIN histcompress_summaries m "
+            "ON m.session_id = s.session_id AND m.version = s.summary_version "
+            "WHERE s.session_id = ?"
+        ),
+        (session_id,),
+        "one",
+    )
+    if row is None or not row[0]:
+        return 0, None
+    return int(row[0]), None if row[1] is None else str(row[1])
+
+
+def _snapshot_plan(
+    d: _Dialect, session_id: str, cached: Callable[[str, str], bool], *, with_messages: bool
+) -> _Plan[_RawSnapshot]:
+    version, uid = yield from _current_version(d, session_id)
+    summary = None
+    if version:
+        if uid is None:
+            msg = f"session {session_id!r}: summary version {version} is missing"
+            raise StorageError(msg)
+        if not cached(session_id, uid):
+            summary = yield from _load_summary_rows(d, session_id, version)
+    messages: list[str] = []
+    if with_messages:
+        rows = yield _Query(
+            d.q(
+                "SELECT message FROM histcompress_messages WHERE session_id = ? "
+                "AND covered_version IS NULL ORDER BY seq"
+            ),
+            (session_id,),
+            "all",
+        )
+        messages = [str(r[0]) for r in rows]
+    return _RawSnapshot(version, uid, summary, messages)
+
+
+def _all_messages_plan(d: _Dialect, session_id: str) -> _Plan[list[str]]:
+    rows = yield _Query(
+        d.q("SELECT message FROM histcompress_messages WHERE session_id = ? ORDER BY seq"),
+        (session_id,),
+        "all",
+    )
+    return [str(r[0]) for r in rows]
+
+
+@dataclass(frozen=True)
+class _SummaryRow:
+    uid: str
+    text: str
+    delta: list[str]
+
+
+def _commit_plan(
+    d: _Dialect,
+    session_id: str,
+    summary: RunningSummary,
+    previous: RunningSummary | None,
+    row: _SummaryRow,
+    *,
+    mark_messages: bool,
+) -> _Plan[None]:
+    current, _ = yield from _lock_session(d, session_id)
+    expected = 0 if previous is None else previous.version
+    conflict = (
+        f"session {session_id!r}: summary version {current} is stored, the update was built "
+        f"from version {expected}; another writer committed first"
+    )
+    if current != expected:
+        raise CompressionConflictError(conflict)
+    if previous is not None:
+        stored = yield _Query(
+            d.q("SELECT sha256 FROM histcompress_summaries WHERE session_id = ? AND version = ?"),
+            (session_id, expected),
+            "one",
+        )
+        if stored is None or stored[0] != previous.sha256:
+            raise CompressionConflictError(conflict)
+    if mark_messages:
+        updated = 0
+        for fragment, chunk in d.in_ids("message_id", row.delta):
+            count = yield _Query(
+                f"UPDATE histcompress_messages SET covered_version = {_p(d)} "
+                f"WHERE session_id = {_p(d)} AND covered_version IS NULL AND {fragment}",
+                [summary.version, session_id, *d.id_params(chunk)],
+                "rowcount",
+            )
+            updated += int(count)
+        if not row.delta or updated != len(row.delta):
+            missing = len(row.delta) - updated
+            msg = (
+                f"session {session_id!r}: {missing} of {len(row.delta)} messages the summary "
+                "newly covers are not stored uncovered (cleared or compressed concurrently)"
+            )
+            raise CompressionConflictError(msg)
+    else:
+        held = yield _Query(
+            d.q("SELECT 1 FROM histcompress_messages WHERE session_id = ? LIMIT 1"),
+            (session_id,),
+            "one",
+        )
+        if held is not None:
+            msg = f"key {session_id!r} holds history messages; use a separate key for summaries"
+            raise ConfigurationError(msg)
+    yield _Query(
+        d.q(
+            "INSERT INTO histcompress_summaries (session_id, version, uid, summary, covered_ids, "
+            "covered_count, sha256) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        ),
+        (
+            session_id,
+            summary.version,
+            row.uid,
+            row.text,
+            json.dumps(row.delta, ensure_ascii=True, separators=(",", ":")),
+            len(summary.covered_ids),
+            summary.sha256,
+        ),
+    )
+    yield _Query(
+        d.q(
+            f"UPDATE histcompress_sessions SET summary_version = ?, updated_at = {d.now} "
+            "WHERE session_id = ?"
+        ),
+        (summary.version, session_id),
+    )
+
+
+def _prune_plan(d: _Dialect, session_id: str) -> _Plan[int]:
+    yield from _lock_session(d, session_id)
+    count = yield _Query(
+        d.q(
+            "DELETE FROM histcompress_messages WHERE session_id = ? AND covered_version IS NOT NULL"
+        ),
+        (session_id,),
+        "rowcount",
+    )
+    return int(count)
+
+
+def _clear_plan(d: _Dialect, session_id: str) -> _Plan[None]:
+    yield _Query(
+        d.q(f"SELECT 1 FROM histcompress_sessions WHERE session_id = ?{d.lock_suffix}"),
+        (session_id,),
+        "one",
+    )
+    for table in ("histcompress_messages", "histcompress_summaries", "histcompress_sessions"):
+        yield _Query(d.q(f"DELETE FROM {table} WHERE session_id = ?"), (session_id,))
+
+
+# --------------------------------------------------------------------------- drivers
+
+
+def _drive(cursor: Any, plan: _Plan[_T]) -> _T:
+    try:
+        query = next(plan)
+        while True:
+            query = plan.send(_execute(cursor, query))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    finally:
+        plan.close()
+
+
+def _execute(cursor: Any, query: _Query) -> Any:
+    if query.fetch == "many":
+        cursor.executemany(query.sql, query.rows)
+        return None
+    cursor.execute(query.sql, query.params)
+    if query.fetch == "one":
+        return cursor.fetchone()
+    if query.fetch == "all":
+        return cursor.fetchall()
+    if query.fetch == "rowcount":
+        return cursor.rowcount
+    return None
+
+
+async def _adrive(cursor: Any, plan: _Plan[_T]) -> _T:
+    try:
+        query = next(plan)
+        while True:
+            query = plan.send(await _aexecute(cursor, query))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    finally:
+        plan.close()
+
+
+async def _aexecute(cursor: Any, query: _Query) -> Any:
+    if query.fetch == "many":
+        await cursor.executemany(query.sql, query.rows)
+        return None
+    await cursor.execute(query.sql, query.params)
+    if query.fetch == "one":
+        return await cursor.fetchone()
+    if query.fetch == "all":
+        return await cursor.fetchall()
+    if query.fetch == "rowcount":
+        return cursor.rowcount
+    return None
+
+
+def _discard(conn: Any) -> None:
+    """Release an async connection whose event loop is gone (closes its socket)."""
+    if conn is None or conn.closed:
+        return
+    try:
+        conn.pgconn.finish()
+    except Exception:  # already unusable; nothing left to release
+        logger.debug("discarding an async connection failed")
+
+
+def _import_psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        msg = "PostgreSQL storage needs psycopg 3: pip install 'langchain-histcompress[postgres]'"
+        raise ConfigurationError(msg) from exc
+    return psycopg
+
+
+class SQLHistoryStore(HistoryStore):
+    """A `HistoryStore` (and `SummaryStore`) on SQLite or PostgreSQL.
+
+    Args:
+        connection: A path, ``sqlite:///path``, ``":memory:"``, ``postgresql://...`` or
+            ``postgres://...``; ``None`` means the local SQLite file ``histcompress.sqlite``
+            in the working directory (see `storage.urls.parse_connection`).
+        busy_timeout: Seconds a SQLite writer waits for another writer's lock (and the
+            PostgreSQL ``connect_timeout``).
+        create_schema: Create the tables if they are missing (idempotent, safe to race).
+
+    Raises:
+        ConfigurationError: The connection string is invalid (raised before connecting).
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> store = SQLHistoryStore(":memory:")
+        >>> stored = store.append("acme", [HumanMessage("hi", id="h1"), AIMessage("yo", id="a1")])
+        >>> [m.id for m in store.snapshot("acme").uncovered], store.load_messages("acme%")
+        (['h1', 'a1'], [])
+        >>> store.close()
+    """
+
+    def __init__(
+        self,
+        connection: str | os.PathLike[str] | None = None,
+        *,
+        busy_timeout: float = 30.0,
+        create_schema: bool = True,
+    ) -> None:
+        """Validate the connection string; connections open lazily on first use."""
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)):
+            msg = f"busy_timeout must be a number of seconds, got {busy_timeout!r}"
+            raise ConfigurationError(msg)
+        if busy_timeout <= 0:
+            msg = f"busy_timeout must be > 0, got {busy_timeout!r}"
+            raise ConfigurationError(msg)
+        self.spec: ConnectionSpec = parse_connection(connection)
+        """Where the store lives (``display`` is safe to log)."""
+        self.busy_timeout = float(busy_timeout)
+        """Seconds to wait for locks (SQLite) or to connect (PostgreSQL)."""
+        self.create_schema = create_schema
+        """Whether missing tables are created on first use."""
+        self._dialect = _SQLITE if self.spec.backend == "sqlite" else _POSTGRES
+        # resolved now, so a later change of working directory cannot move the database
+        self._sqlite_target = (
+            self.spec.target if self.spec.is_memory else os.path.abspath(self.spec.target)
+        )
+        if self.spec.backend == "postgres":
+            _import_psycopg()
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._conn: Any = None
+        self._aconn: Any = None
+        self._aconn_loop: asyncio.AbstractEventLoop | None = None
+        self._alock: asyncio.Lock | None = None
+        self._schema_ready = not create_schema
+        self._cache: OrderedDict[tuple[str, str], RunningSummary] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        """Describe the store without secrets."""
+        return f"SQLHistoryStore({self.spec.display!r})"
+
+    # ------------------------------------------------------------------ connections
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():  # a forked child must not reuse the parent's sockets
+            self._pid = os.getpid()
+            self._lock = threading.RLock()
+            self._conn = None
+            self._aconn = None
+            self._aconn_loop = None
+            self._alock = None
+
+    def _connect_sqlite(self) -> sqlite3.Connection:
+        """Open and configure a SQLite connection (overridable in tests)."""
+        conn = sqlite3.connect(
+            self._sqlite_target,
+            timeout=self.busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        if not self.spec.is_memory:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        return conn
+
+    def _connect_postgres(self) -> psycopg.Connection[Any]:
+        """Open a PostgreSQL connection in autocommit mode (overridable in tests)."""
+        pg = _import_psycopg()
+        conn: psycopg.Connection[Any] = pg.connect(
+            self.spec.target, autocommit=True, connect_timeout=max(1, int(self.busy_timeout))
+        )
+        return conn
+
+    async def _aconnect_postgres(self) -> psycopg.AsyncConnection[Any]:
+        """Open an async PostgreSQL connection in autocommit mode (overridable in tests)."""
+        pg = _import_psycopg()
+        conn: psycopg.AsyncConnection[Any] = await pg.AsyncConnection.connect(
+            self.spec.target, autocommit=True, connect_timeout=max(1, int(self.busy_timeout))
+        )
+        return conn
+
+    def _connection(self) -> Any:
+        conn = self._conn
+        if conn is not None and self._dialect.name == "postgres" and (conn.closed or conn.broken):
+            conn = None
+        if conn is None:
+            try:
+                conn = (
+                    self._connect_sqlite()
+                    if self._dialect.name == "sqlite"
+                    else self._connect_postgres()
+                )
+            except HistCompressError:
+                raise
+            except Exception as exc:
+                raise self._storage_error("cannot open", exc) from exc
+            self._conn = conn
+        if not self._schema_ready:
+            self._run_sync(conn, lambda: _schema_plan(self._dialect), write=True)
+            self._schema_ready = True
+        return conn
+
+    async def _aconnection(self) -> tuple[Any, asyncio.Lock]:
+        loop = asyncio.get_running_loop()
+        if self._aconn is None or self._aconn_loop is not loop or self._aconn.broken:
+            _discard(self._aconn)
+            self._aconn = None
+            try:
+                conn = await self._aconnect_postgres()
+            except HistCompressError:
+                raise
+            except Exception as exc:
+                raise self._storage_error("cannot open", exc) from exc
+            self._aconn, self._aconn_loop, self._alock = conn, loop, asyncio.Lock()
+        assert self._alock is not None
+        return self._aconn, self._alock
+
+    def _storage_error(self, action: str, exc: BaseException) -> StorageError:
+        return StorageError(
+            f"{action} {self._dialect.name} store {self.spec.display}: {type(exc).__name__}: {exc}"
+        )
+
+    # ------------------------------------------------------------------ transactions
+
+    def _run_sync(self, conn: Any, factory: Callable[[], _Plan[_T]], *, write: bool) -> _T:
+        d = self._dialect
+        cursor = conn.cursor()
+        try:
+            cursor.execute(d.begin_write if write else d.begin_read)
+            result = _drive(cursor, factory())
+            cursor.execute("COMMIT")
+            return result
+        except BaseException as exc:
+            self._rollback(conn)
+            if isinstance(exc, HistCompressError) or not isinstance(exc, Exception):
+                raise
+            raise self._storage_error("transaction failed on", exc) from exc
+        finally:
+            cursor.close()
+
+    def _rollback(self, conn: Any) -> None:
+        try:
+            if self._dialect.name == "postgres" and (conn.closed or conn.broken):
+                self._conn = None
+                return
+            conn.execute("ROLLBACK")
+        except Exception:  # the connection is unusable; reopen on next use
+            logger.debug("rollback failed on %s; reconnecting next time", self.spec.display)
+            self._conn = None
+
+    def _transact(self, factory: Callable[[], _Plan[_T]], *, write: bool) -> _T:
+        with self._lock:
+            self._check_fork()
+            attempts = 1 if write else 2  # a read may be retried once on a fresh connection
+            for attempt in range(1, attempts + 1):
+                conn = self._connection()
+                try:
+                    return self._run_sync(conn, factory, write=write)
+                except StorageError:
+                    if attempt == attempts or self._conn is not None:
+                        raise
+                    logger.warning("connection to %s lost; retrying the read", self.spec.display)
+            raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _atransact(self, factory: Callable[[], _Plan[_T]], *, write: bool) -> _T:
+        if self._dialect.name == "sqlite":
+            return await asyncio.to_thread(self._transact, factory, write=write)
+        self._check_fork()
+        attempts = 1 if write else 2  # a read may be retried once on a fresh connection
+        for attempt in range(1, attempts + 1):
+            conn, lock = await self._aconnection()
+            async with lock:
+                try:
+                    if not self._schema_ready:
+                        await self._arun(conn, lambda: _schema_plan(self._dialect), write=True)
+                        self._schema_ready = True
+                    return await self._arun(conn, factory, write=write)
+                except StorageError:
+                    if attempt == attempts or self._aconn is not None:
+                        raise
+                    logger.warning("connection to %s lost; retrying the read", self.spec.display)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _arun(self, conn: Any, factory: Callable[[], _Plan[_T]], *, write: bool) -> _T:
+        d = self._dialect
+        try:
+            async with conn.cursor() as cursor:
+                await cursor.execute(d.begin_write if write else d.begin_read)
+                result = await _adrive(cursor, factory())
+                await cursor.execute("COMMIT")
+                return result
+        except BaseException as exc:
+            await self._arollback(conn, exc)
+            if isinstance(exc, HistCompressError) or not isinstance(exc, Exception):
+                raise
+            raise self._storage_error("transaction failed on", exc) from exc
+
+    async def _arollback(self, conn: Any, exc: BaseException) -> None:
+        """Roll back after a plan error; drop the connection after anything else.
+
+        Closing a connection aborts its open transaction on the server, so a cancelled or
+        failed transaction never commits half-way.
+        """
+        if isinstance(exc, HistCompressError) and not (conn.broken or conn.closed):
+            try:
+                await asyncio.shield(conn.execute("ROLLBACK"))
+            except Exception:
+                logger.debug("async rollback failed on %s", self.spec.display)
+            else:
+                return
+        if self._aconn is conn:
+            self._aconn = None
+        try:
+            await asyncio.shield(conn.close())
+        except Exception:
+            logger.debug("closing a failed async connection to %s failed", self.spec.display)
+
+    # ------------------------------------------------------------------ summary cache
+
+    def _cached(self, session_id: str, uid: str) -> bool:
+        with self._cache_lock:
+            return (session_id, uid) in self._cache
+
+    def _cache_get(self, session_id: str, uid: str) -> RunningSummary | None:
+        with self._cache_lock:
+            summary = self._cache.get((session_id, uid))
+            if summary is not None:
+                self._cache.move_to_end((session_id, uid))
+            return summary
+
+    def _cache_put(self, session_id: str, uid: str, summary: RunningSummary) -> None:
+        with self._cache_lock:
+            self._cache[(session_id, uid)] = summary
+            while len(self._cache) > _SUMMARY_CACHE_SIZE:
+                self._cache.popitem(last=False)
+
+    def _finish_snapshot(self, session_id: str, raw: _RawSnapshot) -> SessionSnapshot:
+        summary: RunningSummary | None = None
+        if raw.version:
+            assert raw.uid is not None
+            if raw.summary is not None:
+                summary = decode_summary(*raw.summary)
+                self._cache_put(session_id, raw.uid, summary)
+            else:
+                summary = self._cache_get(session_id, raw.uid)
+                if summary is None:  # evicted between the check and now: read it again
+                    text, ids = self._transact(
+                        lambda: _load_summary_rows(self._dialect, session_id, raw.version),
+                        write=False,
+                    )
+                    summary = decode_summary(text, ids)
+                    self._cache_put(session_id, raw.uid, summary)
+        return SessionSnapshot(summary, tuple(decode_message(t) for t in raw.messages))
+
+    # ------------------------------------------------------------------ SummaryStore
+
+    def load_summary(self, key: str) -> RunningSummary | None:
+        """Return the current summary for ``key`` (``None`` when there is none)."""
+        check_session_id(key, what="key")
+        raw = self._transact(lambda: self._snapshot_factory(key, False), write=False)
+        return self._finish_snapshot(key, raw).summary
+
+    async def aload_summary(self, key: str) -> RunningSummary | None:
+        """Async twin of `load_summary`."""
+        check_session_id(key, what="key")
+        raw = await self._atransact(lambda: self._snapshot_factory(key, False), write=False)
+        return await self._afinish_snapshot(key, raw)
+
+    def put_summary(
+        self, key: str, summary: RunningSummary, *, previous: RunningSummary | None
+    ) -> None:
+        """Store ``summary`` as the successor of ``previous`` (see `SummaryStore`)."""
+        check_session_id(key, what="key")
+        row = self._summary_row(summary, previous)
+        self._transact(
+            lambda: _commit_plan(self._dialect, key, summary, previous, row, mark_messages=False),
+            write=True,
+        )
+        self._cache_put(key, row.uid, summary)
+
+    async def aput_summary(
+        self, key: str, summary: RunningSummary, *, previous: RunningSummary | None
+    ) -> None:
+        """Async twin of `put_summary`."""
+        check_session_id(key, what="key")
+        row = self._summary_row(summary, previous)
+        await self._atransact(
+            lambda: _commit_plan(self._dialect, key, summary, previous, row, mark_messages=False),
+            write=True,
+        )
+        self._cache_put(key, row.uid, summary)
+
+    def clear(self, key: str) -> None:
+        """Delete the session's messages, summaries and session row (nothing else)."""
+        check_session_id(key, what="key")
+        self._transact(lambda: _clear_plan(self._dialect, key), write=True)
+
+    async def aclear(self, key: str) -> None:
+        """Async twin of `clear`."""
+        check_session_id(key, what="key")
+        await self._atransact(lambda: _clear_plan(self._dialect, key), write=True)
+
+    def close(self) -> None:
+        """Close the connections; a later call reopens them (a ``:memory:`` store is lost)."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+            _discard(self._aconn)
+            self._aconn = None
+            self._aconn_loop = None
+            if self.spec.is_memory:
+                self._schema_ready = not self.create_schema
+            if conn is not None:
+                conn.close()
+
+    async def aclose(self) -> None:
+        """Async twin of `close`."""
+        aconn, self._aconn = self._aconn, None
+        self._aconn_loop = None
+        if aconn is not None:
+            await aconn.close()
+        await asyncio.to_thread(self.close)
+
+    # ------------------------------------------------------------------ HistoryStore
+
+    def append(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Append ``messages`` in one transaction (see `HistoryStore.append`)."""
+        check_session_id(session_id)
+        batch = check_messages(messages)
+        if not batch:
+            return []
+        return self._transact(lambda: _append_plan(self._dialect, session_id, batch), write=True)
+
+    async def aappend(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Async twin of `append`."""
+        check_session_id(session_id)
+        batch = check_messages(messages)
+        if not batch:
+            return []
+        return await self._atransact(
+            lambda: _append_plan(self._dialect, session_id, batch), write=True
+        )
+
+    def snapshot(self, session_id: str) -> SessionSnapshot:
+        """Read the current summary and the uncovered messages in one snapshot."""
+        check_session_id(session_id)
+        raw = self._transact(lambda: self._snapshot_factory(session_id, True), write=False)
+        return self._finish_snapshot(session_id, raw)
+
+    async def asnapshot(self, session_id: str) -> SessionSnapshot:
+        """Async twin of `snapshot`."""
+        check_session_id(session_id)
+        raw = await self._atransact(lambda: self._snapshot_factory(session_id, True), write=False)
+        summary = await self._afinish_snapshot(session_id, raw)
+        return SessionSnapshot(summary, tuple(decode_message(t) for t in raw.messages))
+
+    def load_messages(self, session_id: str) -> list[BaseMessage]:
+        """Every stored original message of the session, in order."""
+        check_session_id(session_id)
+        texts = self._transact(lambda: _all_messages_plan(self._dialect, session_id), write=False)
+        return [decode_message(t) for t in texts]
+
+    async def aload_messages(self, session_id: str) -> list[BaseMessage]:
+        """Async twin of `load_messages`."""
+        check_session_id(session_id)
+        texts = await self._atransact(
+            lambda: _all_messages_plan(self._dialect, session_id), write=False
+        )
+        return [decode_message(t) for t in texts]
+
+    def commit_compression(
+        self, session_id: str, summary: RunningSummary, *, previous: RunningSummary | None
+    ) -> None:
+        """Commit ``summary`` and its coverage marks atomically (see `HistoryStore`)."""
+        check_session_id(session_id)
+        row = self._summary_row(summary, previous)
+        self._transact(
+            lambda: _commit_plan(
+                self._dialect, session_id, summary, previous, row, mark_messages=True
+            ),
+            write=True,
+        )
+        self._cache_put(session_id, row.uid, summary)
+
+    async def acommit_compression(
+        self, session_id: str, summary: RunningSummary, *, previous: RunningSummary | None
+    ) -> None:
+        """Async twin of `commit_compression`."""
+        check_session_id(session_id)
+        row = self._summary_row(summary, previous)
+        await self._atransact(
+            lambda: _commit_plan(
+                self._dialect, session_id, summary, previous, row, mark_messages=True
+            ),
+            write=True,
+        )
+        self._cache_put(session_id, row.uid, summary)
+
+    def prune_covered(self, session_id: str) -> int:
+        """Delete the session's covered originals; return how many were deleted."""
+        check_session_id(session_id)
+        return self._transact(lambda: _prune_plan(self._dialect, session_id), write=True)
+
+    async def aprune_covered(self, session_id: str) -> int:
+        """Async twin of `prune_covered`."""
+        check_session_id(session_id)
+        return await self._atransact(lambda: _prune_plan(self._dialect, session_id), write=True)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _snapshot_factory(self, session_id: str, with_messages: bool) -> _Plan[_RawSnapshot]:
+        return _snapshot_plan(self._dialect, session_id, self._cached, with_messages=with_messages)
+
+    async def _afinish_snapshot(self, session_id: str, raw: _RawSnapshot) -> RunningSummary | None:
+        if (
+            raw.version
+            and raw.summary is None
+            and raw.uid is not None
+            and self._cache_get(session_id, raw.uid) is None
+        ):
+            text, ids = await self._atransact(
+                lambda: _load_summary_rows(self._dialect, session_id, raw.version),
+                write=False,
+            )
+            raw = _RawSnapshot(raw.version, raw.uid, (text, ids), [])
+        return self._finish_snapshot(session_id, raw).summary
+
+    @staticmethod
+    def _summary_row(summary: RunningSummary, previous: RunningSummary | None) -> _SummaryRow:
+        if not isinstance(summary, RunningSummary):
+            msg = f"summary must be a RunningSummary, got {type(summary).__name__}"
+            raise ConfigurationError(msg)
+        text, delta = encode_summary(summary, previous)
+        return _SummaryRow(uuid.uuid4().hex, text, delta)
+
+
+_STORES: dict[tuple[int, str, str], SQLHistoryStore] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def open_store(connection: str | os.PathLike[str] | None = None) -> SQLHistoryStore:
+    """Return the process-wide shared `SQLHistoryStore` for ``connection``.
+
+    Faces that take a connection string use this, so creating a history object per
+    request (as ``RunnableWithMessageHistory`` does) reuses one connection per database
+    instead of opening a new one each time. Every ``":memory:"`` string maps to one
+    shared in-memory database per process.
+
+    Raises:
+        ConfigurationError: The connection string is invalid.
+
+    Example:
+        >>> open_store(":memory:") is open_store("sqlite://:memory:")
+        True
+    """
+    spec = parse_connection(connection)
+    target = spec.target
+    if spec.backend == "sqlite" and not spec.is_memory:
+        target = os.path.abspath(target)
+    key = (os.getpid(), spec.backend, target)  # one store per database and process
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+        if store is None:
+            store = SQLHistoryStore(connection)
+            _STORES[key] = store
+        return store
