@@ -47,6 +47,7 @@ from langchain_histcompress.nodes import (
     HistCompressState,
     RoundCompressionNode,
     build_model_input,
+    summary_from_state,
 )
 from langchain_histcompress.reducers import (
     HistoryReducer,
@@ -163,6 +164,7 @@ __all__ = [
     "merge_facts",
     "split_rounds",
     "split_units",
+    "summary_from_state",
     "thread_summarizer",
     "validate_history",
     "with_history_reducer",

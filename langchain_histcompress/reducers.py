@@ -420,7 +420,9 @@ class SummarizationReducer:
         self._lock = threading.Lock()
 
     def _plan(self, messages: Sequence[BaseMessage]) -> _SummaryPlan | None:
-        messages = ensure_ids(messages)
+        with_ids = ensure_ids(messages)  # ids for coverage; the caller's objects are returned
+        original = {id(copy): message for copy, message in zip(with_ids, messages, strict=True)}
+        messages = with_ids
         originals = [m for m in messages if not is_summary_message(m)]
         kept = self._keep.reduce(originals)
         if kept is None:
@@ -437,8 +439,8 @@ class SummarizationReducer:
                 previous = remembered
         if previous is not None:
             older = [m for m in older if m.id not in previous.covered_ids]
-        body = kept[len(preamble) :]
-        return _SummaryPlan(preamble, older, body, previous, key)
+        body = [original[id(m)] for m in kept[len(preamble) :]]
+        return _SummaryPlan([original[id(m)] for m in preamble], older, body, previous, key)
 
     def _finish(self, plan: _SummaryPlan, summary: RunningSummary | None) -> list[BaseMessage]:
         if summary is None:  # nothing new to fold: the previous summary still holds

@@ -55,6 +55,7 @@ EXPECTED = [
     "merge_facts",
     "split_rounds",
     "split_units",
+    "summary_from_state",
     "thread_summarizer",
     "validate_history",
     "with_history_reducer",

@@ -150,3 +150,14 @@ def test_properties(msgs: list[BaseMessage], target: int) -> None:
     humans = [m for m in msgs if isinstance(m, HumanMessage)]
     assert humans[-1] in out
     assert sum(is_summary_message(m) for m in out) == 1
+
+
+def test_returns_the_callers_objects_even_without_ids() -> None:
+    history: list[BaseMessage] = [SystemMessage("sys")]
+    for i in range(6):
+        history += [HumanMessage(f"q{i}"), AIMessage(f"a{i}")]
+    reduced = SummarizationReducer(_model(), target_count=4).reduce(history)
+    assert reduced is not None
+    assert reduced[0] is history[0]
+    assert all(a is b for a, b in zip(reduced[2:], history[-4:], strict=True))
+    assert all(m.id is None for m in history)
