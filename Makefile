@@ -30,12 +30,12 @@ integration: install
 	$(BIN)/pytest -q tests/integration_tests
 
 notebooks: install
-	OPENAI_API_KEY= $(BIN)/pytest -q -p no:doctest --nbmake cookbook
+	OPENAI_API_KEY= $(BIN)/pytest -q -o addopts= --nbmake cookbook
 
 # Offline on purpose: an API key in the environment must not turn tests into paid calls.
 test: lint typecheck
 	OPENAI_API_KEY= $(BIN)/pytest -q
-	OPENAI_API_KEY= $(BIN)/pytest -q -p no:doctest --nbmake cookbook
+	OPENAI_API_KEY= $(BIN)/pytest -q -o addopts= --nbmake cookbook
 
 demo: install
 	$(BIN)/histcompress demo
