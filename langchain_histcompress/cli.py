@@ -75,7 +75,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="measure overhead at 1k messages only and skip the counting figure",
     )
-    commands.add_parser("demo", help="run a short offline example (extra arguments go to the demo)")
+    commands.add_parser(
+        "demo",
+        help="replay the bundled long conversation offline (see `histcompress demo --help`)",
+        add_help=False,  # --help reaches the demo's own parser
+    )
     return parser
 
 
