@@ -26,6 +26,13 @@ enabled late, imported history) is folded in chunks of ``rounds_to_compress`` ro
 per chunk, at most ``max_calls_per_compress`` calls per ``compress``; the rest stays verbatim in
 the view and the next ``compress`` continues.
 
+Work per call follows the uncovered tail, not the history: once a summary has been used with a
+history, it privately remembers (by object identity, never in its data) where that history's
+uncovered tail starts, and later calls on the grown history check that spot with a few id
+comparisons instead of reading the covered prefix. When the check fails (messages removed or
+replaced, another history) the prefix is scanned again. Covered prefix messages are then not
+read at all, so they are not type-checked either.
+
 Example:
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -51,6 +58,7 @@ import contextvars
 import itertools
 import logging
 import math
+import operator
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -65,6 +73,7 @@ from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import (
     HistoryViolation,
     Round,
+    ensure_ids,
     is_summary_message,
     split_rounds,
     split_units,
@@ -75,6 +84,8 @@ from langchain_histcompress.summary import (
     Summarizer,
     SummaryProfile,
     SummaryUpdate,
+    _existing_memo,
+    _memo,
 )
 from langchain_histcompress.tokens import TokenCounter, message_costs
 
@@ -115,39 +126,238 @@ was appended to (``placement="append_to_system"``)."""
 
 @dataclass(frozen=True)
 class _Parts:
-    """A history split for compression (computed in one pass over the uncovered tail)."""
+    """A history split for compression, located without reading the covered prefix."""
 
-    lead: list[BaseMessage]
-    """Leading system messages, earlier summary messages included."""
-    body: list[BaseMessage]
-    """Everything after the leading system messages, as given."""
+    messages: Sequence[BaseMessage]
+    """The history as given (never copied)."""
+    lead_end: int
+    """Number of leading system messages (earlier summary messages included)."""
     tail_start: int
-    """Index in ``body`` of the first round holding a message that is not covered."""
+    """Index in ``messages`` of the first round holding a message that is not covered."""
     tail: list[BaseMessage]
-    """``body[tail_start:]`` without summary messages: where every pending round lives."""
+    """``messages[tail_start:]`` without summary messages: where every pending round lives."""
+    tail_covered: frozenset[str] | None = None
+    """When located with a cursor: the covered ids known to sit in the tail (every other
+    covered id belongs to the skipped prefix). ``None`` when the prefix was scanned."""
+
+    @property
+    def lead(self) -> list[BaseMessage]:
+        """The leading system messages."""
+        return list(self.messages[: self.lead_end])
 
     @property
     def preamble(self) -> list[BaseMessage]:
         """The caller's own system preamble (summary messages removed)."""
-        return [m for m in self.lead if not is_summary_message(m)]
+        return [m for m in self.messages[: self.lead_end] if not is_summary_message(m)]
 
 
-def _parts(messages: Sequence[BaseMessage], covered: frozenset[str]) -> _Parts:
-    lead_end = 0
-    while lead_end < len(messages) and isinstance(messages[lead_end], SystemMessage):
-        lead_end += 1
-    body = list(messages[lead_end:])
-    first = 0
-    if covered:
-        # Skip the covered prefix cheaply, then step back to the start of its round so the
-        # tail is made of whole rounds (and whole tool groups).
-        while first < len(body) and (body[first].id in covered or is_summary_message(body[first])):
-            first += 1
-        if first < len(body):
-            while first > 0 and not isinstance(body[first], HumanMessage):
-                first -= 1
-    tail = [m for m in body[first:] if not is_summary_message(m)]
-    return _Parts(list(messages[:lead_end]), body, first, tail)
+@dataclass(frozen=True)
+class _Cursor:
+    """Where the uncovered tail of one history starts for one summary (a cache, verified).
+
+    Histories grow at the end, so the tail of a summary stays where it was found: the next
+    call checks the ids at ``start - 1`` and ``start`` (O(1)) instead of scanning the covered
+    prefix, and falls back to the scan when they differ (messages removed or replaced).
+    """
+
+    covered: frozenset[str]
+    """The summary's ``covered_ids`` object when recorded (identity-checked)."""
+    start: int
+    """Index of the tail's first message."""
+    start_id: str
+    """Id of ``messages[start]``."""
+    before_id: str | None
+    """Id of ``messages[start - 1]`` (``None`` when the tail starts right after the lead)."""
+    tail_covered: frozenset[str]
+    """Covered ids found at or after ``start`` (older tool groups folded out of a round)."""
+
+
+_CURSOR_KEY = "compressor_cursor"
+
+
+def _message_id(messages: Sequence[BaseMessage], index: int) -> str | None:
+    value = getattr(messages[index], "id", None)
+    return value if isinstance(value, str) else None
+
+
+def _lead_end(messages: Sequence[BaseMessage]) -> int:
+    end = 0
+    while end < len(messages) and isinstance(messages[end], SystemMessage):
+        end += 1
+    return end
+
+
+_SCAN_CHUNK = 512
+_get_id = operator.attrgetter("id")
+
+
+def _check_types(messages: Sequence[BaseMessage], start: int) -> None:
+    """Raise `ConfigurationError` naming the first non-message in ``messages[start:]``."""
+    if all(issubclass(kind, BaseMessage) for kind in set(map(type, messages[start:]))):
+        return
+    for index in range(start, len(messages)):
+        message = messages[index]
+        if not isinstance(message, BaseMessage):
+            msg = f"messages[{index}] is a {type(message).__name__}, not a BaseMessage"
+            raise ConfigurationError(msg)
+
+
+def _first_uncovered(messages: Sequence[BaseMessage], start: int, covered: frozenset[str]) -> int:
+    """Index of the first message from ``start`` on that is neither covered nor a summary.
+
+    Whole chunks of covered messages are skipped at C speed (one superset test per chunk);
+    only the chunk holding the answer (or a stale summary message) is walked message by
+    message.
+    """
+    end = len(messages)
+    while start < end:
+        stop = min(start + _SCAN_CHUNK, end)
+        if covered.issuperset(map(_get_id, messages[start:stop])):
+            start = stop
+            continue
+        while start < stop and (
+            messages[start].id in covered or is_summary_message(messages[start])
+        ):
+            start += 1
+        if start < stop:
+            return start
+    return end
+
+
+def _cursor(summary: RunningSummary) -> _Cursor | None:
+    memo = _existing_memo(summary)
+    found = memo.get(_CURSOR_KEY) if memo is not None else None
+    if isinstance(found, _Cursor) and found.covered is summary.covered_ids:
+        return found
+    return None
+
+
+def _verified_cursor(
+    messages: Sequence[BaseMessage], summary: RunningSummary, lead_end: int
+) -> _Cursor | None:
+    """The summary's cursor when it still matches ``messages`` (O(1)), else ``None``.
+
+    Checks the ids at the tail start and just before it, and that the first and the middle
+    message of the skipped prefix are covered (or summary messages).
+    """
+    cursor = _cursor(summary)
+    start = cursor.start if cursor is not None else -1
+    if cursor is None or not lead_end <= start < len(messages):
+        return None
+    if _message_id(messages, start) != cursor.start_id:
+        return None
+    before = _message_id(messages, start - 1) if start > lead_end else None
+    if before != cursor.before_id:
+        return None
+    for index in {lead_end, (lead_end + start) // 2}:
+        if index < start and not _skippable(messages[index], summary.covered_ids):
+            return None
+    return cursor
+
+
+def _skippable(message: object, covered: frozenset[str]) -> bool:
+    """Whether a prefix message may be skipped: covered, or a package summary message."""
+    if not isinstance(message, BaseMessage):
+        return False
+    return message.id in covered or is_summary_message(message)
+
+
+def _remember(summary: RunningSummary, parts: _Parts) -> None:
+    messages, start, lead_end = parts.messages, parts.tail_start, parts.lead_end
+    start_id = _message_id(messages, start) if start < len(messages) else None
+    if start_id is None:
+        return
+    covered = summary.covered_ids
+    _memo(summary)[_CURSOR_KEY] = _Cursor(
+        covered=covered,
+        start=start,
+        start_id=start_id,
+        before_id=_message_id(messages, start - 1) if start > lead_end else None,
+        tail_covered=frozenset(m.id for m in parts.tail if m.id is not None and m.id in covered),
+    )
+
+
+def _locate(
+    messages: Sequence[BaseMessage],
+    summary: RunningSummary | None,
+    *,
+    known_start: int | None = None,
+) -> _Parts:
+    """Split ``messages`` for ``summary``, reading only the lead and the uncovered tail.
+
+    The covered prefix is skipped with the summary's cursor when it still matches (O(1)),
+    else by a scan, from ``known_start`` when given (the tail start of an earlier summary
+    whose coverage ``summary`` extends); the scan's result becomes the summary's cursor.
+    Every message read is type-checked first.
+
+    Raises:
+        ConfigurationError: A message that is read is not a ``BaseMessage``.
+    """
+    lead_end = _lead_end(messages)
+    covered = summary.covered_ids if summary is not None else frozenset()
+    cursor = None
+    if summary is not None and covered:
+        cursor = _verified_cursor(messages, summary, lead_end)
+    if cursor is not None:
+        start = cursor.start
+    else:
+        start = lead_end if known_start is None else max(lead_end, known_start)
+    _check_types(messages, start)
+    if covered and cursor is None:
+        # Skip the covered prefix, then step back to the start of its round so the tail is
+        # made of whole rounds (and whole tool groups).
+        start = _first_uncovered(messages, start, covered)
+        if start < len(messages):
+            while start > lead_end and not isinstance(messages[start], HumanMessage):
+                start -= 1
+    tail = [m for m in messages[start:] if not is_summary_message(m)]
+    parts = _Parts(
+        messages,
+        lead_end,
+        start,
+        tail,
+        tail_covered=cursor.tail_covered if cursor is not None else None,
+    )
+    if summary is not None and covered and cursor is None:
+        _remember(summary, parts)
+    return parts
+
+
+def _with_ids(
+    messages: Sequence[BaseMessage], summary: RunningSummary | None
+) -> Sequence[BaseMessage]:
+    """``messages`` ready for compression, for faces that accept messages without ids.
+
+    Returned as given (no copy) when every message compression will read (the uncovered tail,
+    found with the summary's cursor; else every non-preamble message) has an id. Otherwise the
+    non-preamble messages get deterministic ids with `rounds.ensure_ids` (copies; the preamble
+    stays the caller's own objects). A non-message is left for the compressor to report.
+    """
+    lead_end = _lead_end(messages)
+    start = lead_end
+    if summary is not None and summary.covered_ids:
+        cursor = _verified_cursor(messages, summary, lead_end)
+        if cursor is not None:
+            start = cursor.start
+    try:
+        complete = None not in map(_get_id, messages[start:])
+    except AttributeError:  # not a message: the compressor names it
+        return messages
+    if complete:
+        return messages
+    return [*messages[:lead_end], *ensure_ids(messages)[lead_end:]]
+
+
+def _prefix_ids(parts: _Parts, summary: RunningSummary | None) -> Callable[[str], bool]:
+    """Membership test for the ids of the covered prefix ``messages[lead_end:tail_start]``.
+
+    With a cursor the prefix is not read: its ids are the covered ids not known to sit in
+    the tail. Without one, the prefix ids are collected.
+    """
+    if parts.tail_covered is not None and summary is not None:
+        covered, in_tail = summary.covered_ids, parts.tail_covered
+        return lambda i: i in covered and i not in in_tail
+    return set(map(_get_id, parts.messages[parts.lead_end : parts.tail_start])).__contains__
 
 
 def _visible(messages: Sequence[BaseMessage], covered: frozenset[str]) -> list[BaseMessage]:
@@ -197,7 +407,7 @@ def pending_rounds(
         [['h2']]
     """
     covered = summary.covered_ids if summary is not None else frozenset()
-    return _pending(_parts(messages, covered).tail, covered)
+    return _pending(_locate(messages, summary).tail, covered)
 
 
 def _check_placement(placement: object) -> None:
@@ -254,9 +464,19 @@ def view(
     _check_placement(placement)
     if summary is None:
         return list(messages)
-    parts = _parts(messages, summary.covered_ids)
+    return _view(_locate(messages, summary), summary, placement)
+
+
+def _view(
+    parts: _Parts,
+    summary: RunningSummary,
+    placement: Placement,
+    system: Sequence[BaseMessage] = (),
+) -> list[BaseMessage]:
+    """The view of located ``parts``; ``system`` messages go before the history's own lead."""
+    preamble = [*system, *parts.preamble]
     return [
-        *_with_summary(parts.preamble, summary, placement),
+        *_with_summary(preamble, summary, placement),
         *_visible(parts.tail, summary.covered_ids),
     ]
 
@@ -533,19 +753,16 @@ class RoundCompressor:
     def _check_input(self, messages: Sequence[BaseMessage], summary: object) -> _Parts:
         """Check types, ids and (optionally) shape; return the history split for planning.
 
-        Only the preamble and the uncovered tail are shape-checked (covered messages are never
-        shown again), plus a check that no tail message reuses the id of a covered one.
+        Only the preamble and the uncovered tail are read and checked (covered messages are
+        never shown again; once a summary's tail is known they are not even read), plus a
+        check that no tail message reuses the id of a covered prefix message.
         """
         if summary is not None and not isinstance(summary, RunningSummary):
             msg = f"summary must be a RunningSummary or None, got {type(summary).__name__}"
             raise ConfigurationError(msg)
-        for index, message in enumerate(messages):
-            if not isinstance(message, BaseMessage):
-                msg = f"messages[{index}] is a {type(message).__name__}, not a BaseMessage"
-                raise ConfigurationError(msg)
-        parts = _parts(messages, summary.covered_ids if summary is not None else frozenset())
-        offset = len(parts.lead) + parts.tail_start
-        tail = parts.body[parts.tail_start :]
+        parts = _locate(messages, summary)
+        offset = parts.tail_start
+        tail = list(messages[offset:])
         for index, message in enumerate(tail, start=offset):
             if not message.id and not is_summary_message(message):
                 msg = (
@@ -554,17 +771,18 @@ class RoundCompressor:
                 )
                 raise ConfigurationError(msg)
         if self.validate_input:
+            in_prefix = _prefix_ids(parts, summary)
+            lead = parts.lead
             violations = [
-                replace(v, index=v.index + parts.tail_start) if v.index >= len(parts.lead) else v
-                for v in validate_history([*parts.lead, *tail])
+                replace(v, index=v.index - len(lead) + offset) if v.index >= len(lead) else v
+                for v in validate_history([*lead, *tail])
             ]
-            prefix_ids = {m.id for m in parts.body[: parts.tail_start]}
             violations += [
                 HistoryViolation(
                     "duplicate_message_id", index, m.id, f"message id {m.id!r} repeats"
                 )
                 for index, m in enumerate(tail, start=offset)
-                if m.id is not None and m.id in prefix_ids
+                if m.id is not None and in_prefix(m.id)
             ]
             if violations:
                 raise InvalidHistoryError(sorted(violations, key=lambda v: v.index))
@@ -598,9 +816,14 @@ class RoundCompressor:
         resumed = _to_datetime(self.timestamp_getter(tail[latest]))
         if resumed is None:
             return False
+        messages = parts.messages
         earlier = itertools.chain(
             reversed(tail[:latest]),
-            (m for m in reversed(parts.body[: parts.tail_start]) if not is_summary_message(m)),
+            (
+                messages[i]
+                for i in range(parts.tail_start - 1, parts.lead_end - 1, -1)
+                if not is_summary_message(messages[i])
+            ),
         )
         for message in earlier:
             before = _to_datetime(self.timestamp_getter(message))
@@ -650,6 +873,11 @@ class RoundCompressor:
             >>> [[m.id for m in c.messages] for c in plan.chunks], plan.reasons
             ([['h0', 'h1']], ('rounds',))
         """
+        return self._plan(messages, summary)[0]
+
+    def _plan(
+        self, messages: Sequence[BaseMessage], summary: RunningSummary | None
+    ) -> tuple[CompressionPlan, _Parts]:
         parts = self._check_input(messages, summary)
         covered = summary.covered_ids if summary is not None else frozenset()
         pending = _pending(parts.tail, covered)
@@ -689,15 +917,16 @@ class RoundCompressor:
                 reasons.append("oversized_round")
         previous_text = None
         if summary is None and chunks:
-            stale = [m for m in parts.lead + parts.body if is_summary_message(m)]
+            stale = [m for m in messages if is_summary_message(m)]
             previous_text = "\n\n".join(message_text(m) for m in stale) or None
-        return CompressionPlan(
+        plan = CompressionPlan(
             chunks=tuple(chunks),
             pending_rounds=len(pending),
             deferred_rounds=deferred,
             reasons=tuple(reasons),
             previous_text=previous_text,
         )
+        return plan, parts
 
     # ----------------------------------------------------------------- compress
 
@@ -714,7 +943,7 @@ class RoundCompressor:
 
     def _finish(
         self,
-        messages: Sequence[BaseMessage],
+        parts: _Parts,
         plan: CompressionPlan,
         updates: list[SummaryUpdate],
         summary: RunningSummary | None,
@@ -728,8 +957,14 @@ class RoundCompressor:
                 plan.deferred_rounds,
             )
         final = updates[-1].summary if updates else summary
+        if final is None:
+            messages = list(parts.messages)
+        else:
+            if final is not summary:  # coverage only grew: the new tail starts no earlier
+                parts = _locate(parts.messages, final, known_start=parts.tail_start)
+            messages = _view(parts, final, self.placement)
         return CompressionResult(
-            messages=self.view(messages, final),
+            messages=messages,
             summary=final,
             compressed=bool(updates),
             calls=len(updates),
@@ -765,7 +1000,7 @@ class RoundCompressor:
         """
         if not self.enabled:
             return self._unchanged(messages, summary)
-        plan = self.plan(messages, summary)
+        plan, parts = self._plan(messages, summary)
         updates: list[SummaryUpdate] = []
         current = summary
         for chunk in plan.chunks:
@@ -779,7 +1014,7 @@ class RoundCompressor:
             )
             updates.append(update)
             current = update.summary
-        return self._finish(messages, plan, updates, summary)
+        return self._finish(parts, plan, updates, summary)
 
     async def acompress(
         self,
@@ -791,7 +1026,7 @@ class RoundCompressor:
         """Async `compress` (same arguments and guarantees; cancellation propagates)."""
         if not self.enabled:
             return self._unchanged(messages, summary)
-        plan = self.plan(messages, summary)
+        plan, parts = self._plan(messages, summary)
         updates: list[SummaryUpdate] = []
         current = summary
         for chunk in plan.chunks:
@@ -805,7 +1040,7 @@ class RoundCompressor:
             )
             updates.append(update)
             current = update.summary
-        return self._finish(messages, plan, updates, summary)
+        return self._finish(parts, plan, updates, summary)
 
 
 # --------------------------------------------------------------------------- thread summary

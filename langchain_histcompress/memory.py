@@ -306,21 +306,49 @@ class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
             return value.replace(tzinfo=timezone.utc)
         return value
 
-    def _messages(self, state: Mapping[str, Any]) -> list[BaseMessage]:
+    def _bad_messages(self) -> ConfigurationError:
+        return ConfigurationError(f"state[{self.messages_key!r}] must be a list of messages")
+
+    def _raw_messages(self, state: Mapping[str, Any]) -> Sequence[BaseMessage]:
         if not isinstance(state, Mapping):
             msg = f"node input must be a state mapping, not {type(state).__name__}"
             raise ConfigurationError(msg)
         messages = state.get(self.messages_key) or []
-        if not isinstance(messages, Sequence) or not all(
-            isinstance(m, BaseMessage) for m in messages
-        ):
-            msg = f"state[{self.messages_key!r}] must be a list of messages"
-            raise ConfigurationError(msg)
-        return ensure_ids(messages)
+        if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+            raise self._bad_messages()
+        return messages
 
-    def _plan(self, state: Mapping[str, Any]) -> _Plan:
-        messages = self._messages(state)
+    @staticmethod
+    def _after_cursor(messages: Sequence[BaseMessage], cursor: str) -> int | None:
+        """Index after the cursor message, searching back from the end (O(new messages)).
+
+        ``None`` when a message without an id comes first (ids must then be derived for the
+        whole history) or the cursor is not found.
+        """
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if not isinstance(message, BaseMessage) or message.id is None:
+                return None
+            if message.id == cursor:
+                return index + 1
+        return None
+
+    def _unprocessed(self, state: Mapping[str, Any]) -> Sequence[BaseMessage]:
+        """The messages after the cursor, every one with an id.
+
+        The history is searched backwards from its end, so only the messages added since the
+        last run are read. Histories with id-less messages get deterministic ids for every
+        message first (`rounds.ensure_ids`), as the cursor was recorded with them.
+        """
+        raw = self._raw_messages(state)
         cursor = state.get(self.cursor_key)
+        if cursor:
+            start = self._after_cursor(raw, cursor)
+            if start is not None:
+                return raw[start:]
+        if not all(isinstance(m, BaseMessage) for m in raw):
+            raise self._bad_messages()
+        messages = ensure_ids(raw)
         start = 0
         if cursor:
             for index in range(len(messages) - 1, -1, -1):
@@ -333,7 +361,10 @@ class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
                     "remaining %d messages",
                     len(messages),
                 )
-        rounds = list(split_rounds(messages[start:]).rounds)
+        return messages[start:]
+
+    def _plan(self, state: Mapping[str, Any]) -> _Plan:
+        rounds = list(split_rounds(self._unprocessed(state)).rounds)
         if rounds and not _round_complete(rounds[-1]):
             rounds.pop()
         size = self.batch_rounds
@@ -400,12 +431,12 @@ class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
     def _update(
         self,
         state: Mapping[str, Any],
+        before: Mapping[str, Fact],
         final: Mapping[str, Fact],
         reports: Sequence[ExtractionReport],
         plan: _Plan,
         processed: int,
     ) -> dict[str, Any]:
-        before = facts_from_state(state.get(self.state_key))
         writes: list[dict[str, Any]] = [
             {"op": "DELETE", "id": fid} for fid in before if fid not in final
         ]
@@ -450,6 +481,7 @@ class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
         plan = self._plan(state)
         now = self._clock()
         store = self._store()
+        in_state = facts_from_state(state.get(self.state_key))
         if store is not None:
             namespace = self._namespace(config)
             try:
@@ -459,11 +491,7 @@ class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
                 raise StorageError(msg) from exc
             loaded, expired = self._parse_items(items, namespace, now)
         else:
-            loaded = {
-                fid: f
-                for fid, f in facts_from_state(state.get(self.state_key)).items()
-                if not f.is_expired(now)
-            }
+            loaded = {fid: f for fid, f in in_state.items() if not f.is_expired(now)}
             expired = []
         current = dict(loaded)
         reports: list[ExtractionReport] = []
@@ -484,12 +512,13 @@ class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
                 except Exception as exc:
                     msg = f"could not write facts to the store ({type(exc).__name__})"
                     raise StorageError(msg) from exc
-        return self._update(state, current, reports, plan, processed)
+        return self._update(state, in_state, current, reports, plan, processed)
 
     async def _arun(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         plan = self._plan(state)
         now = self._clock()
         store = self._store()
+        in_state = facts_from_state(state.get(self.state_key))
         if store is not None:
             namespace = self._namespace(config)
             try:
@@ -499,11 +528,7 @@ class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
                 raise StorageError(msg) from exc
             loaded, expired = self._parse_items(items, namespace, now)
         else:
-            loaded = {
-                fid: f
-                for fid, f in facts_from_state(state.get(self.state_key)).items()
-                if not f.is_expired(now)
-            }
+            loaded = {fid: f for fid, f in in_state.items() if not f.is_expired(now)}
             expired = []
         current = dict(loaded)
         reports: list[ExtractionReport] = []
@@ -524,7 +549,7 @@ class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
                 except Exception as exc:
                     msg = f"could not write facts to the store ({type(exc).__name__})"
                     raise StorageError(msg) from exc
-        return self._update(state, current, reports, plan, processed)
+        return self._update(state, in_state, current, reports, plan, processed)
 
 
 _PAGE = 500

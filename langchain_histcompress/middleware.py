@@ -10,6 +10,10 @@ what the model sees:
   view: the system prompt untouched, the summary rendered as data, the uncompressed rounds
   verbatim. No model call happens there.
 
+Both hooks read only the uncovered tail of the state's messages (the covered prefix is skipped
+with the summary's cursor, see `~langchain_histcompress.compressor`), so their work does not
+grow with the conversation.
+
 Cuts fall only between rounds (or between whole tool groups of one oversized round), so an
 ``AIMessage`` with tool calls always travels with all its ``ToolMessage`` results, parallel calls
 included. The previous summary is passed to the summarizer once, as data, and the summary
@@ -53,7 +57,13 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from typing_extensions import NotRequired
 
-from langchain_histcompress.compressor import CompressionResult, RoundCompressor
+from langchain_histcompress.compressor import (
+    CompressionResult,
+    RoundCompressor,
+    _locate,
+    _view,
+    _with_ids,
+)
 from langchain_histcompress.context import ContextBuilder
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.nodes import (
@@ -153,9 +163,10 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
 
     def _inputs(
         self, state: RoundCompressionState
-    ) -> tuple[list[AnyMessage], list[BaseMessage], RunningSummary | None]:
-        originals = list(state["messages"])
-        return originals, ensure_ids(originals), summary_from_state(state, SUMMARY_KEY)
+    ) -> tuple[Sequence[BaseMessage], Sequence[BaseMessage], RunningSummary | None]:
+        originals: Sequence[BaseMessage] = state["messages"]
+        summary = summary_from_state(state, SUMMARY_KEY)
+        return originals, _with_ids(originals, summary), summary
 
     def _update(
         self, originals: Sequence[BaseMessage], result: CompressionResult
@@ -227,11 +238,13 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
             return request
         system = request.system_message
         lead: list[BaseMessage] = [system] if system is not None else []
-        full = [*lead, *ensure_ids(request.messages)]
         if self.context_builder is not None:
+            full = [*lead, *ensure_ids(request.messages)]
             built = self.context_builder.build(full, summary=summary)
         else:
-            built = self.compressor.view(full, summary)
+            assert summary is not None
+            messages = _with_ids(request.messages, summary)
+            built = _view(_locate(messages, summary), summary, self.compressor.placement, lead)
         if system is None:
             return request.override(messages=cast("list[AnyMessage]", built))
         head = built[0]

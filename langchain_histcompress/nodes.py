@@ -12,6 +12,10 @@ call) and writes:
 * the compressed view under ``model_input`` (preamble, the summary as data, the uncompressed
   rounds verbatim) for the model node to send.
 
+Per run the node reads only the uncovered tail of the state's messages (the rest is skipped with
+the summary's cursor, see `compressor`), and a summary dict it wrote before is recognised by
+identity instead of being validated again, so its work does not grow with the conversation.
+
 The conversation itself is left alone by default: state keeps every message and only the view
 is compressed. With ``destructive=True`` the node also removes the messages the summary covers,
 one ``RemoveMessage(id=...)`` per covered id (never the remove-all sentinel); the messages left
@@ -54,7 +58,10 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
@@ -63,12 +70,22 @@ from langgraph.graph.message import add_messages
 from pydantic import ValidationError
 from typing_extensions import NotRequired, Required
 
-from langchain_histcompress.compressor import CompressionResult, RoundCompressor, view
+from langchain_histcompress.compressor import (
+    CompressionResult,
+    RoundCompressor,
+    _with_ids,
+    view,
+)
 from langchain_histcompress.context import ContextBuilder
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.memory import FactsState
 from langchain_histcompress.rounds import ensure_ids
-from langchain_histcompress.summary import RunningSummary
+from langchain_histcompress.summary import (
+    RunningSummary,
+    _ancestors,
+    _seed_sorted_ids,
+    _sorted_covered,
+)
 
 __all__ = [
     "HistCompressState",
@@ -107,12 +124,81 @@ class HistCompressState(FactsState):
     rounds (written by `RoundCompressionNode` on every run)."""
 
 
+# The JSON dict a face wrote (or read) last, per thread, with the summary it stands for, so the
+# next turn gets the same `RunningSummary` object back (and its cached history cursor) without
+# re-validating every covered id. Entries hold the dict itself, so ids are never reused.
+_CACHE_SIZE = 32
+_SCALAR_KEYS = ("text", "sha256", "version", "rounds_covered", "model", "prompt_version")
+
+
+@dataclass(frozen=True)
+class _Cached:
+    """A state value already turned into a summary."""
+
+    raw: Mapping[str, Any]
+    """The state value (kept alive so its id is not reused)."""
+    ids: object
+    """``raw["covered_ids"]`` when cached (identity-checked)."""
+    count: int
+    """Its length when cached."""
+    scalars: tuple[object, ...]
+    """``raw``'s values under `_SCALAR_KEYS` and ``created_at`` when cached."""
+    summary: RunningSummary
+    """The summary ``raw`` stands for."""
+
+
+_cache: OrderedDict[int, _Cached] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _scalars(raw: Mapping[str, Any]) -> tuple[object, ...]:
+    return (*(raw.get(k) for k in _SCALAR_KEYS), raw.get("created_at"))
+
+
+def _record(summary: RunningSummary) -> tuple[object, ...]:
+    """What tells one version of a summary record from another (cheap)."""
+    return (summary.version, summary.sha256, summary.created_at, len(summary.covered_ids))
+
+
+def _remember(raw: Mapping[str, Any], summary: RunningSummary) -> None:
+    ids = raw.get("covered_ids")
+    if not isinstance(ids, list | tuple):
+        return
+    entry = _Cached(raw, ids, len(ids), _scalars(raw), summary)
+    # Entries this one supersedes (older versions of the same thread's summary, or other
+    # copies of the same record) go, so the cache holds about one entry per thread.
+    superseded = {_record(s) for s in (summary, *_ancestors(summary))}
+    with _cache_lock:
+        for key, cached in list(_cache.items()):
+            if _record(cached.summary) in superseded:
+                del _cache[key]
+        _cache[id(raw)] = entry
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+
+
+def _recall(raw: Mapping[str, Any]) -> RunningSummary | None:
+    """The summary cached for this very state value, if the value is unchanged since."""
+    with _cache_lock:
+        entry = _cache.get(id(raw))
+    if entry is None or entry.raw is not raw:
+        return None
+    ids = raw.get("covered_ids")
+    if ids is not entry.ids or len(ids) != entry.count:  # type: ignore[arg-type]
+        return None
+    if _scalars(raw) != entry.scalars or raw.get("content") != entry.summary.content:
+        return None
+    return entry.summary
+
+
 def summary_from_state(
     state: Mapping[str, Any] | Any, key: str = "running_summary"
 ) -> RunningSummary | None:
     """Read the running summary stored under ``key`` of a graph state.
 
     Accepts the JSON dict form written by the package faces, a `RunningSummary`, or nothing.
+    Reading back a dict the package wrote or read before (unchanged: same covered-id list,
+    same fields) returns the same summary object without validating it again.
 
     Args:
         state: A state mapping (or an object with the key as attribute, e.g. a pydantic state).
@@ -140,8 +226,11 @@ def summary_from_state(
     if not isinstance(raw, Mapping):
         msg = f"state[{key!r}] must be a running summary dict, got {type(raw).__name__}"
         raise ConfigurationError(msg)
+    cached = _recall(raw)
+    if cached is not None:
+        return cached
     try:
-        return RunningSummary.model_validate(dict(raw))
+        summary = RunningSummary.model_validate(dict(raw))
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'record'}: {err['msg']}"
@@ -149,6 +238,11 @@ def summary_from_state(
         )
         msg = f"state[{key!r}] is not a valid running summary record ({problems})"
         raise ConfigurationError(msg) from None
+    ids = raw.get("covered_ids")
+    if isinstance(ids, list):
+        _seed_sorted_ids(summary, ids)
+    _remember(raw, summary)
+    return summary
 
 
 def summary_to_state(summary: RunningSummary) -> dict[str, Any]:
@@ -159,21 +253,35 @@ def summary_to_state(summary: RunningSummary) -> dict[str, Any]:
         >>> summary_to_state(s)["covered_ids"]
         ['a', 'b']
     """
-    return summary.model_dump(mode="json")
+    rest = summary.model_dump(mode="json", exclude={"covered_ids"})
+    data = {
+        name: _sorted_covered(summary) if name == "covered_ids" else rest[name]
+        for name in RunningSummary.model_fields
+    }
+    _remember(data, summary)
+    return data
 
 
-def _state_messages(state: Mapping[str, Any] | Any, key: str) -> list[BaseMessage]:
+def _state_messages(
+    state: Mapping[str, Any] | Any, key: str, *, check: bool = True
+) -> Sequence[BaseMessage]:
+    """The state's message list as stored (not copied; never mutated).
+
+    With ``check`` every element is type-checked (O(n)); without it only the container is,
+    and the compressor checks the messages it reads.
+    """
     raw = state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
     if raw is None:
         return []
     if isinstance(raw, BaseMessage | str | bytes) or not isinstance(raw, Sequence):
         msg = f"state[{key!r}] must be a list of messages, got {type(raw).__name__}"
         raise ConfigurationError(msg)
-    for index, message in enumerate(raw):
-        if not isinstance(message, BaseMessage):
-            msg = f"state[{key!r}][{index}] is a {type(message).__name__}, not a message"
-            raise ConfigurationError(msg)
-    return list(raw)
+    if check:
+        for index, message in enumerate(raw):
+            if not isinstance(message, BaseMessage):
+                msg = f"state[{key!r}][{index}] is a {type(message).__name__}, not a message"
+                raise ConfigurationError(msg)
+    return raw
 
 
 def build_model_input(
@@ -209,10 +317,11 @@ def build_model_input(
         >>> [m.type for m in build_model_input(state)]
         ['system', 'human']
     """
-    messages = ensure_ids(_state_messages(state, messages_key))
     summary = summary_from_state(state, summary_key)
     if context_builder is None:
-        return view(messages, summary, placement=placement)
+        raw = _state_messages(state, messages_key, check=False)
+        return view(_with_ids(raw, summary), summary, placement=placement)
+    messages = ensure_ids(_state_messages(state, messages_key))
     facts = state.get(facts_key) if isinstance(state, Mapping) else getattr(state, facts_key, None)
     return context_builder.build(messages, summary=summary, facts=facts)
 
@@ -348,9 +457,10 @@ class RoundCompressionNode(Runnable[Any, dict[str, Any]]):
 
     def _inputs(
         self, state: Any
-    ) -> tuple[list[BaseMessage], list[BaseMessage], RunningSummary | None]:
-        originals = _state_messages(state, self.messages_key)
-        return originals, ensure_ids(originals), summary_from_state(state, self.summary_key)
+    ) -> tuple[Sequence[BaseMessage], Sequence[BaseMessage], RunningSummary | None]:
+        originals = _state_messages(state, self.messages_key, check=False)
+        summary = summary_from_state(state, self.summary_key)
+        return originals, _with_ids(originals, summary), summary
 
     def _update(
         self,
