@@ -50,7 +50,7 @@ from langchain_histcompress.errors import (
     StorageError,
 )
 from langchain_histcompress.rounds import HistoryViolation, ensure_ids
-from langchain_histcompress.summary import RunningSummary
+from langchain_histcompress.summary import RunningSummary, _added_since
 
 __all__ = [
     "HistoryStore",
@@ -168,6 +168,12 @@ def encode_summary(
     if summary.version <= stored:
         msg = f"summary version {summary.version} does not follow the stored version {stored}"
         raise StorageError(msg)
+    data = summary.model_dump(mode="json", exclude={"covered_ids"})
+    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
+    # A summary built from `previous` knows its own delta: no O(history) set difference.
+    known = None if previous is None else _added_since(summary, previous)
+    if known is not None:
+        return text, known
     before: frozenset[str] = frozenset() if previous is None else previous.covered_ids
     delta = summary.covered_ids - before
     dropped = len(before) - (len(summary.covered_ids) - len(delta))  # |before - covered|
@@ -177,8 +183,6 @@ def encode_summary(
             "summary covered; refusing to lose them"
         )
         raise StorageError(msg)
-    data = summary.model_dump(mode="json", exclude={"covered_ids"})
-    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
     return text, sorted(delta)
 
 
