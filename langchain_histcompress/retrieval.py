@@ -3,11 +3,15 @@
 Every fact retriever follows the `FactRetriever` protocol,
 ``retrieve(query, facts, k) -> list[Fact]`` (best first, at most ``k``, only facts from
 ``facts`` or, for a store, from its namespace). `BM25TurnRetriever` ranks conversation
-messages for the hybrid context (facts + retrieved raw turns).
+messages for the hybrid context (facts + retrieved raw turns). `EvidenceRetriever` ranks
+facts and raw turns *together* for a question about a long conversation: BM25 over facts and
+over turns, each turn also scored by its nearest neighbours (an answer often sits next to
+the turn that names the topic), each fact by the turn it was extracted from, the two lists
+merged by reciprocal rank fusion.
 
 BM25 is implemented here (no dependency) with a deterministic tokenizer: NFKC, casefold,
-split on anything that is not a letter or digit, drop a short list of English stopwords, no
-stemming. Ties are broken by input order, so results are reproducible.
+split on anything that is not a letter or digit, drop English stopwords and chat filler,
+light suffix stemming (`stem`). Ties are broken by input order, so results are reproducible.
 
 Example:
     >>> from langchain_histcompress.facts import Fact
@@ -20,14 +24,18 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import heapq
 import importlib
+import itertools
 import logging
 import math
+import operator
 import re
 import threading
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -40,16 +48,20 @@ from langchain_histcompress.facts import Fact
 from langchain_histcompress.render import message_text
 
 __all__ = [
+    "DEFAULT_MAX_TERM_POSTINGS",
     "STOPWORDS",
     "BM25FactRetriever",
     "BM25Index",
     "BM25TurnRetriever",
     "EmbeddingFactRetriever",
+    "EvidenceRetriever",
     "FactRetriever",
     "MiniLMEmbeddings",
+    "RankedEvidence",
     "StoreFactRetriever",
     "TurnRetriever",
     "minilm_fact_retriever",
+    "stem",
     "tokenize",
     "validate_namespace",
 ]
@@ -57,24 +69,78 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STOPWORDS = frozenset(
-    """a an and are as at be been but by can could did do does for from had has have he her
-    hers him his how i if in into is it its me my of on or our ours she so than that the
-    their them then there these they this those to us was we were what when where which who
-    whom why will with would you your yours""".split()  # noqa: SIM905
+    """a about after again all also am an and another any are as at be because been before
+    being both but by can could d did do does don each few for from further get got had has
+    have he her here hers hey hi him his how i if in into is it its just kind ll lot m many
+    me more most much my no nor not now of oh on only or other our ours own re really s same
+    she so some something anything sort such t than thank thanks that the their them then
+    there these they thing things this those to too type us ve very was way we were what when
+    where which who whom why will with would wow yeah yes you your yours""".split()  # noqa: SIM905
 )
-"""English function words ignored by `tokenize`."""
+"""English function words and chat filler ignored by `tokenize`."""
 
 _WORD_RE = re.compile(r"[^\W_]+")
+_VOWELS = frozenset("aeiouy")
+_KEEP_DOUBLE = frozenset("lsz")
 
 
-def tokenize(text: str, *, stopwords: Container[str] = STOPWORDS) -> list[str]:
-    """Split ``text`` into lowercase word tokens (no stemming), dropping ``stopwords``.
+def _strippable(base: str) -> bool:
+    return len(base) >= 3 and any(c in _VOWELS for c in base)
+
+
+def stem(word: str) -> str:
+    """A light, deterministic English suffix stemmer for one lowercase word.
+
+    Plural ``-s`` / ``-ies``, past ``-ed`` / ``-ied`` and ``-ing(s)`` are removed (when a stem
+    with a vowel and at least three letters remains), a doubled final consonant left by
+    ``-ed`` / ``-ing`` is undoubled, a final ``e`` is dropped and a final ``y`` becomes ``i``,
+    so inflections of a word meet: ``hike``, ``hikes``, ``hiked`` and ``hiking`` all become
+    ``hik``; ``story`` and ``stories`` both ``stori``. Words of three letters or fewer and
+    words with digits are left alone.
+
+    Example:
+        >>> [stem(w) for w in ["painting", "painted", "paints", "running", "activities"]]
+        ['paint', 'paint', 'paint', 'run', 'activiti']
+        >>> [stem(w) for w in ["hike", "hiking", "class", "bus", "2023", "string"]]
+        ['hik', 'hik', 'class', 'bus', '2023', 'string']
+    """
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    base = word
+    undouble = False
+    if len(word) > 4 and word.endswith(("ies", "ied")):
+        base = word[:-2]
+    elif word.endswith("ings") and _strippable(word[:-4]):
+        base, undouble = word[:-4], True
+    elif word.endswith("ing") and _strippable(word[:-3]):
+        base, undouble = word[:-3], True
+    elif word.endswith("ed") and not word.endswith("eed") and _strippable(word[:-2]):
+        base, undouble = word[:-2], True
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        base = word[:-1]
+    if undouble and base[-1] == base[-2] and base[-1] not in _VOWELS | _KEEP_DOUBLE:
+        base = base[:-1]
+    if len(base) > 3 and base.endswith("e"):
+        base = base[:-1]
+    elif len(base) > 3 and base.endswith("y"):
+        base = base[:-1] + "i"
+    return base
+
+
+def tokenize(
+    text: str, *, stopwords: Container[str] = STOPWORDS, stemming: bool = True
+) -> list[str]:
+    """Split ``text`` into lowercase word tokens, dropping ``stopwords``, then `stem` them.
 
     Example:
         >>> tokenize("Where does the user's cat_name come from? Ünïcode!")
-        ['user', 's', 'cat', 'name', 'come', 'ünïcode']
+        ['user', 'cat', 'nam', 'com', 'ünïcod']
+        >>> tokenize("She was hiking", stemming=False)
+        ['hiking']
     """
     words = _WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold())
+    if stemming:
+        return [stem(w) for w in words if w not in stopwords]
     return [w for w in words if w not in stopwords]
 
 
@@ -168,6 +234,55 @@ class BM25Index:
         self._total -= self._lengths.pop(key)
         del self._order[key]
 
+    def keys(self) -> list[str]:
+        """The indexed keys, in insertion order of their current text."""
+        return sorted(self._lengths, key=self._order.__getitem__)
+
+    def scores(
+        self,
+        query: str,
+        *,
+        allowed: Container[str] | None = None,
+        max_postings: int | None = None,
+    ) -> dict[str, float]:
+        """BM25 score of every key sharing a term with ``query`` (only scores > 0).
+
+        Work is proportional to the postings of the query's terms, not to the index size.
+
+        Args:
+            query: Free text (tokenized with `tokenize`).
+            allowed: When given, only these keys are scored.
+            max_postings: When given, query terms found in more than this many texts are
+                ignored: such words carry little evidence, and skipping them keeps the work
+                bounded as the index grows. If every term is that frequent, the rarest one
+                is scored in its ``max_postings`` most recently added texts only.
+        """
+        n = len(self._lengths)
+        if not n:
+            return {}
+        avg = self._total / n if self._total else 1.0
+        scores: dict[str, float] = {}
+        found = [p for t in dict.fromkeys(tokenize(query)) if (p := self._postings.get(t))]
+        newest_only = False
+        if max_postings is not None and found:
+            kept = [p for p in found if len(p) <= max_postings]
+            newest_only = not kept
+            found = kept or [min(found, key=len)]
+        lengths, k1 = self._lengths, self.k1
+        fixed, scale = k1 * (1 - self.b), k1 * self.b / avg
+        for postings in found:
+            df = len(postings)
+            weight = math.log(1 + (n - df + 0.5) / (df + 0.5)) * (k1 + 1)
+            items: Iterable[tuple[str, int]] = postings.items()
+            if newest_only and max_postings is not None:
+                items = itertools.islice(reversed(postings.items()), max_postings)
+            for key, tf in items:
+                if allowed is not None and key not in allowed:
+                    continue
+                score = weight * tf / (tf + fixed + scale * lengths[key])
+                scores[key] = scores.get(key, 0.0) + score
+        return {key: score for key, score in scores.items() if score > 0}
+
     def search(
         self, query: str, k: int, *, allowed: Container[str] | None = None
     ) -> list[tuple[str, float]]:
@@ -179,24 +294,10 @@ class BM25Index:
             allowed: When given, only these keys are returned.
         """
         _check_k(k)
-        n = len(self._lengths)
-        if not n or not k:
+        if not k:
             return []
-        avg = self._total / n if self._total else 1.0
-        scores: dict[str, float] = {}
-        for term in dict.fromkeys(tokenize(query)):
-            postings = self._postings.get(term)
-            if not postings:
-                continue
-            df = len(postings)
-            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-            for key, tf in postings.items():
-                if allowed is not None and key not in allowed:
-                    continue
-                norm = self.k1 * (1 - self.b + self.b * self._lengths[key] / avg)
-                scores[key] = scores.get(key, 0.0) + idf * tf * (self.k1 + 1) / (tf + norm)
         ranked = sorted(
-            ((key, score) for key, score in scores.items() if score > 0),
+            self.scores(query, allowed=allowed).items(),
             key=lambda item: (-item[1], self._order[item[0]]),
         )
         return ranked[:k]
@@ -206,8 +307,46 @@ def _fact_text(fact: Fact) -> str:
     return f"{fact.content} {fact.type.replace('_', ' ')}"
 
 
+def _content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class _FactIndex:
+    """A BM25 index over exactly the facts of the latest call, updated incrementally.
+
+    Facts are keyed by id; a fact is re-tokenized only when its indexed text changes, and
+    facts absent from the call are removed, so scores equal those of a fresh index.
+    """
+
+    def __init__(self, *, k1: float, b: float, text: Callable[[Fact], str]) -> None:
+        self.index = BM25Index(k1=k1, b=b)
+        self._text = text
+        self._texts: dict[str, str] = {}
+
+    def sync(self, facts: Sequence[Fact]) -> dict[str, int]:
+        """Index ``facts``; return fact id -> first position in ``facts``."""
+        positions: dict[str, int] = {}
+        for position, fact in enumerate(facts):
+            if fact.id in positions:
+                continue
+            positions[fact.id] = position
+            text = self._text(fact)
+            if self._texts.get(fact.id) != text:
+                self.index.add(fact.id, text)
+                self._texts[fact.id] = text
+        if len(self._texts) > len(positions):
+            for key in [k for k in self._texts if k not in positions]:
+                self.index.remove(key)
+                del self._texts[key]
+        return positions
+
+
 class BM25FactRetriever:
     """Rank facts by BM25 over their content and type (facts with no shared word are left out).
+
+    The index is kept between calls and updated incrementally (a fact is tokenized again only
+    when its content or type changes); it always holds exactly the facts of the latest call.
+    When two facts share an id, the first one counts.
 
     Args:
         k1: BM25 term-frequency saturation.
@@ -225,21 +364,19 @@ class BM25FactRetriever:
         BM25Index(k1=k1, b=b)
         self.k1 = k1
         self.b = b
+        self._facts = _FactIndex(k1=k1, b=b, text=_fact_text)
+        self._lock = threading.Lock()
 
     def retrieve(self, query: str, facts: Sequence[Fact], k: int) -> list[Fact]:
-        """The at most ``k`` facts sharing words with ``query``, best first."""
+        """The at most ``k`` facts sharing words with ``query``, best first (ties: earliest)."""
         _check_k(k)
-        index = BM25Index(k1=self.k1, b=self.b)
-        by_key: dict[str, Fact] = {}
-        for position, fact in enumerate(facts):
-            key = f"{position}"
-            by_key[key] = fact
-            index.add(key, _fact_text(fact))
-        return [by_key[key] for key, _ in index.search(query, k)]
-
-
-def _content_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if not k or not facts:
+            return []
+        with self._lock:
+            positions = self._facts.sync(facts)
+            scores = self._facts.index.scores(query)
+        ranked = sorted(scores.items(), key=lambda item: (-item[1], positions[item[0]]))
+        return [facts[positions[key]] for key, _ in ranked[:k]]
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -429,17 +566,172 @@ class StoreFactRetriever:
         return BM25FactRetriever().retrieve(query, candidates, k)
 
 
+class _TurnIndex:
+    """An incremental BM25 index over conversation messages, shared across calls.
+
+    A message is keyed by its id and tokenized once: a later call passing the same message
+    object costs one dictionary lookup; an equal-id message with another text is
+    re-indexed. When a call's messages start with exactly the previous call's message
+    objects (a growing history), only the new tail is looked at: the prefix is confirmed by
+    one identity comparison per message, at C speed. Messages without an id are keyed by
+    position and dropped when the history changes.
+    """
+
+    def __init__(
+        self,
+        *,
+        k1: float,
+        b: float,
+        max_cached: int,
+        include_tool_results: bool,
+        speaker_names: Mapping[str, str],
+    ) -> None:
+        self.k1 = k1
+        self.b = b
+        self.max_cached = max_cached
+        self.include_tool_results = include_tool_results
+        self.speaker_names = dict(speaker_names)
+        self.index = BM25Index(k1=k1, b=b)
+        self._seen: dict[str, tuple[BaseMessage, str]] = {}
+        self._previous: list[BaseMessage] = []
+        self.keys: list[str] = []
+        self.order: dict[str, int] = {}
+        self.position: dict[str, int] = {}
+        self.by_key: dict[str, BaseMessage] = {}
+        self._anonymous: list[str] = []
+
+    def eligible(self, message: BaseMessage) -> bool:
+        if message.type == "system":
+            return False
+        return self.include_tool_results or message.type != "tool"
+
+    def text(self, message: BaseMessage) -> str:
+        text = message_text(message)
+        name = message.name or self.speaker_names.get(message.type)
+        return f"{text}\n{name}" if name else text
+
+    def _restart(self) -> None:
+        for key in self._anonymous:
+            self.index.remove(key)
+        self._anonymous = []
+        self._previous = []
+        self.keys = []
+        self.order = {}
+        self.position = {}
+        self.by_key = {}
+        if len(self._seen) > self.max_cached:
+            self.index = BM25Index(k1=self.k1, b=self.b)
+            self._seen.clear()
+
+    def sync(self, messages: Sequence[BaseMessage]) -> None:
+        """Index ``messages``; afterwards the attributes describe them.
+
+        ``keys``: keys of the eligible messages in order; ``order``: key -> index in
+        ``keys``; ``position``: key -> index in ``messages``; ``by_key``: key -> message.
+        """
+        known = len(self._previous)
+        if not (
+            known
+            and len(messages) >= known
+            and all(map(operator.is_, self._previous, messages))
+            and len(self._seen) <= self.max_cached
+        ):
+            self._restart()
+            known = 0
+        for position in range(known, len(messages)):
+            message = messages[position]
+            self._previous.append(message)
+            if not self.eligible(message):
+                continue
+            if message.id is None:
+                key = f"\x00anon-{position}"
+                self.index.add(key, self.text(message))
+                self._anonymous.append(key)
+            else:
+                key = f"id:{message.id}"
+                if key in self.by_key:
+                    continue
+                cached = self._seen.get(key)
+                if cached is None or cached[0] is not message:
+                    text = self.text(message)
+                    if cached is None or cached[1] != text:
+                        self.index.add(key, text)
+                    self._seen[key] = (message, text)
+            self.order[key] = len(self.keys)
+            self.position[key] = position
+            self.keys.append(key)
+            self.by_key[key] = message
+
+
+DEFAULT_MAX_TERM_POSTINGS = 2_000
+"""Default bound on how many messages or facts a query word may appear in to be scored."""
+
+_MATCH_LIMIT = 2_048
+"""Best-matching messages kept per query by `EvidenceRetriever` (far more than any context
+shows; bounds the work on very long histories)."""
+_SPREAD_LIMIT = 512
+"""Best-matching messages whose score spreads to their neighbours."""
+
+
+def _by_score(item: tuple[str, float]) -> float:
+    return item[1]
+
+
+def _check_bm25(k1: float, b: float) -> None:
+    BM25Index(k1=k1, b=b)
+
+
+def _check_postings(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"max_term_postings must be an int >= 1 or None, got {value!r}"
+        raise ConfigurationError(msg)
+    return value
+
+
+def _check_max_cached(max_cached: object) -> int:
+    if isinstance(max_cached, bool) or not isinstance(max_cached, int) or max_cached < 1:
+        msg = f"max_cached must be an int >= 1, got {max_cached!r}"
+        raise ConfigurationError(msg)
+    return max_cached
+
+
+def _check_names(speaker_names: object) -> dict[str, str]:
+    if speaker_names is None:
+        return {}
+    if not isinstance(speaker_names, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in speaker_names.items()
+    ):
+        msg = (
+            "speaker_names must map message types to names, e.g. "
+            f"{{'human': 'Ann', 'ai': 'Bot'}}, got {speaker_names!r}"
+        )
+        raise ConfigurationError(msg)
+    return {k: v for k, v in speaker_names.items() if v.strip()}
+
+
 class BM25TurnRetriever:
     """Rank conversation messages by BM25 (for hybrid contexts with retrieved raw turns).
 
-    The index is incremental and cached across calls: each message (by id and content hash)
-    is tokenized once, so repeated calls on a growing history cost little. Messages without
-    an id are indexed per call only.
+    The index is incremental and cached across calls: each message is tokenized once (a
+    message object seen before costs a dictionary lookup; an edited message with the same id
+    is re-indexed), and when a call's messages extend the previous call's (the same objects
+    first, checked by identity at C speed) only the new ones are looked at, so repeated calls
+    on a growing history cost little. Messages without an id are keyed by position while the
+    history only grows.
 
     Args:
         max_cached: When the cache holds more messages than this, it is rebuilt from the
             messages of the current call.
         include_tool_results: Also rank tool results.
+        speaker_names: Message type -> speaker name (``{"human": "Ann", "ai": "Bob"}``),
+            indexed with each message's text so questions naming a speaker find that
+            speaker's turns; a message's own ``name`` takes precedence.
+        max_term_postings: Query words found in more messages than this are ignored (see
+            `BM25Index.scores`); ``None`` scores every word.
+        k1: BM25 term-frequency saturation.
+        b: BM25 length normalization.
 
     Example:
         >>> from langchain_core.messages import AIMessage, HumanMessage
@@ -449,58 +741,274 @@ class BM25TurnRetriever:
         ['m1']
     """
 
-    def __init__(self, *, max_cached: int = 200_000, include_tool_results: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        max_cached: int = 200_000,
+        include_tool_results: bool = True,
+        speaker_names: Mapping[str, str] | None = None,
+        max_term_postings: int | None = DEFAULT_MAX_TERM_POSTINGS,
+        k1: float = 1.5,
+        b: float = 0.75,
+    ) -> None:
         """Validate and store the configuration."""
-        if isinstance(max_cached, bool) or not isinstance(max_cached, int) or max_cached < 1:
-            msg = f"max_cached must be an int >= 1, got {max_cached!r}"
-            raise ConfigurationError(msg)
-        self.max_cached = max_cached
+        _check_bm25(k1, b)
+        self.max_term_postings = _check_postings(max_term_postings)
+        self.max_cached = _check_max_cached(max_cached)
         self.include_tool_results = include_tool_results
-        self._index = BM25Index()
-        self._hashes: dict[str, str] = {}
+        self._turns = _TurnIndex(
+            k1=k1,
+            b=b,
+            max_cached=self.max_cached,
+            include_tool_results=include_tool_results,
+            speaker_names=_check_names(speaker_names),
+        )
         self._lock = threading.Lock()
-
-    def _eligible(self, message: BaseMessage) -> bool:
-        if message.type == "system":
-            return False
-        return self.include_tool_results or message.type != "tool"
 
     def retrieve(self, query: str, messages: Sequence[BaseMessage], k: int) -> list[BaseMessage]:
         """The at most ``k`` messages sharing words with ``query``, best first (ties: earliest)."""
         _check_k(k)
         if not k or not messages:
             return []
-        by_key: dict[str, BaseMessage] = {}
-        positions: dict[str, int] = {}
-        anonymous: list[tuple[str, str]] = []
         with self._lock:
-            if len(self._hashes) > self.max_cached:
-                self._index = BM25Index()
-                self._hashes.clear()
-            for position, message in enumerate(messages):
-                if not self._eligible(message):
-                    continue
-                text = message_text(message)
-                if message.id is None:
-                    key = f"\x00anon-{position}"
-                    anonymous.append((key, text))
-                else:
-                    key = f"id:{message.id}"
-                    digest = _content_hash(text)
-                    if self._hashes.get(key) != digest:
-                        self._index.add(key, text)
-                        self._hashes[key] = digest
-                by_key[key] = message
-                positions[key] = position
-            for key, text in anonymous:
-                self._index.add(key, text)
-            try:
-                ranked = self._index.search(query, len(by_key), allowed=by_key)
-            finally:
-                for key, _ in anonymous:
-                    self._index.remove(key)
-        ranked.sort(key=lambda item: (-item[1], positions[item[0]]))
-        return [by_key[key] for key, _ in ranked[:k]]
+            turns = self._turns
+            turns.sync(messages)
+            scores = turns.index.scores(
+                query, allowed=turns.by_key, max_postings=self.max_term_postings
+            )
+            best = heapq.nsmallest(k, scores.items(), key=lambda i: (-i[1], turns.order[i[0]]))
+            return [turns.by_key[key] for key, _ in best]
+
+
+@dataclass(frozen=True)
+class RankedEvidence:
+    """One item of an `EvidenceRetriever` ranking."""
+
+    item: Fact | BaseMessage
+    """The fact or the conversation message."""
+    score: float
+    """Fused score (reciprocal rank fusion of the fact and turn rankings); higher is better."""
+    position: int = 0
+    """Index of the item in the ``facts`` or ``messages`` sequence it came from."""
+
+    @property
+    def is_fact(self) -> bool:
+        """Whether the item is a fact (else a message)."""
+        return isinstance(self.item, Fact)
+
+
+def _content_only(fact: Fact) -> str:
+    return fact.content
+
+
+class EvidenceRetriever:
+    """Rank facts and raw conversation turns together for a question (BM25 family, offline).
+
+    Built for questions about a long conversation, where the answer may sit in a remembered
+    fact or only in an old turn, and where the turn that names a topic is often not the turn
+    that answers it. Three BM25 signals, then one fused list:
+
+    1. **Turns**: BM25 over every message of the conversation (speaker names indexed with
+       the text when known), plus ``neighbour_weight`` times the best score among the
+       ``neighbour_window`` messages on either side, so the reply to a matching question
+       (and the question before a matching answer) ranks too.
+    2. **Facts**: BM25 over fact contents, plus ``source_weight`` times the best score of
+       the turns the fact was extracted from (``source_ids``).
+    3. **Fusion**: reciprocal rank fusion, ``1 / (rrf_k + rank)`` in each list (a fact
+       before a turn on equal scores), so neither list's raw score scale dominates.
+
+    Items sharing no word with the query, directly or through a neighbour or source, are
+    left out. Indexes are incremental and kept between calls (see `BM25TurnRetriever`); on
+    very long histories the work per query stays bounded: query words found in more than
+    ``max_term_postings`` texts are skipped, the best 2,048 matching messages are kept and
+    the best 512 spread their score to neighbours.
+
+    Args:
+        neighbour_window: Messages on each side whose score spreads to a message.
+        neighbour_weight: Share of the best neighbour's score added to a message's score.
+        source_weight: Share of the best source turn's score added to a fact's score.
+        rrf_k: Reciprocal rank fusion constant.
+        speaker_names: Message type -> speaker name, indexed with the messages.
+        include_tool_results: Also rank tool results.
+        max_cached: Cache bound of the message index (see `BM25TurnRetriever`).
+        max_term_postings: Query words found in more texts than this are ignored (see
+            `BM25Index.scores`), which bounds the work per query on very long histories;
+            ``None`` scores every word.
+        k1: BM25 term-frequency saturation.
+        b: BM25 length normalization.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> from langchain_histcompress.facts import Fact
+        >>> history = [HumanMessage("What did you paint last week?", id="h1"),
+        ...            AIMessage("A lake at sunrise.", id="a1"),
+        ...            HumanMessage("Nice! I adopted a kitten.", id="h2")]
+        >>> facts = [Fact(id="f-1", content="The user adopted a kitten", source_ids=["h2"])]
+        >>> retriever = EvidenceRetriever(neighbour_window=1)
+        >>> [r.item.id for r in retriever.rank("What was painted?", facts, history)]
+        ['h1', 'a1']
+        >>> [r.item.id for r in retriever.rank("Any new pets or kittens?", facts, history)]
+        ['f-1', 'h2', 'a1']
+    """
+
+    def __init__(
+        self,
+        *,
+        neighbour_window: int = 2,
+        neighbour_weight: float = 0.6,
+        source_weight: float = 0.3,
+        rrf_k: float = 60.0,
+        speaker_names: Mapping[str, str] | None = None,
+        include_tool_results: bool = True,
+        max_cached: int = 200_000,
+        max_term_postings: int | None = DEFAULT_MAX_TERM_POSTINGS,
+        k1: float = 1.5,
+        b: float = 0.75,
+    ) -> None:
+        """Validate and store the configuration (see the class docstring)."""
+        _check_bm25(k1, b)
+        self.max_term_postings = _check_postings(max_term_postings)
+        if isinstance(neighbour_window, bool) or not isinstance(neighbour_window, int):
+            msg = f"neighbour_window must be an int >= 0, got {neighbour_window!r}"
+            raise ConfigurationError(msg)
+        if neighbour_window < 0:
+            msg = f"neighbour_window must be an int >= 0, got {neighbour_window!r}"
+            raise ConfigurationError(msg)
+        for name, value in (
+            ("neighbour_weight", neighbour_weight),
+            ("source_weight", source_weight),
+            ("rrf_k", rrf_k),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                msg = f"{name} must be a number >= 0, got {value!r}"
+                raise ConfigurationError(msg)
+        self.neighbour_window = neighbour_window
+        self.neighbour_weight = float(neighbour_weight)
+        self.source_weight = float(source_weight)
+        self.rrf_k = float(rrf_k)
+        self.max_cached = _check_max_cached(max_cached)
+        self._turns = _TurnIndex(
+            k1=k1,
+            b=b,
+            max_cached=self.max_cached,
+            include_tool_results=include_tool_results,
+            speaker_names=_check_names(speaker_names),
+        )
+        self._facts = _FactIndex(k1=k1, b=b, text=_content_only)
+        self._lock = threading.Lock()
+
+    def _turn_scores(
+        self, query: str, messages: Sequence[BaseMessage]
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """Raw and neighbour-expanded BM25 scores of the messages (call under the lock)."""
+        turns = self._turns
+        turns.sync(messages)
+        base = turns.index.scores(query, allowed=turns.by_key, max_postings=self.max_term_postings)
+        if len(base) > _MATCH_LIMIT:
+            base = dict(heapq.nlargest(_MATCH_LIMIT, base.items(), key=_by_score))
+        expanded = dict(base)
+        if self.neighbour_window and self.neighbour_weight and base:
+            keys, order, width = turns.keys, turns.order, self.neighbour_window
+            best: dict[int, float] = {}
+            seeds: Iterable[tuple[str, float]] = base.items()
+            if len(base) > _SPREAD_LIMIT:
+                seeds = heapq.nlargest(_SPREAD_LIMIT, base.items(), key=_by_score)
+            for key, score in seeds:
+                at = order[key]
+                for near in range(max(0, at - width), min(len(keys), at + width + 1)):
+                    if near != at and score > best.get(near, 0.0):
+                        best[near] = score
+            for near, score in best.items():
+                key = keys[near]
+                expanded[key] = expanded.get(key, 0.0) + self.neighbour_weight * score
+        return base, expanded
+
+    def iter_rank(
+        self,
+        query: str,
+        facts: Sequence[Fact],
+        messages: Sequence[BaseMessage],
+        *,
+        turn_ids: Container[str] | None = None,
+        only_before: int | None = None,
+    ) -> Iterator[RankedEvidence]:
+        """Like `rank`, lazily: scoring happens at once, ordering as items are taken.
+
+        Taking the first ``n`` items costs ``O(n log N)`` after one ``O(N)`` heap build, so
+        a caller filling a token budget pays for what it looks at, not for every match.
+        """
+        if not query.strip() or (not facts and not messages):
+            return iter(())
+        with self._lock:
+            base, turn_scores = self._turn_scores(query, messages)
+            turns = self._turns
+            turn_heap = [
+                (-score, turns.position[key], turns.by_key[key])
+                for key, score in turn_scores.items()
+                if (only_before is None or turns.position[key] < only_before)
+                and (turn_ids is None or str(turns.by_key[key].id) in turn_ids)
+            ]
+            positions = self._facts.sync(facts)
+            fact_scores = self._facts.index.scores(query, max_postings=self.max_term_postings)
+        if self.source_weight and base:
+            for fact_id, at in positions.items():
+                best = max((base.get(f"id:{s}", 0.0) for s in facts[at].source_ids), default=0.0)
+                if best:
+                    fact_scores[fact_id] = fact_scores.get(fact_id, 0.0) + self.source_weight * best
+        fact_heap = [
+            (-score, positions[key], facts[positions[key]]) for key, score in fact_scores.items()
+        ]
+        return self._fuse(fact_heap, turn_heap)
+
+    def _fuse(
+        self,
+        fact_heap: list[tuple[float, int, Fact]],
+        turn_heap: list[tuple[float, int, BaseMessage]],
+    ) -> Iterator[RankedEvidence]:
+        # With one weight per list, reciprocal rank fusion interleaves the two rankings:
+        # fact 1, turn 1, fact 2, turn 2... (a fact first on equal fused scores).
+        heapq.heapify(fact_heap)
+        heapq.heapify(turn_heap)
+        rank = 0
+        while fact_heap or turn_heap:
+            score = 1.0 / (self.rrf_k + rank + 1)
+            if fact_heap:
+                _, at, fact = heapq.heappop(fact_heap)
+                yield RankedEvidence(fact, score, at)
+            if turn_heap:
+                _, at, message = heapq.heappop(turn_heap)
+                yield RankedEvidence(message, score, at)
+            rank += 1
+
+    def rank(
+        self,
+        query: str,
+        facts: Sequence[Fact],
+        messages: Sequence[BaseMessage],
+        *,
+        turn_ids: Container[str] | None = None,
+        only_before: int | None = None,
+        k: int | None = None,
+    ) -> list[RankedEvidence]:
+        """Facts and messages relevant to ``query``, best first.
+
+        Args:
+            query: The question.
+            facts: Candidate facts (the caller filters expired or low-confidence ones).
+            messages: The conversation, in order: every message is indexed and may lend its
+                score to its neighbours and to the facts extracted from it.
+            turn_ids: When given, only messages with these ids are returned (e.g. the ones
+                not already shown verbatim); the others still score neighbours and facts.
+            only_before: When given, only messages at an index below it are returned.
+            k: At most this many items (``None``: all that score).
+
+        Returns:
+            The ranking; facts and messages are the objects passed in.
+        """
+        if k is not None:
+            _check_k(k)
+        ranked = self.iter_rank(query, facts, messages, turn_ids=turn_ids, only_before=only_before)
+        return list(ranked if k is None else itertools.islice(ranked, k))
 
 
 # --------------------------------------------------------------------------- offline MiniLM

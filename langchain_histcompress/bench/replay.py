@@ -26,8 +26,9 @@ What it answers:
   has been covered contributes its file summary; a session still in progress contributes the
   observations sourced from the covered turns (never anything from turns not yet shown). The
   oldest pieces are dropped while the text exceeds ``summary_token_cap`` tokens, as a running
-  summary of bounded size forgets its oldest detail. For the package's prompt the text is
-  wrapped as ``{"ConversationSummary": "..."}``.
+  summary of bounded size forgets its oldest detail, and a newest piece still over the cap
+  keeps only its leading sentences, so the reply always obeys the cap. For the package's
+  prompt the text is wrapped as ``{"ConversationSummary": "..."}``.
 - **Fact operations**: one ``ADD`` per observation sourced from the shown turns (its newest
   source shown, none from the future), typed ``event`` when it is anchored in time and
   ``confirmed_detail`` otherwise, confidence 0.9, ``source_ids`` = its sources among the
@@ -61,7 +62,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -235,14 +236,16 @@ def build_running_summary(
     *,
     complete_sessions: Iterable[int] = (),
     counter: TiktokenCounter | None = None,
-    token_cap: int = 600,
+    token_cap: int = 128,
 ) -> str:
     """Build the running summary of the ``covered`` turns from the file's own model output.
 
     Sessions whose last turn is covered (or listed in ``complete_sessions``) contribute their
     file summary; sessions in progress contribute the observations sourced from covered
     turns (or a one-line note when none is). Oldest pieces are dropped while the text is
-    over ``token_cap`` tokens; the newest piece is always kept.
+    over ``token_cap`` tokens; the newest piece is always kept, cut to its leading whole
+    sentences when it alone is over the cap (as a model told to stay under a size would
+    condense it), so the text never exceeds the cap.
 
     Example:
         >>> from langchain_histcompress.bench.locomo import parse_locomo
@@ -281,7 +284,32 @@ def build_running_summary(
     count = (counter or _default_counter()).count_text
     while len(pieces) > 1 and count("\n\n".join(pieces)) > token_cap:
         pieces.pop(0)
-    return "\n\n".join(pieces)
+    return _fit(pieces[0], token_cap, count) if len(pieces) == 1 else "\n\n".join(pieces)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _fit(text: str, token_cap: int, count: Callable[[str], int]) -> str:
+    """``text`` cut to its leading whole sentences within ``token_cap`` tokens.
+
+    A model told to stay under a size condenses; the replay keeps the file's own sentences,
+    so it keeps the leading ones. The first sentence is cut at a word when it alone is over.
+    """
+    if count(text) <= token_cap:
+        return text
+    kept = ""
+    for sentence in _SENTENCE_END.split(text):
+        candidate = f"{kept} {sentence}" if kept else sentence
+        if count(candidate) > token_cap:
+            break
+        kept = candidate
+    if kept:
+        return kept
+    words = text.split()
+    while len(words) > 1 and count(" ".join(words)) > token_cap:
+        words = words[: max(1, len(words) * 3 // 4)]
+    return " ".join(words)
 
 
 def fact_type(text: str) -> str:
@@ -354,8 +382,9 @@ class ReplayChatModel(BaseChatModel):
     """The conversation whose session summaries and observations are replayed."""
     counter: InstanceOf[TiktokenCounter] | None = None
     """Counter for usage metadata and the summary cap (default: the shared gpt-4o-mini one)."""
-    summary_token_cap: int = Field(default=600, gt=0)
-    """Largest running summary, in tokens; oldest pieces are dropped beyond it."""
+    summary_token_cap: int = Field(default=128, gt=0)
+    """Largest running summary, in tokens: oldest pieces are dropped beyond it, and the
+    newest keeps its leading sentences (give the summarizer the same cap)."""
     fact_confidence: float = Field(default=0.9, ge=0.0, le=1.0)
     """Confidence given to every replayed fact."""
     _index: _Index = PrivateAttr()

@@ -217,6 +217,7 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
             "budget_tokens": config.budget_tokens,
             "keep_messages": config.keep_messages,
             "summary_tokens": config.summary_tokens,
+            "context_tokens": config.context_tokens,
             "token_counter": "tiktoken gpt-4o-mini (o200k_base)",
         },
         "definitions": DEFINITIONS,
@@ -271,8 +272,8 @@ def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = (
         "",
         f"Conversations: {', '.join(result.conversations)}. Internal model: "
         f"`{result.internal_model}`. Token budget {config.budget_tokens}, kept messages "
-        f"{config.keep_messages}, summary cap {config.summary_tokens} tokens. "
-        f"Run time {result.seconds:.1f} s.",
+        f"{config.keep_messages}, summary cap {config.summary_tokens} tokens, assembled "
+        f"contexts {config.context_tokens} tokens. Run time {result.seconds:.1f} s.",
         "",
         "## All conversations",
         "",

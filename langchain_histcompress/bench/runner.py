@@ -107,8 +107,10 @@ class BenchConfig:
     """Token budget of token-bounded strategies."""
     keep_messages: int = 20
     """Messages kept by count-bounded strategies."""
-    summary_tokens: int = 600
+    summary_tokens: int = 128
     """Cap on replayed and requested summaries."""
+    context_tokens: int = 1500
+    """Budget of the contexts assembled by ``ContextBuilder`` (facts and hybrid strategies)."""
     counting: bool = True
     """Also measure incremental token counting on a 100k-message history."""
 
@@ -117,7 +119,13 @@ class BenchConfig:
         if not self.data:
             msg = "no data given: pass at least one LoCoMo file or folder"
             raise ConfigurationError(msg)
-        for name in ("overhead_turns", "budget_tokens", "keep_messages", "summary_tokens"):
+        for name in (
+            "overhead_turns",
+            "budget_tokens",
+            "keep_messages",
+            "summary_tokens",
+            "context_tokens",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 msg = f"{name} must be an integer >= 1, got {value!r}"
@@ -435,6 +443,8 @@ def run_benchmark(
             budget_tokens=config.budget_tokens,
             keep_messages=config.keep_messages,
             summary_tokens=config.summary_tokens,
+            context_tokens=config.context_tokens,
+            speaker_names={"human": conversation.speaker_a, "ai": conversation.speaker_b},
         )
         for name in names:
             label = f"{conversation.name} {name}"
@@ -485,6 +495,8 @@ def _overhead(
         budget_tokens=config.budget_tokens,
         keep_messages=config.keep_messages,
         summary_tokens=config.summary_tokens,
+        context_tokens=config.context_tokens,
+        speaker_names={"human": conversation.speaker_a, "ai": conversation.speaker_b},
     )
     figures: list[OverheadFigure] = []
     for size in config.sizes:

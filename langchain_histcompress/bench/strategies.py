@@ -20,9 +20,11 @@ adapter. Built in:
 - ``round_compression`` / ``round_compression_5_10`` / ``thread_summary``: the package's
   ``RoundCompressor`` (2 compressed / 3 retained, 5 / 10) and ``thread_summarizer`` preset.
 - ``facts``: ``FactExtractionNode`` (facts from every two completed rounds) and
-  ``ContextBuilder`` (facts + newest rounds within ``budget_tokens``).
-- ``hybrid``: ``RoundCompressor`` summary + facts + 4 retrieved raw turns, assembled by
-  ``ContextBuilder``.
+  ``ContextBuilder`` (facts ranked for the question by ``EvidenceRetriever`` + newest
+  rounds within ``context_tokens``).
+- ``hybrid``: ``RoundCompressor`` summary + facts and older raw turns ranked together by
+  ``EvidenceRetriever``, assembled by ``ContextBuilder`` within ``context_tokens``.
+- ``hybrid_retrieval``: the same without the running summary (no summarizer calls).
 
 Strategies whose package modules are missing are simply not offered.
 
@@ -44,7 +46,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -58,7 +60,9 @@ from langchain_histcompress.rounds import split_rounds
 from langchain_histcompress.tokens import TiktokenCounter
 
 __all__ = [
+    "DATA_BUDGET_RATIO",
     "DEFAULT_STRATEGIES",
+    "EXTRACTION_PROMPT_FACTS",
     "Strategy",
     "StrategyEnv",
     "StrategySpec",
@@ -80,8 +84,15 @@ class StrategyEnv:
     """Token budget of token-bounded strategies (reducer, trim, summarization triggers)."""
     keep_messages: int = 20
     """Messages kept verbatim by count-bounded strategies."""
-    summary_tokens: int = 600
-    """Cap on summaries, for strategies that take one."""
+    summary_tokens: int = 128
+    """Cap on summaries, for strategies that take one (a running summary of about a hundred
+    words; each turn re-sends it and each fold re-reads and rewrites it)."""
+    context_tokens: int = 1500
+    """Budget of the contexts that ``ContextBuilder`` assembles (facts and hybrid strategies),
+    for every turn and every recall question."""
+    speaker_names: Mapping[str, str] | None = None
+    """Message type -> speaker name (``{"human": "Ann", "ai": "Bob"}``) when the application
+    knows who is talking; indexed with the turns by retrieval-based strategies."""
 
 
 class Strategy(ABC):
@@ -324,12 +335,26 @@ class CompressorStrategy(Strategy):
         return list(self.compressor.view(list(messages), self._summary))
 
 
+DATA_BUDGET_RATIO = 0.9
+"""Share of a facts / hybrid context (after system prompt and question) given to retrieved
+data; the rest keeps the newest rounds verbatim (about two LoCoMo rounds at 1,500 tokens)."""
+
+EXTRACTION_PROMPT_FACTS = 20
+"""Current facts shown to the extractor (the most relevant to the new rounds), so it can
+update or skip known facts; the rest of the fact set stays out of the prompt."""
+
+_AS_MANY_AS_FIT = 100_000
+
+
 class FactsStrategy(Strategy):
     """Fact memory + context assembly: ``FactExtractionNode`` and ``ContextBuilder``.
 
     Every turn the node extracts facts from completed rounds it has not seen (one call per
-    two rounds) and the builder assembles system + facts (+ running summary and retrieved raw
-    turns in hybrid mode) + the newest rounds within ``budget_tokens``.
+    two rounds) and the builder assembles, within ``context_tokens``: system + data + the
+    newest rounds. The data is ranked for the latest question by an ``EvidenceRetriever``
+    (facts, plus older raw turns in hybrid mode, ranked together) and filled in that order
+    until `DATA_BUDGET_RATIO` of the budget is spent; the running summary comes first in
+    hybrid mode.
     """
 
     def __init__(
@@ -337,18 +362,27 @@ class FactsStrategy(Strategy):
         env: StrategyEnv,
         *,
         summaries: CompressorStrategy | None = None,
-        raw_turns: int = 0,
+        raw_turns: bool = False,
     ) -> None:
         """Build the node and the builder; ``summaries`` adds a running summary (hybrid)."""
         memory = importlib.import_module("langchain_histcompress.memory")
         context = importlib.import_module("langchain_histcompress.context")
         facts_module = importlib.import_module("langchain_histcompress.facts")
+        retrieval = importlib.import_module("langchain_histcompress.retrieval")
         self._merge: Callable[[Any, Any], dict[str, Any]] = facts_module.merge_facts
-        self.node = memory.FactExtractionNode(env.model, batch_rounds=2, use_runtime_store=False)
+        self.node = memory.FactExtractionNode(
+            env.model,
+            batch_rounds=2,
+            use_runtime_store=False,
+            max_prompt_facts=EXTRACTION_PROMPT_FACTS,
+        )
         self.builder = context.ContextBuilder(
-            max_context_tokens=env.budget_tokens,
+            max_context_tokens=env.context_tokens,
             token_counter=env.counter,
-            raw_turn_retrieval=raw_turns,
+            top_k_facts=_AS_MANY_AS_FIT,
+            raw_turn_retrieval=_AS_MANY_AS_FIT if raw_turns else 0,
+            data_budget_ratio=DATA_BUDGET_RATIO,
+            evidence_retriever=retrieval.EvidenceRetriever(speaker_names=env.speaker_names),
         )
         self.summaries = summaries
         self._facts: dict[str, Any] = {}
@@ -484,23 +518,27 @@ def build_strategy(name: str, env: StrategyEnv) -> Strategy:
     return strategy
 
 
-def _compressor(env: StrategyEnv, **kwargs: Any) -> Strategy:
+def _round_compressor(env: StrategyEnv, **kwargs: Any) -> Any:
     module = importlib.import_module("langchain_histcompress.compressor")
-    compressor = module.RoundCompressor(env.model, token_counter=env.counter, **kwargs)
-    return CompressorStrategy(compressor)
+    return module.RoundCompressor(
+        env.model, token_counter=env.counter, max_summary_tokens=env.summary_tokens, **kwargs
+    )
+
+
+def _compressor(env: StrategyEnv, **kwargs: Any) -> Strategy:
+    return CompressorStrategy(_round_compressor(env, **kwargs))
 
 
 def _hybrid(env: StrategyEnv) -> Strategy:
-    module = importlib.import_module("langchain_histcompress.compressor")
-    compressor = module.RoundCompressor(
-        env.model, rounds_to_compress=2, rounds_to_retain=3, token_counter=env.counter
-    )
-    return FactsStrategy(env, summaries=CompressorStrategy(compressor), raw_turns=4)
+    compressor = _round_compressor(env, rounds_to_compress=2, rounds_to_retain=3)
+    return FactsStrategy(env, summaries=CompressorStrategy(compressor), raw_turns=True)
 
 
 def _thread_summary(env: StrategyEnv) -> Strategy:
     module = importlib.import_module("langchain_histcompress.compressor")
-    compressor = module.thread_summarizer(env.model, token_counter=env.counter)
+    compressor = module.thread_summarizer(
+        env.model, token_counter=env.counter, max_summary_tokens=env.summary_tokens
+    )
     return CompressorStrategy(compressor)
 
 
@@ -555,18 +593,24 @@ register_strategy(
 register_strategy(
     "facts",
     lambda env: FactsStrategy(env),
-    "FactExtractionNode + ContextBuilder: facts, then the newest rounds within the budget",
+    "FactExtractionNode + ContextBuilder: facts ranked for the question, newest rounds",
     requires=("langchain_histcompress.memory", "langchain_histcompress.context"),
 )
 register_strategy(
     "hybrid",
     _hybrid,
-    "RoundCompressor summary + facts + 4 retrieved raw turns, assembled by ContextBuilder",
+    "RoundCompressor summary + facts and old raw turns ranked together, by ContextBuilder",
     requires=(
         "langchain_histcompress.compressor",
         "langchain_histcompress.memory",
         "langchain_histcompress.context",
     ),
+)
+register_strategy(
+    "hybrid_retrieval",
+    lambda env: FactsStrategy(env, raw_turns=True),
+    "facts and old raw turns ranked together, newest rounds; no summary, no summarizer calls",
+    requires=("langchain_histcompress.memory", "langchain_histcompress.context"),
 )
 
 DEFAULT_STRATEGIES: tuple[str, ...] = tuple(_REGISTRY)

@@ -86,8 +86,38 @@ def test_summary_cap_drops_oldest_pieces(
     covered = [t.dia_id for t in conversation.turns]
     full = build_running_summary(conversation, covered, counter=counter, token_cap=1000)
     assert full == "\n\n".join(s.summary for s in conversation.sessions)
+    newest = conversation.sessions[1].summary
+    alone = build_running_summary(
+        conversation, covered, counter=counter, token_cap=counter.count_text(newest)
+    )
+    assert alone == newest  # oldest piece dropped, newest kept whole
     capped = build_running_summary(conversation, covered, counter=counter, token_cap=10)
-    assert capped == conversation.sessions[1].summary  # newest piece always kept
+    # the newest piece alone is over the cap: only its leading words are kept
+    assert newest.startswith(capped) and capped
+    assert counter.count_text(capped) <= 10
+
+
+def test_summary_cap_keeps_leading_whole_sentences(counter: TiktokenCounter) -> None:
+    conversation = parse_locomo(
+        {
+            "speaker_a": "A",
+            "speaker_b": "B",
+            "qa": [],
+            "session_1_summary": "A met B. They talked about tea. Then they left.",
+            "session_1": [
+                {"speaker": "A", "dia_id": "D1:1", "text": "hi"},
+                {"speaker": "B", "dia_id": "D1:2", "text": "yo"},
+            ],
+        }
+    )
+    covered = ["D1:1", "D1:2"]
+    cap = counter.count_text("A met B. They talked about tea.")
+    text = build_running_summary(conversation, covered, counter=counter, token_cap=cap)
+    assert text == "A met B. They talked about tea."
+    model = ReplayChatModel(conversation=conversation, counter=counter, summary_token_cap=cap)
+    summarizer = Summarizer(model, token_counter=counter, max_summary_tokens=cap)
+    update = summarizer.summarize(_messages(conversation, "D1:1", "D1:2"))
+    assert update.summary.text == "A met B. They talked about tea."  # accepted under the cap
 
 
 def test_extractor_prompt_gets_add_operations(

@@ -141,6 +141,8 @@ def test_config_validation() -> None:
         BenchConfig(data=())
     with pytest.raises(ConfigurationError, match="budget_tokens must be an integer >= 1"):
         BenchConfig(data=(Path("x"),), budget_tokens=0)
+    with pytest.raises(ConfigurationError, match="context_tokens must be an integer >= 1"):
+        BenchConfig(data=(Path("x"),), context_tokens=0)
     with pytest.raises(ConfigurationError, match="unknown strategy 'nope'"):
         BenchConfig(data=(Path("x"),), strategies=("nope",)).strategy_names()
     assert BenchConfig(data=(Path("x"),), strategies=("truncation",)).strategy_names() == [

@@ -47,7 +47,9 @@ def _long_history(conversation: LocomoConversation, n: int) -> list[BaseMessage]
 def _env(
     conversation: LocomoConversation, counter: TiktokenCounter, ledger: UsageLedger
 ) -> StrategyEnv:
-    model = ReplayChatModel(conversation=conversation, counter=counter, callbacks=[ledger])
+    model = ReplayChatModel(
+        conversation=conversation, counter=counter, callbacks=[ledger], summary_token_cap=120
+    )
     return StrategyEnv(
         counter=counter, model=model, budget_tokens=600, keep_messages=6, summary_tokens=120
     )
@@ -232,3 +234,33 @@ def test_measure_overhead_reports_turns(
         measure_overhead(
             build_strategy("full", _env(conversation, counter, ledger)), history, 500, ledger=ledger
         )
+
+
+@pytest.mark.parametrize("name", ["facts", "hybrid", "hybrid_retrieval"])
+def test_assembled_contexts_respect_context_tokens_and_show_evidence(
+    name: str, conversation: LocomoConversation, counter: TiktokenCounter
+) -> None:
+    ledger = UsageLedger(counter)
+    env = StrategyEnv(
+        counter=counter,
+        model=ReplayChatModel(
+            conversation=conversation, counter=counter, callbacks=[ledger], summary_token_cap=30
+        ),
+        context_tokens=160,
+        summary_tokens=30,
+        speaker_names={"human": conversation.speaker_a, "ai": conversation.speaker_b},
+    )
+    strategy = build_strategy(name, env)
+    history = _long_history(conversation, 60)
+    for position in range(1, len(history)):
+        if history[position].type == "ai":
+            assert counter(strategy.model_input(history[:position])) <= 160
+    question = HumanMessage("Which instrument did Ana start learning?", id="question-0")
+    context = strategy.context_for_question(history, question)
+    assert counter(list(context.messages)) <= 160
+    shown = context.fact_source_ids | context.retrieved_ids
+    assert shown  # facts (and, in hybrid modes, old turns) about the question are shown
+    if name == "facts":
+        assert not context.retrieved_ids
+    else:
+        assert context.retrieved_ids <= {m.id for m in history}

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import itertools
 import sys
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.store.memory import InMemoryStore
 
 from langchain_histcompress.errors import ConfigurationError
@@ -16,11 +17,14 @@ from langchain_histcompress.retrieval import (
     BM25Index,
     BM25TurnRetriever,
     EmbeddingFactRetriever,
+    EvidenceRetriever,
     FactRetriever,
     MiniLMEmbeddings,
+    RankedEvidence,
     StoreFactRetriever,
     TurnRetriever,
     minilm_fact_retriever,
+    stem,
     tokenize,
     validate_namespace,
 )
@@ -34,7 +38,7 @@ FACTS = [
 
 
 def test_tokenize_is_deterministic_and_drops_stopwords() -> None:
-    assert tokenize("What is THE user's budget_limit?") == ["user", "s", "budget", "limit"]
+    assert tokenize("What is THE user's budget_limit?") == ["user", "budget", "limit"]
     assert tokenize("Ａｂｃ déjà-vu 42") == ["abc", "déjà", "vu", "42"]
     assert tokenize("the a of", stopwords=()) == ["the", "a", "of"]
 
@@ -249,3 +253,242 @@ def test_minilm_offline_embeddings_when_installed() -> None:
     assert hits[0].id == "f-oslo"
     vector = retriever.embeddings.embed_query("hello")
     assert len(vector) == 384
+
+
+# --------------------------------------------------------------------------- stemming
+
+
+@pytest.mark.parametrize(
+    ("word", "stemmed"),
+    [
+        ("paints", "paint"),
+        ("painted", "paint"),
+        ("painting", "paint"),
+        ("paintings", "paint"),
+        ("kings", "king"),
+        ("running", "run"),  # doubled consonant undone
+        ("falling", "fall"),  # ...but not l, s, z
+        ("hike", "hik"),  # final e dropped so hike / hiking / hiked meet
+        ("hiking", "hik"),
+        ("hiked", "hik"),
+        ("stories", "stori"),
+        ("story", "stori"),
+        ("studied", "studi"),
+        ("class", "class"),  # -ss, -us, -is are not plurals
+        ("bus", "bus"),
+        ("analysis", "analysis"),
+        ("need", "need"),  # -eed is not a past tense
+        ("string", "string"),  # no vowel left before -ing
+        ("cat", "cat"),  # three letters or fewer: unchanged
+        ("2023", "2023"),
+        ("b2b", "b2b"),
+    ],
+)
+def test_stem_hand_checked(word: str, stemmed: str) -> None:
+    assert stem(word) == stemmed
+
+
+def test_tokenize_stems_and_drops_chat_filler() -> None:
+    assert tokenize("Yeah wow, she painted two paintings!") == ["paint", "two", "paint"]
+    assert tokenize("she painted", stemming=False) == ["painted"]
+    assert tokenize("Thanks so much, really") == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="abcdeilnorsty", min_size=1, max_size=12))
+def test_stem_is_idempotent_enough_and_never_empty(word: str) -> None:
+    out = stem(word)
+    assert out
+    assert len(out) <= len(word) + 1  # -ies / -ied keep one letter; -y becomes -i
+    assert stem(word) == out  # deterministic
+
+
+# --------------------------------------------------------------------------- BM25 bounds
+
+
+def test_bm25_max_postings_skips_frequent_terms_but_keeps_the_rarest() -> None:
+    index = BM25Index()
+    index.add("a", "common rare")
+    index.add("b", "common")
+    index.add("c", "common other")
+    assert set(index.scores("common rare")) == {"a", "b", "c"}
+    assert set(index.scores("common rare", max_postings=2)) == {"a"}  # common in 3 > 2
+    # every term too frequent: the rarest is scored in its newest texts only
+    assert set(index.scores("common", max_postings=2)) == {"b", "c"}
+    assert set(index.scores("common", max_postings=3)) == {"a", "b", "c"}
+    assert index.keys() == ["a", "b", "c"]
+
+
+def test_fact_retriever_index_follows_the_fact_set() -> None:
+    retriever = BM25FactRetriever()
+    assert [f.id for f in retriever.retrieve("dog", FACTS, 3)] == ["f-dog"]
+    renamed = [*FACTS[:3], FACTS[3].model_copy(update={"content": "Has a cat called Rex"})]
+    assert retriever.retrieve("dog", renamed, 3) == []
+    assert [f.id for f in retriever.retrieve("cat", renamed, 3)] == ["f-dog"]
+    assert retriever.retrieve("cat", renamed[:3], 3) == []  # removed facts are forgotten
+    twice = [FACTS[0], FACTS[0].model_copy(update={"content": "Lives in Bergen"})]
+    assert retriever.retrieve("bergen", twice, 3) == []  # same id twice: the first counts
+
+
+# --------------------------------------------------------------------------- turn index
+
+
+def test_turn_retriever_speaker_names_find_the_speakers_turns() -> None:
+    history = [
+        HumanMessage("I baked bread today", id="h1"),
+        AIMessage("I went hiking with Ann", id="a1"),
+    ]
+    plain = BM25TurnRetriever()
+    assert [m.id for m in plain.retrieve("What did Ann do?", history, 2)] == ["a1"]
+    named = BM25TurnRetriever(speaker_names={"human": "Ann", "ai": "Bob"})
+    hits = named.retrieve("What did Ann bake?", history, 2)
+    assert [m.id for m in hits] == ["h1", "a1"]  # her own turn first: name and "bake"
+    own = [HumanMessage("I baked bread", id="h1", name="Cleo")]
+    assert [m.id for m in named.retrieve("cleo", own, 1)] == ["h1"]  # message name wins
+    with pytest.raises(ConfigurationError, match="speaker_names"):
+        BM25TurnRetriever(speaker_names={"human": 3})  # type: ignore[dict-item]
+    with pytest.raises(ConfigurationError, match="max_term_postings"):
+        BM25TurnRetriever(max_term_postings=0)
+
+
+def test_turn_retriever_growing_history_and_edits() -> None:
+    retriever = BM25TurnRetriever()
+    history: list[BaseMessage] = [HumanMessage("alpha", id="h1"), AIMessage("beta", id="a1")]
+    assert [m.id for m in retriever.retrieve("beta", history, 3)] == ["a1"]
+    history = [*history, HumanMessage("beta gamma", id="h2")]  # grows: only the tail is new
+    assert [m.id for m in retriever.retrieve("gamma beta", history, 3)] == ["h2", "a1"]
+    edited = [history[0], AIMessage("delta", id="a1"), history[2]]  # same id, new object
+    assert [m.id for m in retriever.retrieve("beta", edited, 3)] == ["h2"]
+    assert [m.id for m in retriever.retrieve("delta", edited, 3)] == ["a1"]
+    shorter = edited[:1]
+    assert retriever.retrieve("gamma", shorter, 3) == []
+
+
+# --------------------------------------------------------------------------- evidence
+
+
+def chat() -> list[BaseMessage]:
+    return [
+        HumanMessage("What did you paint last week?", id="h1"),
+        AIMessage("A lake at sunrise, in oils.", id="a1"),
+        HumanMessage("Lovely. My sister visits in June.", id="h2"),
+        AIMessage("Say hi to her!", id="a2"),
+        HumanMessage("Will do. I started a pottery class.", id="h3"),
+        AIMessage("Clay is so relaxing.", id="a3"),
+    ]
+
+
+EVIDENCE_FACTS = [
+    Fact(id="f-lake", content="The assistant painted a lake at sunrise", source_ids=["a1"]),
+    Fact(id="f-sister", content="The user's sister comes in June", source_ids=["h2"]),
+    Fact(id="f-class", content="The user takes lessons", source_ids=["h3"]),
+]
+
+
+def ids(ranked: list[RankedEvidence]) -> list[str | None]:
+    return [r.item.id for r in ranked]
+
+
+def test_evidence_neighbours_lend_their_score() -> None:
+    history = chat()
+    # "paint" is only in h1 (the question) and in a fact; the reply a1 comes as neighbour
+    near = EvidenceRetriever(neighbour_window=1, source_weight=0)
+    assert ids(near.rank("paint", [], history)) == ["h1", "a1"]
+    wider = EvidenceRetriever(neighbour_window=2, source_weight=0)
+    assert ids(wider.rank("paint", [], history)) == ["h1", "a1", "h2"]
+    far = EvidenceRetriever(neighbour_window=0)
+    assert ids(far.rank("paint", [], history)) == ["h1"]
+    weightless = EvidenceRetriever(neighbour_weight=0)
+    assert ids(weightless.rank("paint", [], history)) == ["h1"]
+
+
+def test_evidence_facts_borrow_their_source_turns_score() -> None:
+    history = chat()
+    # "pottery" is only in h3; f-class (sourced from h3) shares no word with the query
+    with_sources = EvidenceRetriever(neighbour_window=0, source_weight=0.3)
+    ranked = with_sources.rank("pottery", EVIDENCE_FACTS, history)
+    assert ids(ranked) == ["f-class", "h3"]
+    assert [r.is_fact for r in ranked] == [True, False]
+    without = EvidenceRetriever(neighbour_window=0, source_weight=0)
+    assert ids(without.rank("pottery", EVIDENCE_FACTS, history)) == ["h3"]
+
+
+def test_evidence_fusion_interleaves_facts_and_turns() -> None:
+    history = chat()
+    retriever = EvidenceRetriever(neighbour_window=0, source_weight=0)
+    ranked = retriever.rank("sister June lake sunrise", EVIDENCE_FACTS, history)
+    kinds = ["fact" if r.is_fact else "turn" for r in ranked]
+    assert kinds == ["fact", "turn", "fact", "turn"]
+    assert {r.item.id for r in ranked} == {"f-lake", "f-sister", "a1", "h2"}
+    scores = [r.score for r in ranked]
+    assert scores == sorted(scores, reverse=True)
+    assert scores[0] == scores[1] == 1 / 61  # rank 1 in each list
+    positions = {r.item.id: r.position for r in ranked}
+    assert positions["h2"] == 2 and positions["f-sister"] == 1
+
+
+def test_evidence_restrictions_and_limits() -> None:
+    history = chat()
+    retriever = EvidenceRetriever(neighbour_window=1)
+    full = ids(retriever.rank("paint", EVIDENCE_FACTS, history))
+    assert "a1" in full and "h1" in full
+    only = ids(retriever.rank("paint", EVIDENCE_FACTS, history, turn_ids={"a1"}))
+    assert "h1" not in only and "a1" in only
+    before = ids(retriever.rank("paint", EVIDENCE_FACTS, history, only_before=1))
+    assert "a1" not in before and "h1" in before
+    assert len(retriever.rank("paint", EVIDENCE_FACTS, history, k=2)) == 2
+    assert retriever.rank("paint", EVIDENCE_FACTS, history, k=0) == []
+    assert retriever.rank("   ", EVIDENCE_FACTS, history) == []
+    assert retriever.rank("the and of", EVIDENCE_FACTS, history) == []
+    assert retriever.rank("paint", [], []) == []
+    lazy = retriever.iter_rank("paint", EVIDENCE_FACTS, history)
+    assert next(lazy).item.id == full[0]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"neighbour_window": -1},
+        {"neighbour_window": 1.5},
+        {"neighbour_weight": -0.1},
+        {"source_weight": "x"},
+        {"rrf_k": True},
+        {"max_cached": 0},
+        {"max_term_postings": -5},
+        {"k1": -1},
+        {"speaker_names": ["Ann"]},
+    ],
+)
+def test_evidence_retriever_validates(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError):
+        EvidenceRetriever(**kwargs)  # type: ignore[arg-type]
+
+
+words = st.sampled_from(["tea", "oslo", "dog", "rex", "bergen", "cello", "june", "paint"])
+turn_text = st.lists(words, min_size=1, max_size=4).map(" ".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(turn_text, min_size=1, max_size=14),
+    st.lists(turn_text, min_size=0, max_size=4),
+    st.integers(1, 13),
+    st.lists(words, min_size=1, max_size=3).map(" ".join),
+)
+def test_evidence_incremental_index_equals_a_fresh_one(
+    texts: list[str], fact_texts: list[str], cut: int, query: str
+) -> None:
+    history: list[BaseMessage] = [
+        (HumanMessage if i % 2 == 0 else AIMessage)(t, id=f"m{i}") for i, t in enumerate(texts)
+    ]
+    facts = [
+        Fact(id=f"f{i}", content=t, source_ids=[f"m{i % len(texts)}"])
+        for i, t in enumerate(fact_texts)
+    ]
+    warm = EvidenceRetriever()
+    warm.rank(query, facts[:1], history[: min(cut, len(history))])  # an earlier, shorter call
+    warm.rank("cello", facts, history[:1])
+    fresh = EvidenceRetriever()
+    got = [(r.item.id, r.score) for r in warm.rank(query, facts, history)]
+    assert got == [(r.item.id, r.score) for r in fresh.rank(query, facts, history)]
+    assert all(a.score >= b.score for a, b in itertools.pairwise(warm.rank(query, facts, history)))
