@@ -71,6 +71,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     bench.add_argument(
+        "--summary-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cap on the running summary's tokens (default: the benchmark's setting)",
+    )
+    bench.add_argument(
+        "--readme",
+        metavar="PATH",
+        default=None,
+        help="also write the figures between the bench markers of this Markdown file",
+    )
+    bench.add_argument(
         "--quick",
         action="store_true",
         help="measure overhead at 1k messages only and skip the counting figure",
@@ -84,7 +97,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from langchain_histcompress.bench.report import format_table, write_reports
+    from langchain_histcompress.bench.report import (
+        format_table,
+        readme_section,
+        update_readme,
+        write_reports,
+    )
     from langchain_histcompress.bench.runner import BenchConfig, run_benchmark
 
     names: tuple[str, ...] = ()
@@ -93,11 +111,13 @@ def _bench(args: argparse.Namespace) -> int:
         if not names:
             return _fail("--strategies lists no strategy name")
     try:
+        extra = {} if args.summary_tokens is None else {"summary_tokens": args.summary_tokens}
         config = BenchConfig(
             data=tuple(Path(p) for p in args.data),
             strategies=names,
             model=args.model,
             quick=args.quick,
+            **extra,
         )
         config.strategy_names()
         result = run_benchmark(config, progress=sys.stderr)
@@ -113,6 +133,11 @@ def _bench(args: argparse.Namespace) -> int:
             "plots need matplotlib (pip install 'langchain-histcompress[bench]'); "
             "or pass --no-plots"
         )
+    if args.readme is not None:
+        try:
+            written["readme"] = update_readme(Path(args.readme), readme_section(result))
+        except (OSError, ConfigurationError) as exc:
+            return _fail(f"cannot update {args.readme}: {exc}")
     sys.stdout.write(format_table(result) + "\n\n")
     for kind, path in written.items():
         sys.stdout.write(f"{kind}: {path}\n")
