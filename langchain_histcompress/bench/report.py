@@ -355,9 +355,13 @@ def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
     answering call against the assistant turn, one line per strategy) and one
     ``recall_vs_tokens.png`` (evidence recall against mean context tokens).
     """
+    from matplotlib import colormaps
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    # One distinct colour per strategy, the same in every plot (the default cycle repeats at 10).
+    palette = colormaps["tab20"]
+    colour = {s: palette(i % 20) for i, s in enumerate(result.strategies)}
     written: list[Path] = []
     for conversation in result.conversations:
         figure = Figure(figsize=(10, 5.5), dpi=100)
@@ -368,7 +372,13 @@ def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
             if run is None or not run.turns:
                 continue
             series = [t.prompt_tokens for t in run.turns]
-            axes.plot(range(1, len(series) + 1), series, label=strategy, linewidth=1.2)
+            axes.plot(
+                range(1, len(series) + 1),
+                series,
+                label=strategy,
+                linewidth=1.2,
+                color=colour[strategy],
+            )
         axes.set_xlabel("assistant turn")
         axes.set_ylabel("prompt tokens per call")
         axes.set_title(f"Prompt tokens per call, conversation {conversation}")
@@ -384,7 +394,12 @@ def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
         recall = result.recall(strategy)
         if recall is None:
             continue
-        axes.scatter([recall.mean_context_tokens], [100 * recall.recall], label=strategy)
+        axes.scatter(
+            [recall.mean_context_tokens],
+            [100 * recall.recall],
+            label=strategy,
+            color=colour[strategy],
+        )
     axes.set_xscale("log")
     axes.set_xlabel("mean context tokens at question time (log)")
     axes.set_ylabel("evidence recall (%)")
