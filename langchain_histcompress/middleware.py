@@ -119,6 +119,24 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
 
     Raises:
         ConfigurationError: A parameter is invalid.
+
+    Example:
+        >>> from langchain.agents import create_agent
+        >>> from langchain_core.language_models.fake_chat_models import (
+        ...     FakeMessagesListChatModel)
+        >>> from langchain_core.messages import AIMessage
+        >>> from langchain_histcompress import RoundCompressor
+        >>> summarizer = FakeMessagesListChatModel(
+        ...     responses=[AIMessage('{"ConversationSummary": "Earlier tasks."}')])
+        >>> agent = create_agent(
+        ...     FakeMessagesListChatModel(responses=[AIMessage(f"done {i}") for i in range(9)]),
+        ...     tools=[],
+        ...     middleware=[RoundCompressionMiddleware(RoundCompressor(summarizer))])
+        >>> state = {"messages": []}
+        >>> for turn in range(5):
+        ...     state = agent.invoke({"messages": [*state["messages"], ("user", f"task {turn}")]})
+        >>> len(state["messages"]), state["running_summary"]["version"]
+        (10, 1)
     """
 
     state_schema = RoundCompressionState
