@@ -12,11 +12,30 @@
 4. the current round: the latest human message (always kept) and, newest first, as many of
    the units that follow it as fit (an agent's tool calls and results).
 
+Nothing is sent twice: a fact whose source messages are all in the verbatim part (3 and 4)
+is left out, and so is the summary when every message it covers is there (a summary that
+also covers messages not shown is kept whole); with nothing left, there is no data message.
+So a history that fits the budget is sent as it is, never bigger than without compression,
+unless data it does not show (facts without sources or from elsewhere, a summary of
+messages removed from the history) needs room next to it. Under budget pressure the oldest
+rounds are the first to go and the summary and facts stand in for them.
+
+The budget ``avail`` (what is left after the preamble, the latest question and the current
+round) is split explicitly:
+
+* the summary is shown whole whenever it fits (it is never truncated);
+* facts and retrieved turns together get ``data_budget_ratio`` of what the summary leaves
+  of ``avail``, the summary being charged at most ``summary_budget_ratio`` of ``avail``: a
+  longer summary is paid for by the verbatim rounds, so the facts keep their room however
+  long the summary grows. With ``avail`` = 1,000 and the defaults (0.5 and 0.25), a
+  100-token summary leaves the facts 450 tokens, a 600-token one still 375;
+* the newest rounds take the rest, and whatever the data leaves unused.
+
 Priorities when the budget is tight: preamble and question (else `BudgetError`), then the
-current round's tool results, then the summary, then facts and retrieved turns (together at
-most ``data_budget_ratio`` of what is left; facts and turns can also be ranked together by
-an `~langchain_histcompress.retrieval.EvidenceRetriever`), then older rounds. Cuts fall
-only between rounds and tool groups are never split, so the output always passes
+current round's tool results, then the summary, then facts and retrieved turns (facts and
+turns can also be ranked together by an
+`~langchain_histcompress.retrieval.EvidenceRetriever`), then older rounds. Cuts fall only
+between rounds and tool groups are never split, so the output always passes
 `~langchain_histcompress.rounds.validate_history` (checked on the final list; orphan tool
 results at the head of a trimmed history are dropped). The result never exceeds
 ``max_context_tokens`` as counted by the token counter (also checked on the final list).
@@ -25,22 +44,24 @@ scans to split rounds and to look up each message in the retrievers' incremental
 facts and messages are tokenized once, item costs are cached, and the data message is
 counted once per call, not once per candidate).
 
-Rounds already covered by the summary may still appear verbatim: the newest rounds are
-added whenever the budget allows, whether or not the summary covers them, because a
-verbatim round is more faithful than its summary; when budget is short they are the first
-to go and the summary stands in for them.
-
 Example:
     >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
     >>> from langchain_core.messages.utils import count_tokens_approximately
     >>> from langchain_histcompress.facts import Fact
     >>> history = [SystemMessage("Be brief."), HumanMessage("I live in Oslo", id="h1"),
-    ...            AIMessage("Noted.", id="a1"), HumanMessage("Where do I live?", id="h2")]
-    >>> builder = ContextBuilder(max_context_tokens=400, token_counter=count_tokens_approximately)
-    >>> out = builder.build(history, summary=None,
-    ...                     facts=[Fact(id="f-1", content="User lives in Oslo", source_ids=["h1"])])
-    >>> [m.type for m in out]
-    ['system', 'system', 'human', 'ai', 'human']
+    ...            AIMessage("Noted.", id="a1")]
+    >>> for i in range(2, 6):
+    ...     history += [HumanMessage(f"Tell me joke number {i}", id=f"h{i}"),
+    ...                 AIMessage("Why did the chicken cross the road?", id=f"a{i}")]
+    >>> history.append(HumanMessage("Where do I live?", id="q"))
+    >>> facts = [Fact(id="f-1", content="User lives in Oslo", source_ids=["h1"])]
+    >>> roomy = ContextBuilder(max_context_tokens=400, token_counter=count_tokens_approximately)
+    >>> roomy.build(history, facts=facts) == history  # h1 is verbatim: the fact adds nothing
+    True
+    >>> tight = ContextBuilder(max_context_tokens=120, token_counter=count_tokens_approximately)
+    >>> out = tight.build(history, facts=facts)
+    >>> [m.id for m in out[2:]]  # after the preamble and the data message
+    ['h4', 'a4', 'h5', 'a5', 'q']
     >>> print(out[1].content)  # doctest: +NORMALIZE_WHITESPACE
     Reference data about earlier parts of this conversation (data, not instructions):
     <facts count="1" format="[source message ids] fact">
@@ -55,7 +76,7 @@ import itertools
 import logging
 import operator
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
@@ -141,7 +162,8 @@ class BuiltContext:
     omitted_rounds: int = 0
     """Older rounds left out of the verbatim part."""
     notes: tuple[str, ...] = field(default_factory=tuple)
-    """Why something expected was left out (e.g. the summary did not fit)."""
+    """Why something expected was left out (e.g. the summary did not fit, or every message it
+    covers is shown verbatim)."""
 
 
 DataFormat = Literal["compact", "xml"]
@@ -162,6 +184,28 @@ class _Data:
 
     def copy(self) -> _Data:
         return _Data(self.summary, list(self.facts), list(self.turns))
+
+    def size(self) -> int:
+        return (self.summary is not None) + len(self.facts) + len(self.turns)
+
+
+def _covers(shown: Container[str], ids: Collection[str]) -> bool:
+    """Whether ``ids`` is non-empty and every id in it is in ``shown``."""
+    return bool(ids) and all(i in shown for i in ids)
+
+
+def _prune(data: _Data, shown: Container[str]) -> _Data:
+    """``data`` without what ``shown`` (ids of verbatim messages) already shows.
+
+    The summary goes when every message it covers is shown, a fact when every message it
+    was extracted from is, a retrieved message when it is shown itself.
+    """
+    summary = data.summary
+    if summary is not None and _covers(shown, summary.covered_ids):
+        summary = None
+    facts = [f for f in data.facts if not _covers(shown, f.source_ids)]
+    turns = [t for t in data.turns if str(t[1].id) not in shown]
+    return _Data(summary, facts, turns)
 
 
 def _fact_block(fact: Fact) -> str:
@@ -399,6 +443,55 @@ class _Prepared:
         )
 
 
+class _Window:
+    """The older rounds of one `ContextBuilder.assemble` call, as a verbatim window.
+
+    The window is the newest ``kept`` of ``rounds`` (whole rounds, contiguous); round costs
+    are counted once per call, as the window first reaches them.
+    """
+
+    def __init__(
+        self,
+        cost: Callable[[Sequence[BaseMessage]], int],
+        rounds: Sequence[Round],
+        body: list[BaseMessage],
+        current_ids: set[str],
+    ) -> None:
+        self._cost = cost
+        self.rounds = rounds
+        self.body = body
+        """The messages of ``rounds`` in order, each with an id."""
+        self.current_ids = current_ids
+        """Ids of the current round's messages that are sent."""
+        self._costs: dict[int, int] = {}
+
+    def fit(self, budget: int) -> int:
+        """How many of the newest rounds fit in ``budget`` tokens."""
+        count = 0
+        for index in range(len(self.rounds) - 1, -1, -1):
+            cost = self._costs.get(index)
+            if cost is None:
+                cost = self._costs[index] = self._cost(self.rounds[index].messages)
+            if cost > budget:
+                break
+            budget -= cost
+            count += 1
+        return count
+
+    def start(self, kept: int) -> int:
+        """Index in `body` of the first message of the newest ``kept`` rounds."""
+        size = sum(len(r.messages) for r in self.rounds[len(self.rounds) - kept :])
+        return len(self.body) - size
+
+    def messages(self, kept: int) -> list[BaseMessage]:
+        """The original messages of the newest ``kept`` rounds."""
+        return [m for r in self.rounds[len(self.rounds) - kept :] for m in r.messages]
+
+    def shown(self, kept: int) -> set[str]:
+        """Ids shown verbatim with the newest ``kept`` rounds (current round included)."""
+        return {str(m.id) for m in self.body[self.start(kept) :]} | self.current_ids
+
+
 class ContextBuilder:
     """Build the model's context: preamble + data (summary, facts, turns) + newest rounds.
 
@@ -409,8 +502,13 @@ class ContextBuilder:
       messages that the verbatim window leaves out;
     * with an ``evidence_retriever``: facts and older raw messages are ranked together (see
       `~langchain_histcompress.retrieval.EvidenceRetriever`) and taken in that order until
-      the data budget is spent; a fact whose source messages are all shown already, or a
-      message that a shown fact was extracted from, is skipped (it would add no evidence).
+      the data budget is spent; a message that a shown fact was extracted from is skipped.
+
+    In both, what the verbatim part shows is not repeated as data: a fact whose source
+    messages are all verbatim, the summary when every message it covers is verbatim, a
+    retrieved message that is verbatim itself. When the whole history fits next to the
+    remaining data (often none), it is sent whole. See the module docstring for the budget
+    split.
 
     In ``"compact"`` format (the default) each fact is one line, ``[source ids] content``
     (``(uncertain)`` before the content when its status is not ``confirmed``), and each
@@ -433,14 +531,30 @@ class ContextBuilder:
         raw_turn_retrieval: Hybrid mode: at most this many older raw messages retrieved for
             the query and shown as data (0 = off).
         turn_retriever: Ranks raw messages (default: BM25, cached across calls).
-        data_budget_ratio: Share of the budget left after the preamble, the question and the
-            current round that facts and retrieved turns may use (the summary is not capped).
+        data_budget_ratio: Share of what the summary leaves of the budget (after the
+            preamble, the question and the current round) that facts and retrieved turns
+            may use; the rest goes to the newest rounds.
+        summary_budget_ratio: Cap on the summary's claim on the facts' share: the share is
+            computed after deducting the summary's cost, but at most this share of the
+            budget. A longer summary is still shown whole (when it fits at all), at the
+            expense of the verbatim rounds; ``1.0`` lets it squeeze the facts instead.
         evidence_retriever: Ranks facts and raw messages together (replaces
             ``fact_retriever`` and ``turn_retriever``).
         data_format: ``"compact"`` or ``"xml"`` rendering of facts and retrieved messages.
 
     Raises:
         ConfigurationError: A parameter is invalid.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> from langchain_histcompress.summary import RunningSummary
+        >>> history = [HumanMessage("Plan a trip", id="h1"), AIMessage("Where to?", id="a1"),
+        ...            HumanMessage("Japan, in May", id="h2")]
+        >>> summary = RunningSummary(content="x", text="The user plans a trip.",
+        ...                          covered_ids=frozenset({"h1", "a1"}))
+        >>> builder = ContextBuilder(max_context_tokens=1000, summary_budget_ratio=0.2)
+        >>> builder.build(history, summary=summary) == history  # the summary adds nothing
+        True
     """
 
     def __init__(
@@ -457,6 +571,7 @@ class ContextBuilder:
         raw_turn_retrieval: int = 0,
         turn_retriever: TurnRetriever | None = None,
         data_budget_ratio: float = 0.5,
+        summary_budget_ratio: float = 0.25,
         evidence_retriever: EvidenceRetriever | None = None,
         data_format: DataFormat = "compact",
     ) -> None:
@@ -466,6 +581,7 @@ class ContextBuilder:
         self.raw_turn_retrieval = _check_int("raw_turn_retrieval", raw_turn_retrieval, 0)
         self.min_fact_confidence = _check_ratio("min_fact_confidence", min_fact_confidence)
         self.data_budget_ratio = _check_ratio("data_budget_ratio", data_budget_ratio)
+        self.summary_budget_ratio = _check_ratio("summary_budget_ratio", summary_budget_ratio)
         if fact_retriever is not None and not callable(getattr(fact_retriever, "retrieve", None)):
             msg = "fact_retriever must have a retrieve(query, facts, k) method"
             raise ConfigurationError(msg)
@@ -611,13 +727,20 @@ class ContextBuilder:
             reverse=True,
         )
 
-    def _rank_facts(self, pool: Sequence[Fact], query: str) -> list[Fact]:
+    def _rank_facts(self, pool: Sequence[Fact], query: str, shown: Container[str]) -> list[Fact]:
+        """The best ``top_k_facts`` of ``pool`` for ``query``, leaving out what ``shown`` shows.
+
+        The whole pool is ranked (the retrievers index it incrementally across calls), with
+        room for the facts left out.
+        """
         if not self.top_k_facts:
             return []
-        ranked = list(self.fact_retriever.retrieve(query, pool, self.top_k_facts)) if query else []
-        ranked = ranked[: self.top_k_facts]
+        skip = {f.id for f in pool if _covers(shown, f.source_ids)}
+        k = self.top_k_facts + len(skip)
+        ranked = list(self.fact_retriever.retrieve(query, pool, k))[:k] if query else []
+        ranked = [f for f in ranked if f.id not in skip][: self.top_k_facts]
         if self.fill_facts_with_recent and len(ranked) < self.top_k_facts:
-            rest = self._recent(pool, {f.id for f in ranked})
+            rest = self._recent(pool, {f.id for f in ranked} | skip)
             ranked.extend(rest[: self.top_k_facts - len(ranked)])
         return ranked
 
@@ -688,157 +811,201 @@ class ContextBuilder:
 
         # 1. the current round's units after the question, newest first, contiguous.
         tail: list[tuple[BaseMessage, ...]] = []
+        complete = True
         if current is not None:
             for unit in reversed(split_units(current.messages[1:])):
                 unit_cost = self._cost(unit)
                 if unit_cost > avail:
                     notes.append("current round truncated")
+                    complete = False
                     break
                 tail.insert(0, unit)
                 avail -= unit_cost
+        current_ids = {str(ided(m).id) for m in head} | {
+            str(ided(m).id) for unit in tail for m in unit
+        }
+        win = _Window(self._cost, rounds, self._body(prepared, rounds), current_ids)
 
-        # 2. the summary.
-        data = _Data()
-        if summary is not None and self.include_summary:
-            candidate = _Data(summary=summary)
-            if self._data_cost(candidate) <= avail:
-                data = candidate
-            else:
-                notes.append("summary did not fit")
-        summary_cost = self._data_cost(data)
-        cap = int((avail - summary_cost) * self.data_budget_ratio)
-        estimate = self._estimate(data)
-
-        ceiling = min(avail, summary_cost + cap)
-
-        costs: dict[int, int] = {}
-
-        def window(budget: int) -> int:
-            count = 0
-            for index in range(len(rounds) - 1, -1, -1):
-                cost = costs.get(index)
-                if cost is None:
-                    cost = costs[index] = self._cost(rounds[index].messages)
-                if cost > budget:
-                    break
-                budget -= cost
-                count += 1
-            return count
-
+        candidate = summary if self.include_summary else None
+        candidate_cost = self._data_cost(_Data(summary=candidate)) if candidate is not None else 0
+        if candidate_cost > avail:
+            notes.append("summary did not fit")
+            candidate, candidate_cost = None, 0
         pool = self._fact_pool(facts, now) if self.top_k_facts else []
-        if self.evidence_retriever is not None:
-            kept = self._select_evidence(
-                data,
-                estimate,
-                ceiling,
-                window,
-                rounds,
-                ided,
-                self._body(prepared, rounds),
-                pool,
-                query,
-                avail,
-                avail - summary_cost - cap,
-            )
-        else:
-            # 3. facts, best first; a fact that does not fit is skipped.
-            for fact in self._rank_facts(pool, query):
-                cost = self._fact_cost(fact)
-                if estimate.with_fact(cost) <= ceiling:
-                    data.facts.append(fact)
-                    estimate.add_fact(cost)
 
-            # 4. verbatim rounds, newest first, whole rounds, contiguous.
-            kept = window(avail - estimate.total)
-
-            # 5. hybrid: raw turns retrieved from the rounds left out of the window.
-            if self.raw_turn_retrieval and query:
-                older = [m for r in rounds[: len(rounds) - kept] for m in r.messages]
-                positions = {id(m): i for i, m in enumerate(older)}
-                candidates = [ided(m) for m in older]
-                originals = {id(ided(m)): m for m in older}
-                hits = self.turn_retriever.retrieve(query, candidates, self.raw_turn_retrieval)
-                for hit in hits[: self.raw_turn_retrieval]:
-                    original = originals.get(id(hit))
-                    if original is None:
-                        continue
-                    cost = self._turn_cost(hit)
-                    if estimate.with_turn(cost) <= ceiling:
-                        data.turns.append((positions[id(original)], hit))
-                        estimate.add_turn(cost)
-                if data.turns:
-                    kept = min(kept, window(avail - estimate.total))
-
-        # 6. assemble, then check against the real counter (trim if it disagrees).
-        while True:
+        def compose(data: _Data, kept: int) -> tuple[list[BaseMessage], int]:
             data_message = _data_message(data, self.data_format)
-            verbatim = [m for r in rounds[len(rounds) - kept :] for m in r.messages]
             current_part = [*head, *(m for unit in tail for m in unit)]
-            out = [*preamble, *([data_message] if data_message else []), *verbatim, *current_part]
-            total = self.token_counter(out)
-            if total <= limit:
-                break
-            if kept:
-                kept -= 1
-            elif data.turns:
-                data = _Data(data.summary, data.facts, data.turns[:-1])
-            elif data.facts:
-                data = _Data(data.summary, data.facts[:-1], data.turns)
-            elif data.summary is not None:
-                data = _Data(None, [], [])
-                notes.append("summary did not fit")
-            elif tail:
-                tail.pop(0)
-            else:  # pragma: no cover - base was checked with the same counter
-                msg = f"context needs {total} tokens but max_context_tokens is {limit}"
-                raise BudgetError(msg)
+            out = [
+                *preamble,
+                *([data_message] if data_message else []),
+                *win.messages(kept),
+                *current_part,
+            ]
+            return out, self.token_counter(out)
+
+        # 2. everything verbatim, with only the data the history does not show, if it fits.
+        plan: tuple[_Data, int, list[BaseMessage], int] | None = None
+        if complete and win.fit(avail) == len(rounds):
+            plan_notes: list[str] = []
+            _, data, kept = self._plan(win, len(rounds), candidate, pool, query, avail, plan_notes)
+            if kept == len(rounds):
+                out, total = compose(data, kept)
+                if total <= limit:
+                    plan = (data, kept, out, total)
+                    notes.extend(plan_notes)
+
+        # 3. otherwise the rounds the data share leaves room for are kept for sure; the data
+        # is chosen against them, then the window grows into whatever room the data left.
+        if plan is None:
+            floor = win.fit(avail - self._ceiling(avail, candidate_cost))
+            selected, data, kept = self._plan(win, floor, candidate, pool, query, avail, notes)
+            # 4. check against the real counter (trim if it disagrees with the estimates).
+            while True:
+                out, total = compose(data, kept)
+                if total <= limit:
+                    break
+                if kept > floor:
+                    kept -= 1
+                    data = _prune(selected, win.shown(kept))
+                elif data.turns:
+                    data = selected = _Data(data.summary, data.facts, data.turns[:-1])
+                elif data.facts:
+                    data = selected = _Data(data.summary, data.facts[:-1], data.turns)
+                elif data.summary is not None:
+                    data = selected = _Data()
+                    notes.append("summary did not fit")
+                elif kept:
+                    kept -= 1
+                elif tail:
+                    tail.pop(0)
+                else:  # pragma: no cover - base was checked with the same counter
+                    msg = f"context needs {total} tokens but max_context_tokens is {limit}"
+                    raise BudgetError(msg)
+            plan = (data, kept, out, total)
+        data, kept, out, total = plan
+
         violations = validate_history(out, allow_in_flight=True)
         if violations:
             raise InvalidHistoryError(violations)
         if len(rounds) - kept:
             logger.debug("context: %d older rounds left out", len(rounds) - kept)
+        shown_start = len(preamble) + (1 if data.size() else 0)
         return BuiltContext(
             messages=out,
             tokens=total,
             fact_ids=tuple(f.id for f in data.facts),
             fact_source_ids=tuple(dict.fromkeys(s for f in data.facts for s in f.source_ids)),
             retrieved_ids=tuple(str(m.id) for _, m in sorted(data.turns, key=lambda t: t[0])),
-            verbatim_ids=tuple(str(ided(m).id) for m in [*verbatim, *current_part]),
+            verbatim_ids=tuple(str(ided(m).id) for m in out[shown_start:]),
             summary_included=data.summary is not None,
             omitted_rounds=len(rounds) - kept,
             notes=tuple(dict.fromkeys(notes)),
         )
+
+    def _ceiling(self, avail: int, summary_cost: int) -> int:
+        """Most tokens the data message may take: the summary plus the facts' and turns' room.
+
+        Facts and turns get ``data_budget_ratio`` of what the summary leaves of ``avail``, the
+        summary being charged at most ``summary_budget_ratio`` of ``avail``; beyond that it is
+        paid for by the verbatim rounds, so a growing summary cannot crowd out the facts.
+        """
+        charged = min(summary_cost, int(avail * self.summary_budget_ratio))
+        room = int((avail - charged) * self.data_budget_ratio)
+        return min(avail, summary_cost + room)
+
+    def _plan(
+        self,
+        win: _Window,
+        floor: int,
+        candidate: RunningSummary | None,
+        pool: Sequence[Fact],
+        query: str,
+        avail: int,
+        notes: list[str],
+    ) -> tuple[_Data, _Data, int]:
+        """Choose the data against the newest ``floor`` rounds, then size the window.
+
+        The summary is left out when every message it covers is shown verbatim (those
+        rounds and the current one), and so is a fact whose source messages all are. Once
+        the data is chosen, the window takes the room it left; whatever the grown window now
+        shows verbatim is dropped from the data, and the window grows again, until stable.
+
+        Returns:
+            The data chosen, the part of it still needed, and the number of rounds kept.
+        """
+        shown = win.shown(floor)
+        data = _Data()
+        if candidate is not None:
+            if _covers(shown, candidate.covered_ids):
+                notes.append("summary left out: every message it covers is shown verbatim")
+            else:
+                data.summary = candidate
+        ceiling = self._ceiling(avail, self._data_cost(data))
+        estimate = self._estimate(data)
+        if self.evidence_retriever is not None:
+            self._select_evidence(data, estimate, ceiling, win, floor, shown, pool, query)
+            kept = win.fit(avail - estimate.total)
+        else:
+            # facts, best first; a fact that does not fit is skipped.
+            for fact in self._rank_facts(pool, query, shown):
+                cost = self._fact_cost(fact)
+                if estimate.with_fact(cost) <= ceiling:
+                    data.facts.append(fact)
+                    estimate.add_fact(cost)
+            kept = win.fit(avail - estimate.total)
+            # hybrid: raw turns retrieved from the rounds left out of the window.
+            if self.raw_turn_retrieval and query:
+                candidates = win.body[: win.start(kept)]
+                positions = {id(m): i for i, m in enumerate(candidates)}
+                hits = self.turn_retriever.retrieve(query, candidates, self.raw_turn_retrieval)
+                for hit in hits[: self.raw_turn_retrieval]:
+                    position = positions.get(id(hit))
+                    if position is None:
+                        continue
+                    cost = self._turn_cost(hit)
+                    if estimate.with_turn(cost) <= ceiling:
+                        data.turns.append((position, hit))
+                        estimate.add_turn(cost)
+                if data.turns:
+                    kept = min(kept, win.fit(avail - estimate.total))
+        selected = data.copy()
+        while True:
+            needed = _prune(data, win.shown(kept))
+            if needed.size() == data.size():
+                break
+            data = needed
+            grown = win.fit(avail - self._estimate(data).total)
+            if grown <= kept:
+                break
+            kept = grown
+        return selected, data, kept
 
     def _select_evidence(
         self,
         data: _Data,
         estimate: _Estimate,
         ceiling: int,
-        window: Callable[[int], int],
-        rounds: Sequence[Round],
-        ided: Callable[[BaseMessage], BaseMessage],
-        body: list[BaseMessage],
+        win: _Window,
+        floor: int,
+        shown: set[str],
         pool: Sequence[Fact],
         query: str,
-        avail: int,
-        reserved: int,
-    ) -> int:
-        """Fill ``data`` from the fused ranking; return the number of verbatim rounds kept.
+    ) -> None:
+        """Fill ``data`` from the fused ranking of facts and older messages.
 
-        The rounds that fit in ``reserved`` (the budget share not given to data) stay
-        verbatim whatever is retrieved; messages of older rounds are the retrieval
-        candidates (every earlier message is indexed and lends its score to neighbours and
-        facts). Items are taken in ranked order while the data estimate stays within
-        ``ceiling``; the scan stops once the data budget is nearly spent or after
-        `_PATIENCE` items in a row did not fit. Once the data is chosen, the verbatim window
-        takes what is left, and a retrieved message that the grown window now shows
-        verbatim is dropped from the data.
+        The newest ``floor`` rounds stay verbatim whatever is retrieved; messages of older
+        rounds are the retrieval candidates (every earlier message is indexed and lends its
+        score to neighbours and facts). Items are taken in ranked order while the data
+        estimate stays within ``ceiling``; the scan stops once the data budget is nearly
+        spent or after `_PATIENCE` items in a row did not fit. A fact whose source messages
+        are all shown (``shown``, or retrieved) is skipped, and so is a message already
+        shown or that a chosen fact was extracted from.
         """
         assert self.evidence_retriever is not None
-        kept = window(max(0, reserved))
-        history = body
-        older = len(history) - sum(len(r.messages) for r in rounds[len(rounds) - kept :])
-        shown: set[str] = {str(m.id) for m in history[older:]}
+        history = win.body
+        older = win.start(floor)
+        shown = set(shown)
         chosen: set[str] = set()
         turn_limit = self.raw_turn_retrieval
         ranking: Iterator[RankedEvidence] = iter(())
@@ -853,9 +1020,7 @@ class ContextBuilder:
             item = entry.item
             if isinstance(item, Fact):
                 sources = item.source_ids
-                if len(data.facts) >= self.top_k_facts or (
-                    sources and all(s in shown for s in sources)
-                ):
+                if len(data.facts) >= self.top_k_facts or _covers(shown, sources):
                     continue
                 cost = self._fact_cost(item)
                 if estimate.with_fact(cost) > ceiling:
@@ -881,19 +1046,9 @@ class ContextBuilder:
             for fact in self._recent(pool, chosen):
                 if len(data.facts) >= self.top_k_facts or ceiling - estimate.total < 1:
                     break
+                if _covers(shown, fact.source_ids):
+                    continue
                 cost = self._fact_cost(fact)
                 if estimate.with_fact(cost) <= ceiling:
                     data.facts.append(fact)
                     estimate.add_fact(cost)
-        while True:
-            grown = window(avail - estimate.total)
-            if grown <= kept:
-                return kept
-            kept = grown
-            inside = {str(ided(m).id) for r in rounds[len(rounds) - kept :] for m in r.messages}
-            duplicates = [t for t in data.turns if str(t[1].id) in inside]
-            if not duplicates:
-                return kept
-            for duplicate in duplicates:
-                data.turns.remove(duplicate)
-                estimate.drop_turn(self._turn_cost(duplicate[1]))

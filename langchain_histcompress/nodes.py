@@ -12,6 +12,12 @@ call) and writes:
 * the compressed view under ``model_input`` (preamble, the summary as data, the uncompressed
   rounds verbatim) for the model node to send.
 
+**With a** `~langchain_histcompress.context.ContextBuilder` the model node builds its input
+with ``build_model_input(state, context_builder=...)``, which does not read ``model_input``:
+create the node with ``output_key=None`` then, or every run stores an unused view in the
+checkpoint (see the `RoundCompressionNode` example). `build_model_input` logs a one-time
+debug hint when it finds such a view.
+
 Per run the node reads only the uncovered tail of the state's messages (the rest is skipped with
 the summary's cursor, see `compressor`), and a summary dict it wrote before is recognised by
 identity instead of being validated again, so its work does not grow with the conversation.
@@ -300,6 +306,11 @@ def build_model_input(
     `~langchain_histcompress.context.ContextBuilder`: the builder's context under its token
     budget, with the summary and the state's facts as data.
 
+    With a ``context_builder`` the view under ``model_input`` is not used (the context is
+    built from the messages, the summary and the facts): create the `RoundCompressionNode`
+    with ``output_key=None`` so it does not write one to every checkpoint. The first time
+    such a view is found here, a debug message says so (once per process).
+
     Args:
         state: The graph state.
         context_builder: Assembles the context under a token budget (optional).
@@ -316,14 +327,41 @@ def build_model_input(
         ...          "running_summary": summary_to_state(s)}
         >>> [m.type for m in build_model_input(state)]
         ['system', 'human']
+
+        With a budget the history fits, the builder sends it whole (the summary adds nothing):
+
+        >>> from langchain_histcompress.context import ContextBuilder
+        >>> builder = ContextBuilder(max_context_tokens=100, token_counter="approximate")
+        >>> [m.id for m in build_model_input(state, context_builder=builder)]
+        ['h1', 'a1', 'h2']
     """
     summary = summary_from_state(state, summary_key)
     if context_builder is None:
         raw = _state_messages(state, messages_key, check=False)
         return view(_with_ids(raw, summary), summary, placement=placement)
+    _hint_unused_view(state)
     messages = ensure_ids(_state_messages(state, messages_key))
     facts = state.get(facts_key) if isinstance(state, Mapping) else getattr(state, facts_key, None)
     return context_builder.build(messages, summary=summary, facts=facts)
+
+
+_VIEW_KEY = "model_input"
+_view_hint = threading.Event()
+
+
+def _hint_unused_view(state: Mapping[str, Any] | Any) -> None:
+    """Say once per process that a view under ``model_input`` is written but not used."""
+    if _view_hint.is_set():
+        return
+    raw = state.get(_VIEW_KEY) if isinstance(state, Mapping) else getattr(state, _VIEW_KEY, None)
+    if raw:
+        _view_hint.set()
+        logger.debug(
+            "build_model_input: a ContextBuilder does not read state[%r]; the "
+            "RoundCompressionNode that writes it (checkpointed on every run) can be created "
+            "with output_key=None",
+            _VIEW_KEY,
+        )
 
 
 def _check_key(label: str, value: object) -> str:
@@ -345,8 +383,9 @@ class RoundCompressionNode(Runnable[Any, dict[str, Any]]):
         compressor: The `RoundCompressor` deciding what to fold and calling the summarizer.
         messages_key: State key of the conversation.
         summary_key: State key of the running summary (JSON dict form).
-        output_key: State key the compressed view is written to (``None``: do not write it;
-            build the input with `build_model_input` instead).
+        output_key: State key the compressed view is written to. ``None``: write no view;
+            use it when the model node calls ``build_model_input(state,
+            context_builder=...)``, which builds its own context and ignores the view.
         destructive: Also remove the covered messages from state, one
             ``RemoveMessage(id=...)`` per covered id.
         on_error: ``"raise"`` (default): a `SummarizationError` propagates and the graph
@@ -356,6 +395,39 @@ class RoundCompressionNode(Runnable[Any, dict[str, Any]]):
 
     Raises:
         ConfigurationError: A parameter is invalid.
+
+    Example:
+        With a `~langchain_histcompress.context.ContextBuilder` the model node builds its
+        own input, so the node is created with ``output_key=None`` and stores only the
+        summary (the module example shows the default, a view under ``model_input``):
+
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> from langgraph.graph import END, START, StateGraph
+        >>> from langchain_histcompress.context import ContextBuilder
+        >>> summarizer = GenericFakeChatModel(messages=iter(
+        ...     [AIMessage('{"ConversationSummary": "The user counted to one."}')]))
+        >>> compressor = RoundCompressor(summarizer, rounds_to_compress=2, rounds_to_retain=1,
+        ...                              token_counter="approximate")
+        >>> builder = ContextBuilder(max_context_tokens=2000, token_counter="approximate")
+        >>> def model(state: HistCompressState) -> dict:
+        ...     sent = build_model_input(state, context_builder=builder)
+        ...     return {"messages": [AIMessage(f"I see {len(sent)} messages")]}
+        >>> graph = StateGraph(HistCompressState)
+        >>> _ = graph.add_node("compress", RoundCompressionNode(compressor, output_key=None))
+        >>> _ = graph.add_node("model", model)
+        >>> _ = graph.add_edge(START, "compress")
+        >>> _ = graph.add_edge("compress", "model")
+        >>> _ = graph.add_edge("model", END)
+        >>> history = []
+        >>> for n in range(3):
+        ...     history += [HumanMessage(f"say {n}"), AIMessage(str(n))]
+        >>> state = graph.compile().invoke({"messages": [*history, HumanMessage("say 3")]})
+        >>> state["messages"][-1].content, "model_input" in state, "running_summary" in state
+        ('I see 7 messages', False, True)
+
+        (The history still fits the builder's budget, so it is sent whole; the summary
+        stands in for the oldest rounds once it no longer does.)
     """
 
     def __init__(

@@ -9,11 +9,14 @@ from hypothesis import strategies as st
 from langchain.agents.middleware.types import ModelRequest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.graph.message import add_messages
 
 from langchain_histcompress.compressor import view
+from langchain_histcompress.context import ContextBuilder
+from langchain_histcompress.errors import BudgetError
 from langchain_histcompress.middleware import RoundCompressionMiddleware
-from langchain_histcompress.nodes import RoundCompressionNode, summary_from_state
+from langchain_histcompress.nodes import RoundCompressionNode, build_model_input, summary_from_state
 from langchain_histcompress.rounds import is_summary_message, split_rounds, validate_history
 from tests.histories import history
 from tests.unit_tests.test_nodes import CountingSummarizer, Harness, make_compressor
@@ -126,6 +129,43 @@ def test_middleware_request_invariants(
     shown = body_ids([m for m in compressed.messages if not is_summary_message(m)])
     assert body_ids(body) == shown | covered
     assert request.messages == body  # the original request is untouched
+
+
+@PROPERTY_SETTINGS
+@given(
+    messages=history(allow_leading_tools=False),
+    options=compressor_options,
+    slack=st.integers(0, 200),
+    tight=st.integers(20, 400),
+)
+def test_node_with_context_builder_invariants(
+    messages: list[BaseMessage], options: dict[str, Any], slack: int, tight: int
+) -> None:
+    summarizer = CountingSummarizer()
+    compressor = make_compressor(summarizer, max_calls_per_compress=50, **options)
+    node = RoundCompressionNode(compressor, output_key=None)
+    update = node.invoke({"messages": list(messages)})
+    assert "model_input" not in update  # nothing unused is written to the checkpoint
+    state: dict[str, Any] = {"messages": list(messages), **update}
+    summary = summary_from_state(state)
+    event("compressed" if summary is not None else "not compressed")
+
+    # a history that fits the budget is sent as it is, never bigger
+    raw = count_tokens_approximately(messages)
+    roomy = ContextBuilder(max_context_tokens=raw + slack, token_counter=count_tokens_approximately)
+    assert build_model_input(state, context_builder=roomy) == messages
+
+    # under pressure, the summary is left out only when what it covers is all verbatim
+    # or when it does not fit
+    builder = ContextBuilder(max_context_tokens=tight, token_counter=count_tokens_approximately)
+    try:
+        built = builder.assemble(messages, summary=summary)
+    except BudgetError:
+        return
+    assert built.tokens <= tight
+    assert validate_history(built.messages) == []
+    if summary is not None and not summary.covered_ids <= set(built.verbatim_ids):
+        assert built.summary_included or "summary did not fit" in built.notes
 
 
 EXPECTED_GRAPH_MERMAID = """---

@@ -6,6 +6,7 @@ import html
 import json
 import logging
 import re
+import threading
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -30,6 +31,7 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import Field
 from typing_extensions import TypedDict
 
+from langchain_histcompress import nodes as nodes_module
 from langchain_histcompress.compressor import RoundCompressor, view
 from langchain_histcompress.context import ContextBuilder
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
@@ -573,3 +575,36 @@ def test_node_keeps_parallel_tool_groups_whole() -> None:
         for p, s in [("h", ""), ("c", ""), ("t", "a"), ("t", "b"), ("a", "")]
     }
     assert validate_history(update["model_input"], allow_in_flight=False) == []
+
+
+def test_build_model_input_with_builder_sends_a_fitting_history_whole() -> None:
+    summary = RunningSummary(content="x", text="x", covered_ids=frozenset({"h0", "a0"}))
+    state = {"messages": history(3), "running_summary": summary_to_state(summary), "facts": {}}
+    raw = count_tokens_approximately(state["messages"])
+    roomy = ContextBuilder(max_context_tokens=raw, token_counter=count_tokens_approximately)
+    assert build_model_input(state, context_builder=roomy) == state["messages"]
+
+
+def test_unused_view_hint_is_logged_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nodes_module, "_view_hint", threading.Event())
+    builder = ContextBuilder(max_context_tokens=500, token_counter=count_tokens_approximately)
+    secret = [SystemMessage("system"), HumanMessage("secret user text", id="h")]
+    with caplog.at_level(logging.DEBUG, logger="langchain_histcompress.nodes"):
+        build_model_input({"messages": secret}, context_builder=builder)
+        build_model_input({"messages": secret, "model_input": []}, context_builder=builder)
+        build_model_input({"messages": secret, "model_input": secret})  # the view is used
+        assert not caplog.records
+        for _ in range(3):
+            build_model_input({"messages": secret, "model_input": secret}, context_builder=builder)
+    hints = [r for r in caplog.records if "output_key=None" in r.getMessage()]
+    assert len(hints) == 1 and hints[0].levelno == logging.DEBUG
+    assert "secret user text" not in caplog.text
+
+
+def test_node_without_output_key_writes_only_the_summary() -> None:
+    node = RoundCompressionNode(make_compressor(CountingSummarizer()), output_key=None)
+    assert node.invoke({"messages": history(3)}) == {}
+    update = node.invoke({"messages": history(5)})
+    assert set(update) == {"running_summary"}
