@@ -38,28 +38,37 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
 import math
 import re
-import time
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from langchain_histcompress._model_edge import (
+    ModelCall,
+    RetryPolicy,
+    Steps,
+    arun_steps,
+    internal_config,
+    json_fenced_blocks,
+    json_values,
+    output_text,
+    run_steps,
+    strip_think,
+)
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.render import render_transcript, wrap_data
 from langchain_histcompress.rounds import ensure_ids, is_summary_message
-from langchain_histcompress.summary import INTERNAL_TAGS, is_transient_error
 
 if TYPE_CHECKING:
     from langchain_histcompress.retrieval import FactRetriever
@@ -114,6 +123,8 @@ call or its output failed, nothing written; ``skipped``: nothing to process, no 
 MAX_SUPERSEDED = 10
 """How many previous contents a fact keeps in ``supersedes`` (the newest ones)."""
 
+_MAX_BACKOFF = 30.0  # longest wait before a retry (also caps a server's retry-after)
+
 _UNCERTAIN_ALIASES = frozenset(
     {
         "uncertain",
@@ -147,8 +158,6 @@ _NOOP_NAMES = frozenset({"NOOP", "NONE", "SKIP", "KEEP"})
 _OP_FIELDS = frozenset({"type", "content", "confidence", "status", "source_ids", "expires_at"})
 _LABEL_RE = re.compile(r"[^a-z0-9]+")
 _CONTENT_FOLD_RE = re.compile(r"[\W_]+")
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\n?(.*?)```", re.DOTALL)
-_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 
 
 def _utcnow() -> datetime:
@@ -817,19 +826,11 @@ class RejectedOp:
 
 
 def _output_text(output: object) -> str:
-    content: object = output.content if isinstance(output, BaseMessage) else output
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts: list[str] = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, Mapping) and block.get("type") in ("text", "output_text"):
-                parts.append(str(block.get("text", "")))
-        return "\n".join(parts)
-    msg = f"model output of type {type(output).__name__} has no text"
-    raise _MalformedOutputError(msg)
+    text = output_text(output, separator="\n")
+    if text is None:
+        msg = f"model output of type {type(output).__name__} has no text"
+        raise _MalformedOutputError(msg)
+    return text
 
 
 def _ops_shape(value: object) -> list[object] | None:
@@ -848,33 +849,23 @@ def _ops_shape(value: object) -> list[object] | None:
 
 
 def _scan_json(text: str) -> list[object] | None:
-    decoder = json.JSONDecoder()
-    pos = 0
-    while True:
-        starts = [i for i in (text.find("[", pos), text.find("{", pos)) if i >= 0]
-        if not starts:
-            return None
-        start = min(starts)
-        try:
-            value, end = decoder.raw_decode(text, start)
-        except json.JSONDecodeError as exc:
-            msg = f"invalid or truncated JSON at character {start}"
-            raise _MalformedOutputError(msg) from exc
-        ops = _ops_shape(value)
-        if ops is not None:
-            return ops
-        pos = end
+    try:
+        for value in json_values(text, strict=True):
+            ops = _ops_shape(value)
+            if ops is not None:
+                return ops
+    except ValueError as exc:
+        raise _MalformedOutputError(str(exc)) from exc
+    return None
 
 
 def _find_ops(text: str) -> list[object]:
-    text = _THINK_RE.sub("", text).strip()
+    text = strip_think(text).strip()
     if not text:
         msg = "empty model output"
         raise _MalformedOutputError(msg)
-    for match in _FENCE_RE.finditer(text):
-        if match.group(1).lower() not in ("", "json", "jsonc", "json5"):
-            continue
-        found = _scan_json(match.group(2))
+    for block in json_fenced_blocks(text):
+        found = _scan_json(block)
         if found is not None:
             return found
     found = _scan_json(text)
@@ -1120,7 +1111,8 @@ class FactExtractor:
 
     Sync `extract` and async `aextract` share everything but the model call. Transient
     errors (timeouts, connection errors, 408/409/425/429/5xx) are retried up to
-    ``max_retries`` times; other errors and malformed output give a ``failed`` result that
+    ``max_retries`` times (exponential backoff; a server's ``retry-after`` is honoured; no
+    wait exceeds 30 s); other errors and malformed output give a ``failed`` result that
     changes nothing (or raise `SummarizationError` with ``raise_on_error=True``).
 
     Args:
@@ -1257,16 +1249,11 @@ class FactExtractor:
             now=when,
         )
 
-    def _config(self, config: RunnableConfig | None) -> RunnableConfig:
-        base: dict[str, Any] = dict(config or {})
-        for key in ("run_id", "run_name"):
-            base.pop(key, None)
-        tags = [t for t in base.get("tags") or [] if t not in INTERNAL_TAGS]
-        metadata = dict(base.get("metadata") or {})
-        metadata["histcompress_call"] = "extract_facts"
-        base["tags"] = [*tags, *INTERNAL_TAGS]
-        base["metadata"] = metadata
-        return cast(RunnableConfig, base)
+    @property
+    def _retry(self) -> RetryPolicy:
+        return RetryPolicy(
+            max_retries=self.max_retries, backoff=self.retry_backoff, max_backoff=_MAX_BACKOFF
+        )
 
     def _failed(
         self, call: _Call, exc: BaseException, attempts: int, what: str
@@ -1354,8 +1341,23 @@ class FactExtractor:
         )
         return ExtractionResult(report, update.facts, update, tuple(ops))
 
-    def _delay(self, attempt: int) -> float:
-        return self.retry_backoff * float(2**attempt)
+    def _steps(self, call: _Call, config: RunnableConfig | None) -> Steps[ExtractionResult]:
+        """Call, retry transient errors, apply: shared by `extract` and `aextract`."""
+        child = internal_config(config, call="extract_facts")
+        retry = self._retry
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                output = yield ModelCall(self.model, call.prompt, child)
+            except Exception as exc:
+                delay = retry.delay(exc, attempt)
+                if delay is None:
+                    return self._failed(call, exc, attempt, "model call failed")
+                if delay:
+                    yield retry.pause(delay)
+                continue
+            return self._finish(call, output, attempt)
 
     # -- faces -----------------------------------------------------------------------
 
@@ -1385,20 +1387,7 @@ class FactExtractor:
         call = self._prepare(messages, facts, now)
         if isinstance(call, ExtractionResult):
             return call
-        child = self._config(config)
-        attempt = 0
-        while True:
-            try:
-                output = self.model.invoke(call.prompt, config=child)
-            except Exception as exc:
-                if is_transient_error(exc) and attempt < self.max_retries:
-                    delay = self._delay(attempt)
-                    attempt += 1
-                    if delay:
-                        time.sleep(delay)
-                    continue
-                return self._failed(call, exc, attempt + 1, "model call failed")
-            return self._finish(call, output, attempt + 1)
+        return run_steps(self._steps(call, config))
 
     async def aextract(
         self,
@@ -1412,20 +1401,7 @@ class FactExtractor:
         call = self._prepare(messages, facts, now)
         if isinstance(call, ExtractionResult):
             return call
-        child = self._config(config)
-        attempt = 0
-        while True:
-            try:
-                output = await self.model.ainvoke(call.prompt, config=child)
-            except Exception as exc:
-                if is_transient_error(exc) and attempt < self.max_retries:
-                    delay = self._delay(attempt)
-                    attempt += 1
-                    if delay:
-                        await asyncio.sleep(delay)
-                    continue
-                return self._failed(call, exc, attempt + 1, "model call failed")
-            return self._finish(call, output, attempt + 1)
+        return await arun_steps(self._steps(call, config))
 
 
 class _InvalidOperationsError(ValueError):

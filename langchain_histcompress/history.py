@@ -23,12 +23,13 @@ instead. Cancellation (``asyncio.CancelledError``) always propagates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import uuid
 from abc import abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -224,60 +225,58 @@ class _CompressingHistoryBase(BaseChatMessageHistory):
             return None
         return summary
 
-    def _compress_now(self, *, may_raise: bool = True) -> None:
-        compressor = self.compressor
-        if compressor is None:
-            return
+    @contextlib.contextmanager
+    def _compression_outcome(self, *, may_raise: bool) -> Iterator[None]:
+        """Apply the failure policy to the compression run inside the block.
+
+        A conflict (another writer committed first) is fine; any other ``Exception`` is
+        handled by `_failed` (logged, or raised when allowed and configured). Cancellation
+        and other ``BaseException`` propagate.
+        """
         try:
-            messages, previous = self._compression_input()
-            summary = self._accept(compressor.compress(messages, previous), previous)
-            if summary is not None:
-                self._commit(summary, previous)
+            yield
         except CompressionConflictError:
             logger.info(
                 "%s: another writer compressed first; keeping its summary", self._describe()
             )
-            self.last_compression_error = None
-            return
         except Exception as exc:
             self._failed(exc, may_raise=may_raise)
             return
         self.last_compression_error = None
 
+    def _compress_now(self, *, may_raise: bool = True) -> None:
+        compressor = self.compressor
+        if compressor is None:
+            return
+        with self._compression_outcome(may_raise=may_raise):
+            messages, previous = self._compression_input()
+            summary = self._accept(compressor.compress(messages, previous), previous)
+            if summary is not None:
+                self._commit(summary, previous)
+
     async def _acompress_now(self) -> None:
         compressor = self.compressor
         if compressor is None:
             return
-        try:
+        with self._compression_outcome(may_raise=True):
             messages, previous = await self._acompression_input()
             summary = self._accept(await compressor.acompress(messages, previous), previous)
             if summary is not None:
                 await self._acommit(summary, previous)
-        except CompressionConflictError:
-            logger.info(
-                "%s: another writer compressed first; keeping its summary", self._describe()
-            )
-            self.last_compression_error = None
-            return
-        except Exception as exc:
-            self._failed(exc, may_raise=True)
-            return
-        self.last_compression_error = None
+
+    def _handed_to_background(self) -> bool:
+        """Start a background compression when so configured; ``True`` when started."""
+        if self.compress_on != "background":
+            return False
+        _submit_background(self._background_key, lambda: self._compress_now(may_raise=False))
+        return True
 
     def _after_write(self) -> None:
-        if self.compressor is None:
-            return
-        if self.compress_on == "background":
-            _submit_background(self._background_key, lambda: self._compress_now(may_raise=False))
-        else:
+        if self.compressor is not None and not self._handed_to_background():
             self._compress_now()
 
     async def _aafter_write(self) -> None:
-        if self.compressor is None:
-            return
-        if self.compress_on == "background":
-            _submit_background(self._background_key, lambda: self._compress_now(may_raise=False))
-        else:
+        if self.compressor is not None and not self._handed_to_background():
             await self._acompress_now()
 
     def _settle(self) -> None:

@@ -47,9 +47,11 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.store.base import BaseStore, Item, PutOp
 from typing_extensions import TypedDict
 
+from langchain_histcompress._model_edge import Steps, Twin, arun_steps, run_steps
 from langchain_histcompress.errors import ConfigurationError, StorageError
 from langchain_histcompress.facts import (
     ExtractionReport,
+    ExtractionResult,
     Fact,
     FactExtractor,
     facts_from_state,
@@ -475,99 +477,66 @@ class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
             update[self.cursor_key] = cursor
         return update
 
-    # -- sync / async bodies -----------------------------------------------------------
+    # -- the run, shared by the sync and async faces ----------------------------------
+
+    def _steps(self, state: Mapping[str, Any], config: RunnableConfig) -> Steps[dict[str, Any]]:
+        """Load the facts, extract batch by batch, write back: one run, sync or async."""
+        plan = self._plan(state)
+        now = self._clock()
+        store = self._store()
+        in_state = facts_from_state(state.get(self.state_key))
+        if store is not None:
+            namespace = self._namespace(config)
+            try:
+                items = yield from _search_all(store, namespace)
+            except Exception as exc:
+                msg = f"could not read facts from the store ({type(exc).__name__})"
+                raise StorageError(msg) from exc
+            loaded, expired = self._parse_items(items, namespace, now)
+        else:
+            loaded = {fid: f for fid, f in in_state.items() if not f.is_expired(now)}
+            expired = []
+        current = dict(loaded)
+        reports: list[ExtractionReport] = []
+        processed = 0
+        extractor = self.extractor
+        for batch in plan.batches:
+            result: ExtractionResult = yield Twin(
+                extractor.extract, extractor.aextract, batch, current, now=now, config=config
+            )
+            reports.append(result.report)
+            if result.status == "failed":
+                break
+            current = result.facts
+            processed += 1
+        if store is not None:
+            ops = [PutOp(namespace, key, None) for key in expired]
+            ops.extend(self._store_ops(namespace, loaded, current))
+            if ops:
+                try:
+                    yield Twin(store.batch, store.abatch, ops)
+                except Exception as exc:
+                    msg = f"could not write facts to the store ({type(exc).__name__})"
+                    raise StorageError(msg) from exc
+        return self._update(state, in_state, current, reports, plan, processed)
 
     def _run(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        plan = self._plan(state)
-        now = self._clock()
-        store = self._store()
-        in_state = facts_from_state(state.get(self.state_key))
-        if store is not None:
-            namespace = self._namespace(config)
-            try:
-                items = _search_all(store, namespace)
-            except Exception as exc:
-                msg = f"could not read facts from the store ({type(exc).__name__})"
-                raise StorageError(msg) from exc
-            loaded, expired = self._parse_items(items, namespace, now)
-        else:
-            loaded = {fid: f for fid, f in in_state.items() if not f.is_expired(now)}
-            expired = []
-        current = dict(loaded)
-        reports: list[ExtractionReport] = []
-        processed = 0
-        for batch in plan.batches:
-            result = self.extractor.extract(batch, current, now=now, config=config)
-            reports.append(result.report)
-            if result.status == "failed":
-                break
-            current = result.facts
-            processed += 1
-        if store is not None:
-            ops = [PutOp(namespace, key, None) for key in expired]
-            ops.extend(self._store_ops(namespace, loaded, current))
-            if ops:
-                try:
-                    store.batch(ops)
-                except Exception as exc:
-                    msg = f"could not write facts to the store ({type(exc).__name__})"
-                    raise StorageError(msg) from exc
-        return self._update(state, in_state, current, reports, plan, processed)
+        return run_steps(self._steps(state, config))
 
     async def _arun(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        plan = self._plan(state)
-        now = self._clock()
-        store = self._store()
-        in_state = facts_from_state(state.get(self.state_key))
-        if store is not None:
-            namespace = self._namespace(config)
-            try:
-                items = await _asearch_all(store, namespace)
-            except Exception as exc:
-                msg = f"could not read facts from the store ({type(exc).__name__})"
-                raise StorageError(msg) from exc
-            loaded, expired = self._parse_items(items, namespace, now)
-        else:
-            loaded = {fid: f for fid, f in in_state.items() if not f.is_expired(now)}
-            expired = []
-        current = dict(loaded)
-        reports: list[ExtractionReport] = []
-        processed = 0
-        for batch in plan.batches:
-            result = await self.extractor.aextract(batch, current, now=now, config=config)
-            reports.append(result.report)
-            if result.status == "failed":
-                break
-            current = result.facts
-            processed += 1
-        if store is not None:
-            ops = [PutOp(namespace, key, None) for key in expired]
-            ops.extend(self._store_ops(namespace, loaded, current))
-            if ops:
-                try:
-                    await store.abatch(ops)
-                except Exception as exc:
-                    msg = f"could not write facts to the store ({type(exc).__name__})"
-                    raise StorageError(msg) from exc
-        return self._update(state, in_state, current, reports, plan, processed)
+        return await arun_steps(self._steps(state, config))
 
 
 _PAGE = 500
 
 
-def _search_all(store: BaseStore, namespace: tuple[str, ...]) -> list[Item]:
+def _search_all(store: BaseStore, namespace: tuple[str, ...]) -> Steps[list[Item]]:
+    """Every item of ``namespace`` (and below), page by page."""
     items: list[Item] = []
     while True:
-        page = store.search(namespace, limit=_PAGE, offset=len(items))
-        items.extend(page)
-        if len(page) < _PAGE:
-            return items
-
-
-async def _asearch_all(store: BaseStore, namespace: tuple[str, ...]) -> list[Item]:
-    items: list[Item] = []
-    while True:
-        page = await store.asearch(namespace, limit=_PAGE, offset=len(items))
+        page: list[Item] = yield Twin(
+            store.search, store.asearch, namespace, limit=_PAGE, offset=len(items)
+        )
         items.extend(page)
         if len(page) < _PAGE:
             return items

@@ -40,9 +40,6 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextvars
 import json
 import logging
 import re
@@ -72,6 +69,19 @@ from langchain_core.runnables import (
 from langchain_core.vectorstores import VectorStore
 from typing_extensions import TypedDict
 
+from langchain_histcompress._model_edge import (
+    INTERNAL_TAGS,
+    TIMEOUT_ERRORS,
+    ModelCall,
+    Steps,
+    Twin,
+    arun_steps,
+    internal_config,
+    is_refusal,
+    output_text,
+    run_steps,
+    strip_think,
+)
 from langchain_histcompress.errors import ConfigurationError, HistCompressError
 from langchain_histcompress.render import escape_data, render_transcript, wrap_data
 from langchain_histcompress.rounds import ensure_ids, is_summary_message, split_units
@@ -109,8 +119,9 @@ conversation followed by the question."""
 FallbackReason = Literal["model_error", "timeout", "empty", "too_long", "garbage", "refusal"]
 """Why the original question was used instead of the model's rephrasing."""
 
-REPHRASE_TAGS: tuple[str, ...] = ("langchain_histcompress:internal", "nostream")
-"""Tags put on every rephrasing model call so its tokens never stream to the end user."""
+REPHRASE_TAGS: tuple[str, ...] = INTERNAL_TAGS
+"""Tags put on every rephrasing model call so its tokens never stream to the end user (the
+package's internal-call tags)."""
 
 _REPHRASE_RUN_NAME = "histcompress_rephrase"
 _PROMPT_VARIABLES = frozenset({"history", "summary", "question"})
@@ -359,15 +370,7 @@ def build_answer_messages(
 
 
 def _content_text(content: str | list[str | dict[str, Any]]) -> str:
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-    return "".join(parts)
+    return output_text(content) or ""
 
 
 _LABEL = re.compile(
@@ -378,7 +381,6 @@ _LABEL = re.compile(
 _FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
 _MARKUP = re.compile(r"</?(?:message|conversation|question|conversation_summary)\b", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_REFUSALS = ("i'm sorry", "i am sorry", "sorry, i", "i cannot help", "i can't help", "as an ai")
 _QUOTES = {'"': '"', "'": "'", "\u201c": "\u201d", "\u00ab": "\u00bb", "`": "`"}
 _JSON_KEYS = ("standalone_question", "question", "query")
 _UNESCAPES = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
@@ -414,13 +416,10 @@ def _check_output(
     raw: object, *, limit: int, style: RephraseStyle
 ) -> tuple[str | None, FallbackReason | None]:
     """Clean a rephrasing model's output; return (question, None) or (None, reason)."""
-    if isinstance(raw, BaseMessage):
-        text = _content_text(raw.content)
-    elif isinstance(raw, str):
-        text = raw
-    else:
+    text = output_text(raw)
+    if text is None:
         return None, "garbage"
-    text = _unwrap(text)
+    text = _unwrap(strip_think(text))
     if text.startswith(("{", "[")):
         extracted = _from_json(text)
         if extracted is None:
@@ -437,7 +436,7 @@ def _check_output(
         or "```" in text
     ):
         return None, "garbage"
-    if text.lower().startswith(_REFUSALS):
+    if is_refusal(text, user_voice=True):
         return None, "refusal"
     if style == "standalone_question":
         if len([line for line in text.splitlines() if line.strip()]) > _MAX_STANDALONE_LINES:
@@ -534,7 +533,7 @@ class _Rephraser:
     """Validated rephrasing settings plus the shared sync/async logic."""
 
     llm: Runnable[Any, Any]
-    """The rephrasing model, already bound to the internal tags."""
+    """The rephrasing model."""
     mode: CompactHistoryMode
     """``compact`` calls the model; ``none`` never does."""
     history_message_count: int
@@ -583,9 +582,8 @@ class _Rephraser:
             msg = f"timeout must be a positive number of seconds or None, got {timeout!r}"
             raise ConfigurationError(msg)
         template = _resolve_prompt(prompt, style)
-        bound = llm.with_config(tags=list(REPHRASE_TAGS), run_name=_REPHRASE_RUN_NAME)
         return cls(
-            llm=bound,
+            llm=llm,
             mode=cast("CompactHistoryMode", mode),
             history_message_count=history_message_count,
             prompt=template,
@@ -680,60 +678,37 @@ class _Rephraser:
             model_calls=1,
         )
 
-    def run(
+    def steps(
         self, question: str, history: Sequence[BaseMessage], summary: object, config: Any
-    ) -> RephraseOutput:
+    ) -> Steps[RephraseOutput]:
+        """Plan, call the model once (unless no call is needed), check: fails open."""
         plan = self.plan(question, history, summary)
         if plan.prompt is None:
             return self.skipped(plan)
-        messages = list(plan.prompt)
+        call = ModelCall(
+            self.llm,
+            list(plan.prompt),
+            internal_config(config, call="rephrase", run_name=_REPHRASE_RUN_NAME),
+            timeout=self.timeout,
+            what="rephraser",
+        )
         try:
-            if self.timeout is None:
-                raw = self.llm.invoke(messages, config)
-            else:
-                raw = _invoke_with_timeout(self.llm, messages, config, self.timeout)
-        except (concurrent.futures.TimeoutError, TimeoutError):
+            raw = yield call
+        except TIMEOUT_ERRORS:
             return self.fallback(plan, "timeout")
         except Exception as exc:
             return self.fallback(plan, "model_error", type(exc).__name__)
         return self.finish(plan, raw)
+
+    def run(
+        self, question: str, history: Sequence[BaseMessage], summary: object, config: Any
+    ) -> RephraseOutput:
+        return run_steps(self.steps(question, history, summary, config))
 
     async def arun(
         self, question: str, history: Sequence[BaseMessage], summary: object, config: Any
     ) -> RephraseOutput:
-        plan = self.plan(question, history, summary)
-        if plan.prompt is None:
-            return self.skipped(plan)
-        messages = list(plan.prompt)
-        try:
-            if self.timeout is None:
-                raw = await self.llm.ainvoke(messages, config)
-            else:
-                raw = await asyncio.wait_for(self.llm.ainvoke(messages, config), self.timeout)
-        except (asyncio.TimeoutError, TimeoutError):
-            return self.fallback(plan, "timeout")
-        except Exception as exc:
-            return self.fallback(plan, "model_error", type(exc).__name__)
-        return self.finish(plan, raw)
-
-
-def _invoke_with_timeout(
-    llm: Runnable[Any, Any], messages: list[BaseMessage], config: Any, timeout: float
-) -> Any:
-    """Run ``llm.invoke`` in a worker thread and stop waiting after ``timeout`` seconds.
-
-    A call that times out keeps running in its thread until the model returns; its result
-    is discarded.
-    """
-    executor = concurrent.futures.ThreadPoolExecutor(
-        max_workers=1, thread_name_prefix="histcompress-rephrase"
-    )
-    context = contextvars.copy_context()
-    try:
-        future = executor.submit(context.run, llm.invoke, messages, config)
-        return future.result(timeout=timeout)
-    finally:
-        executor.shutdown(wait=False, cancel_futures=True)
+        return await arun_steps(self.steps(question, history, summary, config))
 
 
 @dataclass(frozen=True)
@@ -785,6 +760,20 @@ class _InputKeys:
 
 
 # ----------------------------------------------------------------------------- faces
+
+
+def _rephraser_runnable(
+    engine: _Rephraser, keys: _InputKeys
+) -> Runnable[dict[str, Any], RephraseOutput]:
+    """The rephraser as a Runnable returning `RephraseOutput` (sync and async)."""
+
+    def rephrase(inputs: dict[str, Any], config: RunnableConfig) -> RephraseOutput:
+        return engine.run(*keys.read(inputs), config)
+
+    async def arephrase(inputs: dict[str, Any], config: RunnableConfig) -> RephraseOutput:
+        return await engine.arun(*keys.read(inputs), config)
+
+    return RunnableLambda(rephrase, afunc=arephrase, name="HistoryRephraser")
 
 
 @overload
@@ -902,16 +891,8 @@ def create_history_rephraser(
         include_tool_messages=include_tool_messages,
         max_message_chars=max_message_chars,
     )
-    keys = _InputKeys.build(input_key, history_key, summary_key)
-
-    def rephrase(inputs: dict[str, Any], config: RunnableConfig) -> RephraseOutput:
-        return engine.run(*keys.read(inputs), config)
-
-    async def arephrase(inputs: dict[str, Any], config: RunnableConfig) -> RephraseOutput:
-        return await engine.arun(*keys.read(inputs), config)
-
-    with_metadata: Runnable[dict[str, Any], RephraseOutput] = RunnableLambda(
-        rephrase, afunc=arephrase, name="HistoryRephraser"
+    with_metadata = _rephraser_runnable(
+        engine, _InputKeys.build(input_key, history_key, summary_key)
     )
     if return_metadata:
         return with_metadata
@@ -954,15 +935,34 @@ class _Retrieval:
     chunk_count: int
     """How many documents to keep at most."""
 
-    def run(self, inputs: dict[str, Any], config: RunnableConfig) -> CompactRetrievalOutput:
-        rephrased = self.rephraser.invoke(inputs, config)
-        found = self.retriever.invoke(rephrased["question"], config)
+    @classmethod
+    def build(
+        cls,
+        engine: _Rephraser,
+        keys: _InputKeys,
+        retriever: RetrieverLike | VectorStore,
+        chunk_count: int,
+    ) -> _Retrieval:
+        return cls(
+            rephraser=_rephraser_runnable(engine, keys),
+            retriever=_as_retriever(retriever, chunk_count),
+            keys=keys,
+            chunk_count=chunk_count,
+        )
+
+    def steps(
+        self, inputs: dict[str, Any], config: RunnableConfig
+    ) -> Steps[CompactRetrievalOutput]:
+        rephraser, retriever = self.rephraser, self.retriever
+        rephrased = yield Twin(rephraser.invoke, rephraser.ainvoke, inputs, config)
+        found = yield Twin(retriever.invoke, retriever.ainvoke, rephrased["question"], config)
         return self._output(rephrased, _documents(found, self.chunk_count))
 
+    def run(self, inputs: dict[str, Any], config: RunnableConfig) -> CompactRetrievalOutput:
+        return run_steps(self.steps(inputs, config))
+
     async def arun(self, inputs: dict[str, Any], config: RunnableConfig) -> CompactRetrievalOutput:
-        rephrased = await self.rephraser.ainvoke(inputs, config)
-        found = await self.retriever.ainvoke(rephrased["question"], config)
-        return self._output(rephrased, _documents(found, self.chunk_count))
+        return await arun_steps(self.steps(inputs, config))
 
     @staticmethod
     def _output(rephrased: RephraseOutput, documents: list[Document]) -> CompactRetrievalOutput:
@@ -973,47 +973,6 @@ class _Retrieval:
             rephrased=rephrased["rephrased"],
             fallback_reason=rephrased["fallback_reason"],
         )
-
-
-def _build_retrieval(
-    llm: LanguageModelLike,
-    retriever: RetrieverLike | VectorStore,
-    *,
-    mode: CompactHistoryMode,
-    history_message_count: int,
-    chunk_count: int,
-    prompt: ChatPromptTemplate | str | None,
-    style: RephraseStyle,
-    max_output_chars: int | None,
-    input_key: str,
-    history_key: str,
-    summary_key: str | None,
-    timeout: float | None,
-    include_tool_messages: bool,
-    max_message_chars: int | None,
-) -> _Retrieval:
-    _check_count("chunk_count", chunk_count, minimum=1)
-    rephraser = create_history_rephraser(
-        llm,
-        mode=mode,
-        history_message_count=history_message_count,
-        prompt=prompt,
-        style=style,
-        max_output_chars=max_output_chars,
-        return_metadata=True,
-        input_key=input_key,
-        history_key=history_key,
-        summary_key=summary_key,
-        timeout=timeout,
-        include_tool_messages=include_tool_messages,
-        max_message_chars=max_message_chars,
-    )
-    return _Retrieval(
-        rephraser=rephraser,
-        retriever=_as_retriever(retriever, chunk_count),
-        keys=_InputKeys.build(input_key, history_key, summary_key),
-        chunk_count=chunk_count,
-    )
 
 
 def create_compact_history_retriever(
@@ -1070,22 +1029,20 @@ def create_compact_history_retriever(
         >>> out["query"], len(out["documents"])
         ('Lisbon?', 2)
     """
-    retrieval = _build_retrieval(
+    _check_count("chunk_count", chunk_count, minimum=1)
+    engine = _Rephraser.build(
         llm,
-        retriever,
         mode=mode,
         history_message_count=history_message_count,
-        chunk_count=chunk_count,
         prompt=prompt,
         style=style,
         max_output_chars=max_output_chars,
-        input_key=input_key,
-        history_key=history_key,
-        summary_key=summary_key,
         timeout=timeout,
         include_tool_messages=include_tool_messages,
         max_message_chars=max_message_chars,
     )
+    keys = _InputKeys.build(input_key, history_key, summary_key)
+    retrieval = _Retrieval.build(engine, keys, retriever, chunk_count)
     return RunnableLambda(retrieval.run, afunc=retrieval.arun, name="CompactHistoryRetriever")
 
 
@@ -1175,22 +1132,20 @@ def create_conversational_rag_chain(
     if not isinstance(llm, Runnable):
         msg = f"llm must be a chat model or Runnable, got {type(llm).__name__}"
         raise ConfigurationError(msg)
-    retrieval = _build_retrieval(
+    _check_count("chunk_count", chunk_count, minimum=1)
+    engine = _Rephraser.build(
         rephrase_llm if rephrase_llm is not None else llm,
-        retriever,
         mode=compact_history,
         history_message_count=history_message_count,
-        chunk_count=chunk_count,
         prompt=rephrase_prompt,
         style=style,
         max_output_chars=max_output_chars,
-        input_key=input_key,
-        history_key=history_key,
-        summary_key=summary_key,
         timeout=timeout,
         include_tool_messages=include_tool_messages,
         max_message_chars=max_message_chars,
     )
+    keys = _InputKeys.build(input_key, history_key, summary_key)
+    retrieval = _Retrieval.build(engine, keys, retriever, chunk_count)
 
     def with_payload(found: CompactRetrievalOutput, inputs: dict[str, Any]) -> dict[str, Any]:
         if compact_history == "compact":

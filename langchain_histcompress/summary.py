@@ -32,15 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import concurrent.futures
-import contextvars
 import hashlib
 import json
 import logging
-import os
-import queue
 import re
-import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -59,6 +54,23 @@ from pydantic import (
     model_validator,
 )
 
+from langchain_histcompress._model_edge import (
+    INTERNAL_TAGS,
+    ModelCall,
+    Pause,
+    RetryPolicy,
+    Steps,
+    arun_steps,
+    describe_error,
+    find_json_object,
+    internal_config,
+    is_refusal,
+    is_transient_error,
+    model_name,
+    output_text,
+    run_steps,
+    strip_think,
+)
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.render import escape_data, render_transcript, wrap_data
 from langchain_histcompress.rounds import SUMMARY_SOURCE, is_summary_message
@@ -82,9 +94,6 @@ logger = logging.getLogger(__name__)
 
 PROMPT_VERSION = "histcompress-summary-2"
 """Version of the summarizer prompt text; bumped whenever the prompt wording changes."""
-
-INTERNAL_TAGS: tuple[str, ...] = ("langchain_histcompress:internal", "nostream")
-"""Tags put on every summarizer call so its tokens are never streamed to the end user."""
 
 SUMMARY_RUN_NAME = "histcompress_summarize"
 """Run name of every summarizer call (visible in tracing)."""
@@ -598,56 +607,20 @@ class _InvalidOutputError(Exception):
     """The model answered, but the answer is not a usable summary."""
 
 
-_REFUSAL = re.compile(
-    r"^\W*(?:i['’]?m\s+sorry|i\s+am\s+sorry|sorry\s*[,.!]|i\s+apologi[sz]e|as\s+an\s+ai\b|"
-    r"i\s+(?:can\s*not|can['’]?t|cannot|won['’]?t|will\s+not|am\s+(?:not\s+able|unable)|"
-    r"['’]?m\s+(?:not\s+able|unable)|do\s+not\s+feel\s+comfortable)\b)",
-    re.IGNORECASE,
-)
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON|json5)?[ \t]*\r?\n?(.*?)```", re.DOTALL)
-_MAX_OBJECT_SCANS = 64
-
-
 def _output_text(output: object) -> str:
-    content: object = output.content if isinstance(output, BaseMessage) else output
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts: list[str] = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, dict) and block.get("type") in ("text", "output_text"):
-                parts.append(str(block.get("text", "")))
-        return "".join(parts)
-    msg = f"unexpected answer type {type(output).__name__}"
-    raise _InvalidOutputError(msg)
+    text = output_text(output)
+    if text is None:
+        msg = f"unexpected answer type {type(output).__name__}"
+        raise _InvalidOutputError(msg)
+    return strip_think(text)
 
 
 def _json_object(text: str) -> dict[str, Any]:
-    stripped = text.strip()
-    candidates = [stripped] + [m.group(1).strip() for m in _FENCE.finditer(text)]
-    for candidate in candidates:
-        try:
-            value = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    decoder = json.JSONDecoder()
-    start = text.find("{")
-    scans = 0
-    while start != -1 and scans < _MAX_OBJECT_SCANS:
-        scans += 1
-        try:
-            value, _ = decoder.raw_decode(text, start)
-        except ValueError:
-            value = None
-        if isinstance(value, dict):
-            return value
-        start = text.find("{", start + 1)
-    msg = "answer contains no complete JSON object (empty, truncated or not JSON)"
-    raise _InvalidOutputError(msg)
+    found = find_json_object(text)
+    if found is None:
+        msg = "answer contains no complete JSON object (empty, truncated or not JSON)"
+        raise _InvalidOutputError(msg)
+    return found
 
 
 def _normalized_key(key: str) -> str:
@@ -668,7 +641,7 @@ def _check_prose(text: str, what: str) -> str:
     if not text.strip():
         msg = f"{what} is empty"
         raise _InvalidOutputError(msg)
-    if _REFUSAL.match(text):
+    if is_refusal(text):
         msg = f"{what} is a refusal, not a summary"
         raise _InvalidOutputError(msg)
     return text.strip()
@@ -809,209 +782,7 @@ def _render_content(content: dict[str, Any] | str, profile: SummaryProfile) -> s
     return text
 
 
-# --------------------------------------------------------------------------- errors
-
-_TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
-_TRANSIENT_NAMES = frozenset(
-    {
-        "RateLimitError",
-        "APITimeoutError",
-        "APIConnectionError",
-        "InternalServerError",
-        "ServiceUnavailableError",
-        "ServiceUnavailable",
-        "OverloadedError",
-        "TooManyRequests",
-        "ResourceExhausted",
-        "DeadlineExceeded",
-        "TimeoutException",
-        "ConnectTimeout",
-        "ReadTimeout",
-        "WriteTimeout",
-        "PoolTimeout",
-        "ConnectError",
-        "ReadError",
-        "WriteError",
-        "RemoteProtocolError",
-        "NetworkError",
-        "ProtocolError",
-        "Timeout",
-    }
-)
-_PERMANENT_NAMES = frozenset(
-    {
-        "AuthenticationError",
-        "PermissionDeniedError",
-        "PermissionDenied",
-        "Unauthenticated",
-        "BadRequestError",
-        "NotFoundError",
-        "UnprocessableEntityError",
-        "InvalidRequestError",
-        "ContentFilterFinishReasonError",
-        "LengthFinishReasonError",
-    }
-)
-
-
-def _status_code(exc: BaseException) -> int | None:
-    for holder in (exc, getattr(exc, "response", None)):
-        for attr in ("status_code", "status", "http_status"):
-            value = getattr(holder, attr, None)
-            if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
-                return value
-    return None
-
-
-def is_transient_error(exc: BaseException) -> bool:
-    """Whether a model error is worth retrying (rate limit, 5xx, timeout, dropped connection).
-
-    Provider-agnostic: looks at an HTTP status (``status_code`` / ``status`` on the exception
-    or its ``response``), then at the class names in the exception's hierarchy (openai, httpx,
-    anthropic, google), then at the built-in ``TimeoutError`` / ``ConnectionError``. Auth,
-    permission and bad-request errors are never transient. The direct cause is checked too.
-
-    Example:
-        >>> class RateLimitError(Exception): ...
-        >>> is_transient_error(RateLimitError("slow down")), is_transient_error(KeyError("x"))
-        (True, False)
-    """
-    for candidate in (exc, exc.__cause__):
-        if candidate is None or isinstance(candidate, SummarizationError):
-            continue
-        status = _status_code(candidate)
-        if status is not None:
-            return status in _TRANSIENT_STATUS or status >= 500
-        names = {cls.__name__ for cls in type(candidate).__mro__}
-        if names & _PERMANENT_NAMES:
-            return False
-        if names & _TRANSIENT_NAMES:
-            return True
-        if isinstance(candidate, TimeoutError | ConnectionError | asyncio.TimeoutError):
-            return True
-    return False
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    headers = getattr(getattr(exc, "response", None), "headers", None)
-    if not isinstance(headers, Mapping) and not hasattr(headers, "get"):
-        return None
-    try:
-        value = headers.get("retry-after")  # type: ignore[union-attr]
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-class _SummarizerTimeoutError(TimeoutError):
-    """The summarizer did not answer within the configured timeout."""
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    if len(text) > 200:
-        text = text[:200] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 # --------------------------------------------------------------------------- calling
-
-
-def _model_name(model: object) -> str:
-    for attr in ("model_name", "model", "model_id", "deployment_name"):
-        value = getattr(model, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    return type(model).__name__
-
-
-class _Workers:
-    """Daemon threads reused across summarizer calls.
-
-    Starting a thread per call costs more than the rest of the package's work on a turn. A
-    worker runs one job at a time; a job that hangs keeps its worker, and the next job
-    gets another (idle or new) one. At most ``max_idle`` workers wait for work, each for at
-    most ``idle_seconds``. Forked children start with no workers.
-    """
-
-    def __init__(self, *, max_idle: int = 4, idle_seconds: float = 60.0) -> None:
-        self.max_idle = max_idle
-        self.idle_seconds = idle_seconds
-        self._lock = threading.Lock()
-        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
-        self._generation = 0
-
-    def reset(self) -> None:
-        """Forget every worker (after a fork only the forking thread exists)."""
-        self._lock = threading.Lock()
-        self._idle = []
-        self._generation += 1
-
-    def submit(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on an idle worker, or on a new one."""
-        with self._lock:
-            inbox = self._idle.pop() if self._idle else None
-        if inbox is None:
-            inbox = queue.SimpleQueue()
-            threading.Thread(
-                target=self._serve,
-                args=(inbox, self._generation),
-                name="histcompress-summarize",
-                daemon=True,
-            ).start()
-        inbox.put(job)
-
-    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]], generation: int) -> None:
-        while True:
-            try:
-                job = inbox.get(timeout=self.idle_seconds)
-            except queue.Empty:
-                with self._lock:
-                    if generation != self._generation:  # forgotten by reset
-                        return
-                    if inbox not in self._idle:  # taken by a caller: its job is on the way
-                        continue
-                    self._idle.remove(inbox)
-                return
-            job()  # never raises: jobs report through their future
-            del job
-            with self._lock:
-                if generation != self._generation or len(self._idle) >= self.max_idle:
-                    return
-                self._idle.append(inbox)
-
-
-_WORKERS = _Workers()
-if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
-    os.register_at_fork(after_in_child=_WORKERS.reset)
-
-
-def _call_with_timeout(call: Callable[[], Any], timeout: float) -> Any:
-    """Run ``call`` on a daemon worker thread and wait at most ``timeout`` seconds.
-
-    A call that hangs keeps its (daemon) worker until it returns; its result is discarded.
-    """
-    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    context = contextvars.copy_context()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            result = context.run(call)
-        except BaseException as exc:
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
-
-    _WORKERS.submit(run)
-    try:
-        return future.result(timeout)
-    except concurrent.futures.TimeoutError:
-        if future.done():
-            raise
-        msg = f"summarizer gave no answer within {timeout} s"
-        raise _SummarizerTimeoutError(msg) from None
 
 
 @dataclass(frozen=True)
@@ -1093,10 +864,15 @@ class Summarizer:
             instructions=instructions,
         )
         self.model = model
-        self.model_name = _model_name(model)
+        self.model_name = model_name(model)
         self.token_counter = resolve_counter(token_counter)
-        self._sleep = sleep or time.sleep
-        self._async_sleep = async_sleep or asyncio.sleep
+        self._retry = RetryPolicy(
+            max_retries=max_retries,
+            backoff=retry_backoff,
+            max_backoff=max_backoff,
+            sleep=sleep or time.sleep,
+            async_sleep=async_sleep or asyncio.sleep,
+        )
         self._clock = clock or _utcnow
         self._runnable: Runnable[Any, Any] = model
         if structured_output:
@@ -1166,20 +942,16 @@ class Summarizer:
         )
 
     def _run_config(self, config: RunnableConfig | None, request: _Request) -> RunnableConfig:
-        base: RunnableConfig = dict(config or {})  # type: ignore[assignment]
-        base.pop("run_id", None)  # the caller's run id belongs to the caller's run
-        tags = [*base.get("tags", []), *(t for t in INTERNAL_TAGS if t not in base.get("tags", []))]
-        metadata = {
-            **base.get("metadata", {}),
-            "histcompress_call": "summarize",
-            "histcompress_prompt_version": PROMPT_VERSION,
-            "histcompress_summary_version": (request.previous.version if request.previous else 0)
-            + 1,
-        }
-        base["tags"] = tags
-        base["metadata"] = metadata
-        base["run_name"] = SUMMARY_RUN_NAME
-        return base
+        version = (request.previous.version if request.previous else 0) + 1
+        return internal_config(
+            config,
+            call="summarize",
+            run_name=SUMMARY_RUN_NAME,
+            metadata={
+                "histcompress_prompt_version": PROMPT_VERSION,
+                "histcompress_summary_version": version,
+            },
+        )
 
     def _count_text(self, text: str) -> int:
         count_text = getattr(self.token_counter, "count_text", None)
@@ -1208,25 +980,22 @@ class Summarizer:
             created_at=self._clock(),
         )
 
-    def _after_error(self, exc: Exception, attempt: int) -> float:
+    def _after_error(self, exc: Exception, attempt: int) -> Pause:
         """Return the wait before retrying ``exc``, or raise `SummarizationError`."""
-        if not is_transient_error(exc):
-            msg = f"summarizer model failed ({_describe(exc)}); not retried"
+        delay = self._retry.delay(exc, attempt)
+        if delay is None:
+            if not is_transient_error(exc):
+                msg = f"summarizer model failed ({describe_error(exc)}); not retried"
+            else:
+                msg = f"summarizer model failed after {attempt} attempts ({describe_error(exc)})"
             raise SummarizationError(msg) from exc
-        if attempt > self.config.max_retries:
-            msg = f"summarizer model failed after {attempt} attempts ({_describe(exc)})"
-            raise SummarizationError(msg) from exc
-        delay = min(self.config.retry_backoff * 2.0 ** (attempt - 1), self.config.max_backoff)
-        hinted = _retry_after(exc)
-        if hinted is not None:
-            delay = min(max(delay, hinted), self.config.max_backoff)
         logger.warning(
             "summarizer attempt %d failed with %s; retrying in %.2f s",
             attempt,
             type(exc).__name__,
             delay,
         )
-        return delay
+        return self._retry.pause(delay)
 
     def _after_bad_output(self, problem: _InvalidOutputError, attempt: int) -> str:
         """Return the rejection note for the next attempt, or raise `SummarizationError`."""
@@ -1236,23 +1005,31 @@ class Summarizer:
         logger.warning("summarizer attempt %d gave an unusable answer: %s", attempt, problem)
         return str(problem)
 
-    # ----------------------------------------------------------------- model calls
+    def _steps(self, request: _Request, config: RunnableConfig | None) -> Steps[SummaryUpdate]:
+        """Attempt, validate and retry: the whole run, shared by `summarize` and `asummarize`."""
+        run_config = self._run_config(config, request)
+        rejection: str | None = None
+        attempt = 0
+        while True:
+            attempt += 1
+            call = ModelCall(
+                self._runnable,
+                self._prompt(request, rejection),
+                run_config,
+                timeout=self.config.timeout,
+                what="summarizer",
+            )
+            try:
+                output = yield call
+            except Exception as exc:
+                yield self._after_error(exc, attempt)
+                continue
+            try:
+                return SummaryUpdate(self._accept(request, output), attempt)
+            except _InvalidOutputError as problem:
+                rejection = self._after_bad_output(problem, attempt)
 
-    def _invoke(self, prompt: list[BaseMessage], config: RunnableConfig) -> Any:
-        runnable = self._runnable
-        if self.config.timeout is None:
-            return runnable.invoke(prompt, config)
-        return _call_with_timeout(lambda: runnable.invoke(prompt, config), self.config.timeout)
-
-    async def _ainvoke(self, prompt: list[BaseMessage], config: RunnableConfig) -> Any:
-        runnable = self._runnable
-        if self.config.timeout is None:
-            return await runnable.ainvoke(prompt, config)
-        try:
-            return await asyncio.wait_for(runnable.ainvoke(prompt, config), self.config.timeout)
-        except asyncio.TimeoutError:
-            msg = f"summarizer gave no answer within {self.config.timeout} s"
-            raise _SummarizerTimeoutError(msg) from None
+    # ----------------------------------------------------------------- faces
 
     def summarize(
         self,
@@ -1284,21 +1061,7 @@ class Summarizer:
             ConfigurationError: ``messages`` is empty, lacks ids or contains a summary.
         """
         request = self._request(messages, previous, rounds, partial_round, previous_text)
-        run_config = self._run_config(config, request)
-        rejection: str | None = None
-        attempt = 0
-        while True:
-            attempt += 1
-            prompt = self._prompt(request, rejection)
-            try:
-                output = self._invoke(prompt, run_config)
-            except Exception as exc:
-                self._sleep(self._after_error(exc, attempt))
-                continue
-            try:
-                return SummaryUpdate(self._accept(request, output), attempt)
-            except _InvalidOutputError as problem:
-                rejection = self._after_bad_output(problem, attempt)
+        return run_steps(self._steps(request, config))
 
     async def asummarize(
         self,
@@ -1312,18 +1075,4 @@ class Summarizer:
     ) -> SummaryUpdate:
         """Async `summarize` (same arguments, same guarantees)."""
         request = self._request(messages, previous, rounds, partial_round, previous_text)
-        run_config = self._run_config(config, request)
-        rejection: str | None = None
-        attempt = 0
-        while True:
-            attempt += 1
-            prompt = self._prompt(request, rejection)
-            try:
-                output = await self._ainvoke(prompt, run_config)
-            except Exception as exc:
-                await self._async_sleep(self._after_error(exc, attempt))
-                continue
-            try:
-                return SummaryUpdate(self._accept(request, output), attempt)
-            except _InvalidOutputError as problem:
-                rejection = self._after_bad_output(problem, attempt)
+        return await arun_steps(self._steps(request, config))

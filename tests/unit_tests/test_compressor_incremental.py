@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, SupportsIndex
 
@@ -43,10 +41,7 @@ from langchain_histcompress.summary import (
     _INSORT_LIMIT,
     RunningSummary,
     _added_since,
-    _call_with_timeout,
     _next_summary,
-    _SummarizerTimeoutError,
-    _Workers,
 )
 from tests.unit_tests.test_compressor_properties import make, options, scenario
 from tests.unit_tests.test_summary import ScriptedModel, prompt_ids
@@ -133,15 +128,6 @@ def assert_tail_only(probe: Probe, end: int, window: int) -> None:
     assert not probe.iterated
     far = {i for i in probe.reads if i < end - window}
     assert len(far) <= 3, sorted(far)[:10]
-
-
-def wait_until(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def read(raw: dict[str, Any]) -> RunningSummary:
@@ -432,38 +418,6 @@ def test_fact_node_reads_only_messages_after_its_cursor() -> None:
     assert min(probe.reads) >= 989
     assert update["facts_processed_through"] == full[997].id
     assert update["facts_extraction"]["pending_rounds"] == 1
-
-
-# --------------------------------------------------------------------------- workers
-
-
-def test_summarizer_workers_are_reused_and_a_hung_call_keeps_its_own() -> None:
-    workers = [_call_with_timeout(threading.current_thread, 5.0) for _ in range(20)]
-    assert threading.current_thread() not in workers
-    assert len(set(workers)) <= 1 + 4  # reused: at most the idle pool plus one
-    release = threading.Event()
-    with pytest.raises(_SummarizerTimeoutError):
-        _call_with_timeout(lambda: release.wait(10), 0.05)
-    assert _call_with_timeout(lambda: 42, 5.0) == 42  # another worker serves meanwhile
-    release.set()
-
-
-def test_workers_retire_when_idle_and_reset_forgets_them() -> None:
-    pool = _Workers(max_idle=1, idle_seconds=0.2)
-    done = threading.Event()
-    pool.submit(done.set)
-    assert done.wait(5)
-    assert wait_until(lambda: len(pool._idle) == 1)  # back in the pool
-    assert wait_until(lambda: pool._idle == [])  # then retired after idling
-    seen: list[threading.Thread] = []
-    pool.submit(lambda: seen.append(threading.current_thread()))
-    assert wait_until(lambda: len(pool._idle) == 1)
-    pool.reset()  # as after a fork: the old worker is forgotten, and retires
-    assert pool._idle == []
-    assert wait_until(lambda: not seen[0].is_alive())
-    again = threading.Event()
-    pool.submit(again.set)
-    assert again.wait(5)
 
 
 def test_added_since_gives_the_commit_delta_without_a_set_difference() -> None:

@@ -638,6 +638,21 @@ def test_permanent_errors_are_not_retried() -> None:
     assert model.calls == 1
 
 
+def test_retry_waits_double_and_honour_retry_after_up_to_a_cap() -> None:
+    class ThrottledError(Exception):
+        status_code = 429
+
+        def __init__(self, retry_after: str) -> None:
+            super().__init__("slow down")
+            self.response = type("Response", (), {"headers": {"retry-after": retry_after}})()
+
+    policy = FactExtractor(ScriptedModel(script=["[]"]), max_retries=2, retry_backoff=0.5)._retry
+    assert [policy.delay(RateLimitError("slow"), n) for n in (1, 2, 3)] == [0.5, 1.0, None]
+    assert policy.delay(ThrottledError("4"), 1) == 4.0
+    assert policy.delay(ThrottledError("3600"), 1) == 30.0
+    assert policy.delay(AuthenticationError("bad key"), 1) is None
+
+
 def test_raise_on_error() -> None:
     model = ScriptedModel(script=["garbage"])
     with pytest.raises(SummarizationError):

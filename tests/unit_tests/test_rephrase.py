@@ -464,6 +464,15 @@ async def test_cancellation_is_not_swallowed() -> None:
         (AIMessage([{"type": "text", "text": STANDALONE}]), STANDALONE),
         ("Is 3 &lt; 5 in Lisbon?", "Is 3 < 5 in Lisbon?"),
         ("¿Cuál es la población de Lisboa?", "¿Cuál es la población de Lisboa?"),
+        ("<think>They mean Lisbon.</think>\nWhat is the population of Lisbon?", STANDALONE),
+        (
+            AIMessage([{"type": "output_text", "text": STANDALONE}]),
+            STANDALONE,
+        ),
+        (
+            "I cannot log in to the Lisbon city portal; how do I reset my password?",
+            "I cannot log in to the Lisbon city portal; how do I reset my password?",
+        ),
     ],
 )
 def test_output_is_cleaned(reply: Any, expected: str) -> None:

@@ -20,6 +20,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field, ValidationError
 
+from langchain_histcompress import _model_edge
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.rounds import SUMMARY_SOURCE, is_summary_message
 from langchain_histcompress.summary import (
@@ -337,6 +338,7 @@ def test_code_profile_prompt_mentions_variables() -> None:
             ]
         ),
         {"ConversationSummary": "Ada likes tea."},
+        '<think>{"ConversationSummary": "draft"}</think>{"ConversationSummary": "Ada likes tea."}',
     ],
 )
 def test_parse_accepts_robust_variants(output: Any) -> None:
@@ -402,32 +404,11 @@ def test_parse_custom_pydantic_profile() -> None:
 # --------------------------------------------------------------------------- transient errors
 
 
-@pytest.mark.parametrize(
-    ("exc", "transient"),
-    [
-        (RateLimitError("429"), True),
-        (InternalServerError("500"), True),
-        (AuthenticationError("401"), False),
-        (APIConnectionError("reset"), True),
-        (HTTPStatusError(503), True),
-        (HTTPStatusError(429), True),
-        (HTTPStatusError(403), False),
-        (HTTPStatusError(400), False),
-        (TimeoutError("slow"), True),
-        (ConnectionResetError("reset"), True),
-        (ValueError("bug"), False),
-        (KeyError("bug"), False),
-        (SummarizationError("ours"), False),
-    ],
-)
-def test_transient_error_classification(exc: BaseException, transient: bool) -> None:
-    assert is_transient_error(exc) is transient
-
-
-def test_transient_cause_is_followed() -> None:
-    wrapper = RuntimeError("wrapped")
-    wrapper.__cause__ = RateLimitError("429")
-    assert is_transient_error(wrapper)
+def test_shared_model_edge_names_are_re_exported() -> None:
+    # classification and tags are tested with the shared module (test_model_edge.py)
+    assert is_transient_error is _model_edge.is_transient_error
+    assert INTERNAL_TAGS is _model_edge.INTERNAL_TAGS
+    assert is_transient_error(RateLimitError("429"))
 
 
 # --------------------------------------------------------------------------- fault matrix

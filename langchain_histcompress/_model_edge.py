@@ -1,0 +1,811 @@
+"""The model edge shared by the summarizer, the fact extractor and the query rephraser.
+
+Everything that stands between the package and a model call is written here once:
+
+* the config of internal calls (`INTERNAL_TAGS`, `internal_config`): tags that keep their
+  tokens out of the user's stream, a run name, call metadata, a copy of the caller's config;
+* error handling: `is_transient_error`, `retry_after`, `describe_error`, and the bounded
+  `RetryPolicy` (exponential backoff, server ``retry-after`` capped, injectable sleeps);
+* per-call timeouts: `call_with_timeout` (sync, on reused daemon worker threads, see
+  `submit_to_worker`) and `await_with_timeout` (async, ``asyncio.wait_for``), both raising
+  `ModelTimeoutError`;
+* reading answers: `output_text` (strings, messages, content-block lists), `strip_think`,
+  `json_fenced_blocks`, `json_values`, `find_json_object` and `is_refusal`;
+* sync/async sharing: an operation is written once as a *step generator* that yields
+  effects (`ModelCall`, `Pause`, `Twin`) and receives their results (exceptions are thrown
+  in at the ``yield``). `run_steps` performs the effects synchronously (``invoke``,
+  ``time.sleep``), `arun_steps` asynchronously (``await ainvoke``, ``asyncio.sleep``): the
+  two faces of an operation differ only in the driver they hand it to.
+
+Example:
+    >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    >>> from langchain_core.messages import AIMessage
+    >>> model = GenericFakeChatModel(messages=iter([AIMessage('Sure: {"answer": 42}')]))
+    >>> def ask(question):
+    ...     answer = yield ModelCall(model, question, internal_config(None, call="demo"))
+    ...     return find_json_object(output_text(answer) or "")
+    >>> run_steps(ask("What is six times seven?"))
+    {'answer': 42}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import json
+import logging
+import os
+import queue
+import re
+import threading
+import time
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Any, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, cast
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+
+from langchain_histcompress.errors import ConfigurationError, SummarizationError
+
+__all__ = [
+    "INTERNAL_TAGS",
+    "TIMEOUT_ERRORS",
+    "Effect",
+    "ModelCall",
+    "ModelTimeoutError",
+    "Pause",
+    "RetryPolicy",
+    "Steps",
+    "Twin",
+    "arun_steps",
+    "await_with_timeout",
+    "call_with_timeout",
+    "describe_error",
+    "find_json_object",
+    "internal_config",
+    "is_refusal",
+    "is_transient_error",
+    "json_fenced_blocks",
+    "json_values",
+    "model_name",
+    "output_text",
+    "retry_after",
+    "run_steps",
+    "strip_think",
+    "submit_to_worker",
+]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+P = ParamSpec("P")
+
+# --------------------------------------------------------------------------- internal calls
+
+INTERNAL_TAGS: tuple[str, ...] = ("langchain_histcompress:internal", "nostream")
+"""Tags put on every internal model call (summarize, extract facts, rephrase) so its tokens
+are never streamed to the end user (LangGraph's ``messages`` mode skips ``nostream``)."""
+
+
+def internal_config(
+    config: RunnableConfig | None,
+    *,
+    call: str,
+    run_name: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> RunnableConfig:
+    """A copy of the caller's config for one internal model call.
+
+    The caller's callbacks, tags, metadata and configurable values are kept; the caller's
+    ``run_id`` is dropped (it names the caller's own run), ``run_name`` is replaced (or
+    dropped when ``run_name`` is ``None``), `INTERNAL_TAGS` are added and the metadata gets
+    ``histcompress_call`` plus ``metadata``. The caller's config is not changed.
+
+    Args:
+        config: The caller's runnable config (may be ``None``).
+        call: What the call does, recorded as ``metadata["histcompress_call"]``.
+        run_name: Run name of the call (visible in tracing).
+        metadata: Extra metadata for the call.
+
+    Returns:
+        The new config.
+
+    Example:
+        >>> caller = {"tags": ["mine"], "run_id": "x", "metadata": {"user": "u1"}}
+        >>> child = internal_config(caller, call="summarize", run_name="summarize")
+        >>> child["tags"]
+        ['mine', 'langchain_histcompress:internal', 'nostream']
+        >>> child["metadata"], child["run_name"], "run_id" in child
+        ({'user': 'u1', 'histcompress_call': 'summarize'}, 'summarize', False)
+        >>> caller["tags"]
+        ['mine']
+    """
+    base: dict[str, Any] = dict(config or {})
+    base.pop("run_id", None)
+    base.pop("run_name", None)
+    if run_name is not None:
+        base["run_name"] = run_name
+    tags = list(base.get("tags") or [])
+    base["tags"] = [*tags, *(tag for tag in INTERNAL_TAGS if tag not in tags)]
+    base["metadata"] = {
+        **(base.get("metadata") or {}),
+        "histcompress_call": call,
+        **(metadata or {}),
+    }
+    return cast(RunnableConfig, base)
+
+
+def model_name(model: object) -> str:
+    """The model's name as providers expose it, else its class name.
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> model_name(GenericFakeChatModel(messages=iter([])))
+        'GenericFakeChatModel'
+    """
+    for attr in ("model_name", "model", "model_id", "deployment_name"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(model).__name__
+
+
+# --------------------------------------------------------------------------- errors
+
+_TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
+_TRANSIENT_NAMES = frozenset(
+    {
+        "RateLimitError",
+        "APITimeoutError",
+        "APIConnectionError",
+        "InternalServerError",
+        "ServiceUnavailableError",
+        "ServiceUnavailable",
+        "OverloadedError",
+        "TooManyRequests",
+        "ResourceExhausted",
+        "DeadlineExceeded",
+        "TimeoutException",
+        "ConnectTimeout",
+        "ReadTimeout",
+        "WriteTimeout",
+        "PoolTimeout",
+        "ConnectError",
+        "ReadError",
+        "WriteError",
+        "RemoteProtocolError",
+        "NetworkError",
+        "ProtocolError",
+        "Timeout",
+    }
+)
+_PERMANENT_NAMES = frozenset(
+    {
+        "AuthenticationError",
+        "PermissionDeniedError",
+        "PermissionDenied",
+        "Unauthenticated",
+        "BadRequestError",
+        "NotFoundError",
+        "UnprocessableEntityError",
+        "InvalidRequestError",
+        "ContentFilterFinishReasonError",
+        "LengthFinishReasonError",
+    }
+)
+
+TIMEOUT_ERRORS: tuple[type[BaseException], ...] = (
+    TimeoutError,
+    asyncio.TimeoutError,
+    concurrent.futures.TimeoutError,
+)
+"""Every timeout exception class (distinct classes before Python 3.11)."""
+
+
+class ModelTimeoutError(TimeoutError):
+    """A model call gave no answer within its timeout."""
+
+
+def _status_code(exc: BaseException) -> int | None:
+    for holder in (exc, getattr(exc, "response", None)):
+        for attr in ("status_code", "status", "http_status"):
+            value = getattr(holder, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+                return value
+    return None
+
+
+def is_transient_error(exc: BaseException) -> bool:
+    """Whether a model error is worth retrying (rate limit, 5xx, timeout, dropped connection).
+
+    Provider-agnostic: looks at an HTTP status (``status_code`` / ``status`` on the exception
+    or its ``response``), then at the class names in the exception's hierarchy (openai, httpx,
+    anthropic, google), then at the built-in ``TimeoutError`` / ``ConnectionError``. Auth,
+    permission and bad-request errors are never transient. The direct cause is checked too.
+
+    Example:
+        >>> class RateLimitError(Exception): ...
+        >>> is_transient_error(RateLimitError("slow down")), is_transient_error(KeyError("x"))
+        (True, False)
+    """
+    for candidate in (exc, exc.__cause__):
+        if candidate is None or isinstance(candidate, SummarizationError):
+            continue
+        status = _status_code(candidate)
+        if status is not None:
+            return status in _TRANSIENT_STATUS or status >= 500
+        names = {cls.__name__ for cls in type(candidate).__mro__}
+        if names & _PERMANENT_NAMES:
+            return False
+        if names & _TRANSIENT_NAMES:
+            return True
+        if isinstance(candidate, TimeoutError | ConnectionError | asyncio.TimeoutError):
+            return True
+    return False
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The server's ``retry-after`` hint in seconds (from ``exc.response.headers``), if any.
+
+    Example:
+        >>> class Response:
+        ...     headers = {"retry-after": "7"}
+        >>> class RateLimitError(Exception):
+        ...     response = Response()
+        >>> retry_after(RateLimitError()), retry_after(ValueError())
+        (7.0, None)
+    """
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if not isinstance(headers, Mapping) and not hasattr(headers, "get"):
+        return None
+    try:
+        value = headers.get("retry-after")  # type: ignore[union-attr]
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` of an error for error messages, the message cut to 200 characters.
+
+    Example:
+        >>> describe_error(ValueError("bad")), describe_error(KeyError())
+        ('ValueError: bad', 'KeyError')
+    """
+    text = str(exc)
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries of transient model errors with exponential backoff.
+
+    Attempts are numbered from 1. After attempt ``n`` fails with a transient error and
+    ``n <= max_retries``, the wait is ``backoff * 2 ** (n - 1)``, raised to the server's
+    ``retry-after`` hint when that is longer, and never above ``max_backoff``.
+
+    Example:
+        >>> policy = RetryPolicy(max_retries=2, backoff=1.0, max_backoff=3.0)
+        >>> [policy.delay(TimeoutError(), n) for n in (1, 2, 3)]
+        [1.0, 2.0, None]
+        >>> policy.delay(KeyError("bug"), 1) is None
+        True
+    """
+
+    max_retries: int = 2
+    """Retries after the first attempt (0: a single attempt)."""
+    backoff: float = 1.0
+    """Wait before the first retry, in seconds; doubles per retry."""
+    max_backoff: float = 30.0
+    """Upper bound on one wait (also caps a server's ``retry-after``)."""
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+    """Sync sleep function (injectable for tests)."""
+    async_sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, compare=False)
+    """Async sleep function (injectable for tests)."""
+
+    def __post_init__(self) -> None:
+        """Check the numbers (callers validate their own parameters first)."""
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int):
+            msg = f"max_retries must be an integer >= 0, got {self.max_retries!r}"
+            raise ConfigurationError(msg)
+        for name, value in (
+            ("max_retries", self.max_retries),
+            ("backoff", self.backoff),
+            ("max_backoff", self.max_backoff),
+        ):
+            if value < 0:
+                msg = f"{name} must be >= 0, got {value!r}"
+                raise ConfigurationError(msg)
+
+    def delay(self, exc: BaseException, attempt: int) -> float | None:
+        """Seconds to wait before retrying after ``attempt`` failed with ``exc``.
+
+        Returns:
+            The wait, or ``None`` when ``exc`` is not transient or no retry is left.
+        """
+        if not is_transient_error(exc) or attempt > self.max_retries:
+            return None
+        wait = min(self.backoff * 2.0 ** (attempt - 1), self.max_backoff)
+        hinted = retry_after(exc)
+        if hinted is not None:
+            wait = min(max(wait, hinted), self.max_backoff)
+        return wait
+
+    def pause(self, seconds: float) -> Pause:
+        """The `Pause` effect waiting ``seconds`` with this policy's sleep functions."""
+        return Pause(seconds, self.sleep, self.async_sleep)
+
+
+# --------------------------------------------------------------------------- timeouts
+
+
+class _Workers:
+    """Daemon threads reused across timed model calls.
+
+    Starting a thread per call costs more than the rest of the package's work on a turn. A
+    worker runs one job at a time; a job that hangs keeps its worker, and the next job
+    gets another (idle or new) one. At most ``max_idle`` workers wait for work, each for at
+    most ``idle_seconds``. Forked children start with no workers.
+    """
+
+    def __init__(self, *, max_idle: int = 4, idle_seconds: float = 60.0) -> None:
+        self.max_idle = max_idle
+        self.idle_seconds = idle_seconds
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._generation = 0
+
+    def reset(self) -> None:
+        """Forget every worker (after a fork only the forking thread exists)."""
+        self._lock = threading.Lock()
+        self._idle = []
+        self._generation += 1
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on an idle worker, or on a new one."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(
+                target=self._serve,
+                args=(inbox, self._generation),
+                name="histcompress-model-call",
+                daemon=True,
+            ).start()
+        inbox.put(job)
+
+    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]], generation: int) -> None:
+        while True:
+            try:
+                job = inbox.get(timeout=self.idle_seconds)
+            except queue.Empty:
+                with self._lock:
+                    if generation != self._generation:  # forgotten by reset
+                        return
+                    if inbox not in self._idle:  # taken by a caller: its job is on the way
+                        continue
+                    self._idle.remove(inbox)
+                return
+            job()  # never raises: jobs report through their future
+            del job
+            with self._lock:
+                if generation != self._generation or len(self._idle) >= self.max_idle:
+                    return
+                self._idle.append(inbox)
+
+
+_WORKERS = _Workers()
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_WORKERS.reset)
+
+
+def _no_answer(what: str, timeout: float) -> ModelTimeoutError:
+    return ModelTimeoutError(f"{what} gave no answer within {timeout} s")
+
+
+def submit_to_worker(call: Callable[[], T]) -> concurrent.futures.Future[T]:
+    """Start ``call`` on a reused daemon worker thread and return its future at once.
+
+    The call runs in a copy of the caller's context variables (tracing callbacks, configs).
+    ``future.result()`` returns what ``call`` returned or raises what it raised.
+
+    Example:
+        >>> submit_to_worker(lambda: 6 * 7).result(timeout=5)
+        42
+    """
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = context.run(call)
+        except BaseException as exc:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    _WORKERS.submit(run)
+    return future
+
+
+def call_with_timeout(call: Callable[[], T], timeout: float | None, *, what: str = "model") -> T:
+    """Run ``call`` and wait at most ``timeout`` seconds for it (``None``: no limit).
+
+    With a timeout the call runs on a worker thread (`submit_to_worker`); a call that hangs
+    keeps its worker until it returns, and its result is discarded. Exceptions of the call
+    propagate unchanged.
+
+    Raises:
+        ModelTimeoutError: No answer within ``timeout`` (``what`` names the caller).
+
+    Example:
+        >>> call_with_timeout(lambda: 42, 5.0)
+        42
+    """
+    if timeout is None:
+        return call()
+    future = submit_to_worker(call)
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError:
+        if future.done():
+            raise
+        raise _no_answer(what, timeout) from None
+
+
+async def await_with_timeout(
+    awaitable: Awaitable[T], timeout: float | None, *, what: str = "model"
+) -> T:
+    """Await ``awaitable`` for at most ``timeout`` seconds (``None``: no limit).
+
+    On timeout the awaitable is cancelled. Cancellation of the caller propagates unchanged.
+
+    Raises:
+        ModelTimeoutError: No answer within ``timeout`` (``what`` names the caller).
+
+    Example:
+        >>> asyncio.run(await_with_timeout(asyncio.sleep(0, result="done"), 5.0))
+        'done'
+    """
+    if timeout is None:
+        return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except asyncio.TimeoutError:
+        raise _no_answer(what, timeout) from None
+
+
+# --------------------------------------------------------------------------- effects
+
+
+class Effect(Protocol[T_co]):
+    """Something a step generator asks its driver to do, with a sync and an async way."""
+
+    def run(self) -> T_co:
+        """Do it synchronously."""
+        ...
+
+    async def arun(self) -> T_co:
+        """Do it asynchronously."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """Effect: invoke a model (or any runnable) once, within an optional timeout."""
+
+    runnable: Runnable[Any, Any]
+    """The model to call."""
+    input: Any
+    """Its input (usually a list of messages)."""
+    config: RunnableConfig | None = None
+    """The config of the call (see `internal_config`)."""
+    timeout: float | None = None
+    """Seconds to wait for the answer (``None``: no limit)."""
+    what: str = "model"
+    """Names the caller in timeout messages."""
+
+    def run(self) -> Any:
+        """``invoke`` (on a worker thread when there is a timeout)."""
+        return call_with_timeout(
+            lambda: self.runnable.invoke(self.input, self.config), self.timeout, what=self.what
+        )
+
+    async def arun(self) -> Any:
+        """``await ainvoke`` (under ``asyncio.wait_for`` when there is a timeout)."""
+        return await await_with_timeout(
+            self.runnable.ainvoke(self.input, self.config), self.timeout, what=self.what
+        )
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Effect: wait before the next attempt."""
+
+    seconds: float
+    """How long to wait."""
+    sleep: Callable[[float], None] = time.sleep
+    """Sync sleep function."""
+    async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    """Async sleep function."""
+
+    def run(self) -> None:
+        """Sleep."""
+        self.sleep(self.seconds)
+
+    async def arun(self) -> None:
+        """Sleep without blocking the event loop."""
+        await self.async_sleep(self.seconds)
+
+
+class Twin(Generic[P, T]):
+    """Effect: call the sync or the async one of two twin callables with the same arguments.
+
+    Example:
+        >>> from langchain_core.runnables import RunnableLambda
+        >>> double = RunnableLambda(lambda x: 2 * x)
+        >>> def steps():
+        ...     return (yield Twin(double.invoke, double.ainvoke, 21))
+        >>> run_steps(steps()), asyncio.run(arun_steps(steps()))
+        (42, 42)
+    """
+
+    def __init__(
+        self,
+        sync: Callable[P, T],
+        asynchronous: Callable[P, Awaitable[T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> None:
+        """Remember both callables and the arguments."""
+        self._sync = sync
+        self._async = asynchronous
+        self._args = args
+        self._kwargs = kwargs
+
+    def run(self) -> T:
+        """Call the sync twin."""
+        return self._sync(*self._args, **self._kwargs)
+
+    async def arun(self) -> T:
+        """Await the async twin."""
+        return await self._async(*self._args, **self._kwargs)
+
+
+Steps: TypeAlias = Generator[Effect[Any], Any, T]
+"""A step generator: yields effects, receives their results, returns the outcome."""
+
+
+@dataclass(frozen=True)
+class _Finished(Generic[T]):
+    value: T
+
+
+def _advance(
+    steps: Steps[T], value: Any = None, error: Exception | None = None
+) -> Effect[Any] | _Finished[T]:
+    """Resume ``steps`` with the last effect's result (or its error): the next effect."""
+    try:
+        return steps.throw(error) if error is not None else steps.send(value)
+    except StopIteration as stop:
+        return _Finished(cast(T, stop.value))
+
+
+def _outcome(effect: Effect[Any]) -> tuple[Any, Exception | None]:
+    try:
+        return effect.run(), None
+    except Exception as exc:
+        return None, exc
+
+
+async def _aoutcome(effect: Effect[Any]) -> tuple[Any, Exception | None]:
+    try:
+        return await effect.arun(), None
+    except Exception as exc:
+        return None, exc
+
+
+def run_steps(steps: Steps[T]) -> T:
+    """Drive a step generator synchronously and return its result.
+
+    Each effect's result is sent back into the generator; an ``Exception`` it raises is
+    thrown in at the ``yield`` (anything else, e.g. ``KeyboardInterrupt``, propagates and
+    closes the generator).
+
+    Example:
+        >>> def steps():
+        ...     yield Pause(0)
+        ...     return "done"
+        >>> run_steps(steps())
+        'done'
+    """
+    with closing(steps):
+        step = _advance(steps)
+        while not isinstance(step, _Finished):
+            step = _advance(steps, *_outcome(step))
+        return step.value
+
+
+async def arun_steps(steps: Steps[T]) -> T:
+    """Async `run_steps`: effects are awaited; cancellation propagates unchanged.
+
+    Example:
+        >>> def steps():
+        ...     yield Pause(0)
+        ...     return "done"
+        >>> asyncio.run(arun_steps(steps()))
+        'done'
+    """
+    with closing(steps):
+        step = _advance(steps)
+        while not isinstance(step, _Finished):
+            step = _advance(steps, *await _aoutcome(step))
+        return step.value
+
+
+# --------------------------------------------------------------------------- reading answers
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\r?\n?(.*?)```", re.DOTALL)
+_JSON_LANGUAGES = frozenset({"", "json", "jsonc", "json5"})
+_TEXT_BLOCKS = ("text", "output_text")
+_MAX_JSON_FAILURES = 64
+
+_APOLOGY = r"i['’]?m\s+sorry|i\s+am\s+sorry|i\s+apologi[sz]e|as\s+an\s+ai\b"
+_REFUSAL = re.compile(
+    rf"^\W*(?:{_APOLOGY}|sorry\s*[,.!]|"
+    r"i\s+(?:can\s*not|can['’]?t|cannot|won['’]?t|will\s+not|am\s+(?:not\s+able|unable)|"
+    r"['’]?m\s+(?:not\s+able|unable)|do\s+not\s+feel\s+comfortable)\b)",
+    re.IGNORECASE,
+)
+_USER_VOICE_REFUSAL = re.compile(
+    rf"^\W*(?:{_APOLOGY}|sorry,\s*i\b|i\s+(?:can\s*not|can['’]?t|cannot)\s+help\b)",
+    re.IGNORECASE,
+)
+
+
+def output_text(output: object, *, separator: str = "") -> str | None:
+    """The text of a model answer: a string, a message, or a list of content blocks.
+
+    Text blocks (``text`` / ``output_text``) and bare strings are joined with
+    ``separator``; other blocks (images, reasoning, tool use) are skipped.
+
+    Returns:
+        The text, or ``None`` when the answer has no text form (e.g. a dict).
+
+    Example:
+        >>> from langchain_core.messages import AIMessage
+        >>> output_text(AIMessage([{"type": "reasoning", "reasoning": "hmm"},
+        ...                        {"type": "text", "text": "Hi"}, " there"]))
+        'Hi there'
+        >>> output_text({"a": 1}) is None
+        True
+    """
+    content: object = output.content if isinstance(output, BaseMessage) else output
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, Mapping) and block.get("type") in _TEXT_BLOCKS:
+            parts.append(str(block.get("text", "")))
+    return separator.join(parts)
+
+
+def strip_think(text: str) -> str:
+    """``text`` without ``<think>...</think>`` reasoning blocks.
+
+    Example:
+        >>> strip_think("<think>the user wants JSON</think>[]")
+        '[]'
+    """
+    return _THINK.sub("", text)
+
+
+def json_fenced_blocks(text: str) -> list[str]:
+    r"""Contents of the fenced code blocks of ``text`` tagged JSON (or untagged), in order.
+
+    Example:
+        >>> json_fenced_blocks('x ```json\n[1]\n``` y ```python\nf()\n``` ```{"a": 1}```')
+        ['[1]\n', '{"a": 1}']
+    """
+    return [m.group(2) for m in _FENCE.finditer(text) if m.group(1).lower() in _JSON_LANGUAGES]
+
+
+def _next_opener(text: str, openers: str, pos: int) -> int:
+    found = [i for i in (text.find(c, pos) for c in openers) if i >= 0]
+    return min(found) if found else -1
+
+
+def json_values(text: str, *, openers: str = "[{", strict: bool = False) -> Iterator[Any]:
+    """The JSON values embedded in ``text``, in order, each starting at one of ``openers``.
+
+    After a value, the scan goes on behind it. An opener where no valid JSON value starts
+    (prose in brackets, truncated JSON) is skipped, up to 64 times; with ``strict=True``
+    it raises instead.
+
+    Raises:
+        ValueError: ``strict`` and an opener starts invalid or truncated JSON.
+
+    Example:
+        >>> list(json_values('See [1] and {"a": [2]} but {broken'))
+        [[1], {'a': [2]}]
+    """
+    decoder = json.JSONDecoder()
+    pos = 0
+    failures = 0
+    while (start := _next_opener(text, openers, pos)) >= 0:
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError as exc:
+            if strict:
+                msg = f"invalid or truncated JSON at character {start}"
+                raise ValueError(msg) from exc
+            failures += 1
+            if failures >= _MAX_JSON_FAILURES:
+                return
+            pos = start + 1
+            continue
+        yield value
+        pos = end
+
+
+def find_json_object(text: str) -> dict[str, Any] | None:
+    r"""The JSON object of a model answer: bare, in a fenced block, or surrounded by text.
+
+    Tried in order: the whole text, each JSON-fenced block, then the first complete object
+    embedded anywhere in the text.
+
+    Returns:
+        The object, or ``None`` when the text holds no complete JSON object.
+
+    Example:
+        >>> find_json_object('Sure!\n```json\n{"a": 1}\n```')
+        {'a': 1}
+        >>> find_json_object('Here: {"a": 1} hope it helps'), find_json_object('{"a": ')
+        ({'a': 1}, None)
+    """
+    for candidate in (text.strip(), *json_fenced_blocks(text)):
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    for value in json_values(text, openers="{"):
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def is_refusal(text: str, *, user_voice: bool = False) -> bool:
+    """Whether a model answer opens like a refusal ("I'm sorry", "I can't...", "As an AI").
+
+    Args:
+        text: The answer.
+        user_voice: The answer speaks as the user (a rephrased question), where "I cannot
+            log in" is a legitimate start: only apologies, "As an AI" and "I can't help"
+            count then.
+
+    Example:
+        >>> is_refusal("I'm sorry, but I can't help with that."), is_refusal("Ada likes tea.")
+        (True, False)
+        >>> question = "I cannot log in, what now?"
+        >>> is_refusal(question), is_refusal(question, user_voice=True)
+        (True, False)
+    """
+    pattern = _USER_VOICE_REFUSAL if user_voice else _REFUSAL
+    return pattern.match(text) is not None
