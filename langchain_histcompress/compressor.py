@@ -54,12 +54,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import itertools
 import logging
 import math
 import operator
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -68,6 +66,7 @@ from typing import Any, Literal
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
+from langchain_histcompress._model_edge import submit_to_worker
 from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
 from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import (
@@ -1109,21 +1108,7 @@ def compress_in_background(
     snapshot = list(messages)
     if executor is not None:
         return executor.submit(compressor.compress, snapshot, summary, config=config)
-    future: concurrent.futures.Future[CompressionResult] = concurrent.futures.Future()
-    context = contextvars.copy_context()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            result = context.run(compressor.compress, snapshot, summary, config=config)
-        except BaseException as exc:
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
-
-    threading.Thread(target=run, name="histcompress-compress", daemon=True).start()
-    return future
+    return submit_to_worker(lambda: compressor.compress(snapshot, summary, config=config))
 
 
 def acompress_in_background(
