@@ -184,6 +184,25 @@ class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
             arguments above.
         now: Clock (returns an aware datetime); default UTC now.
         name: Run name of the node.
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import (
+        ...     FakeMessagesListChatModel)
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> from langgraph.graph import END, START, StateGraph
+        >>> from langchain_histcompress import HistCompressState
+        >>> extractor = FakeMessagesListChatModel(responses=[AIMessage(
+        ...     '[{"op": "ADD", "type": "preference", "content": "Prefers window seats",'
+        ...     ' "confidence": 0.9, "source_ids": ["h1"]}]')])
+        >>> graph = StateGraph(HistCompressState)
+        >>> _ = graph.add_node("extract_facts", FactExtractionNode(extractor, batch_rounds=1))
+        >>> _ = graph.add_edge(START, "extract_facts")
+        >>> _ = graph.add_edge("extract_facts", END)
+        >>> state = graph.compile().invoke({"messages": [
+        ...     HumanMessage("I always pick a window seat", id="h1"),
+        ...     AIMessage("Noted.", id="a1"), HumanMessage("Book Lisbon", id="h2")]})
+        >>> [(f["content"], f["source_ids"]) for f in state["facts"].values()]
+        [('Prefers window seats', ['h1'])]
     """
 
     def __init__(
