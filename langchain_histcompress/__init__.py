@@ -65,6 +65,7 @@ from langchain_histcompress.rephrase import (
 from langchain_histcompress.retrieval import (
     BM25FactRetriever,
     BM25TurnRetriever,
+    EmbeddingEvidenceRetriever,
     EmbeddingFactRetriever,
     EvidenceRetriever,
     FactRetriever,
@@ -124,6 +125,7 @@ __all__ = [
     "CompressionResult",
     "ConfigurationError",
     "ContextBuilder",
+    "EmbeddingEvidenceRetriever",
     "EmbeddingFactRetriever",
     "EvidenceRetriever",
     "Fact",

@@ -13,6 +13,7 @@ EXPECTED = [
     "CompressionResult",
     "ConfigurationError",
     "ContextBuilder",
+    "EmbeddingEvidenceRetriever",
     "EmbeddingFactRetriever",
     "EvidenceRetriever",
     "Fact",
