@@ -29,14 +29,16 @@ from langchain_histcompress.errors import (
 )
 from langchain_histcompress.history import CompressingChatMessageHistory
 from langchain_histcompress.storage import SQLHistoryStore
-from langchain_histcompress.summary import RunningSummary
+from tests.fakes import Control, controlled_compressor, next_summary, run_threads, short_rounds
 from tests.integration_tests.test_sqlite_processes import (
+    WrappedCursor,
     check_cross_process_read_back,
     check_kill_during_append,
     check_kill_during_compression,
     check_two_writers,
+    wrapped_store,
 )
-from tests.unit_tests.test_history import FAULTS, Control, make_compressor, turn
+from tests.unit_tests.test_history import FAULTS, turn
 from tests.unit_tests.test_storage_properties import message
 
 pytestmark = pytest.mark.postgres
@@ -46,36 +48,11 @@ def sid() -> str:
     return f"s-{uuid.uuid4().hex[:12]}"
 
 
-def summarize(
-    covered: set[str], previous: RunningSummary | None = None, text: str = "summary"
-) -> RunningSummary:
-    return RunningSummary(
-        content=text,
-        text=text,
-        covered_ids=frozenset(covered) | (previous.covered_ids if previous else frozenset()),
-        version=(previous.version if previous else 0) + 1,
-    )
-
-
-def rounds(n: int, prefix: str = "m") -> list[BaseMessage]:
-    out: list[BaseMessage] = []
-    for i in range(n):
-        out += [HumanMessage(f"q{i}", id=f"{prefix}h{i}"), AIMessage(f"a{i}", id=f"{prefix}a{i}")]
-    return out
-
-
 @pytest.fixture
 def store(postgres_url: str) -> Iterator[SQLHistoryStore]:
     pg = SQLHistoryStore(postgres_url)
     yield pg
     pg.close()
-
-
-@pytest.fixture
-def control() -> Iterator[Control]:
-    c = Control()
-    yield c
-    c.release.set()
 
 
 def pg_state(url: str, session: str) -> Any:
@@ -146,15 +123,15 @@ def test_hypothesis_messages_round_trip_exactly(
 
 def test_commit_conflict_prune_and_isolation(store: SQLHistoryStore, postgres_url: str) -> None:
     s = sid()
-    store.append(s, [SystemMessage("sys", id="sys"), *rounds(4)])
-    first = summarize({"mh0", "ma0", "mh1", "ma1"})
+    store.append(s, [SystemMessage("sys", id="sys"), *short_rounds(4)])
+    first = next_summary({"mh0", "ma0", "mh1", "ma1"})
     store.commit_compression(s, first, previous=None)
     assert [m.id for m in store.snapshot(s).uncovered] == ["sys", "mh2", "ma2", "mh3", "ma3"]
     with pytest.raises(CompressionConflictError):
-        store.commit_compression(s, summarize({"mh2"}), previous=None)
+        store.commit_compression(s, next_summary({"mh2"}), previous=None)
     with pytest.raises(CompressionConflictError, match="1 of 2"):
-        store.commit_compression(s, summarize({"mh2", "ghost"}, first), previous=first)
-    second = summarize({"mh2", "ma2"}, first)
+        store.commit_compression(s, next_summary({"mh2", "ghost"}, first), previous=first)
+    second = next_summary({"mh2", "ma2"}, first)
     store.commit_compression(s, second, previous=first)
     fresh = SQLHistoryStore(postgres_url)
     assert fresh.load_summary(s) == second
@@ -173,7 +150,7 @@ def test_like_prone_session_ids_are_isolated(store: SQLHistoryStore) -> None:
     sessions = [base, f"{base}%", f"{base}_", f"{base}-corp", "%", "_", f"{base[:-1]}_"]
     for s in sessions:
         store.append(s, [HumanMessage(s, id="same")])
-        store.commit_compression(s, summarize({"same"}, text=s), previous=None)
+        store.commit_compression(s, next_summary({"same"}, text=s), previous=None)
     store.clear(base)
     store.clear("%")
     for s in sessions:
@@ -189,31 +166,31 @@ def test_like_prone_session_ids_are_isolated(store: SQLHistoryStore) -> None:
 
 def test_side_store_summaries(store: SQLHistoryStore) -> None:
     key = sid()
-    first = summarize({"x"})
+    first = next_summary({"x"})
     store.put_summary(key, first, previous=None)
     with pytest.raises(CompressionConflictError):
-        store.put_summary(key, summarize({"y"}), previous=None)
-    second = summarize({"y"}, first)
+        store.put_summary(key, next_summary({"y"}), previous=None)
+    second = next_summary({"y"}, first)
     store.put_summary(key, second, previous=first)
     assert store.load_summary(key) == second
     assert SQLHistoryStore(store.spec.target).load_summary(key) == second
     s = sid()
     store.append(s, [HumanMessage("x", id="x")])
     with pytest.raises(ConfigurationError, match="separate key"):
-        store.put_summary(s, summarize({"x"}), previous=None)
+        store.put_summary(s, next_summary({"x"}), previous=None)
 
 
 async def test_async_methods_use_async_connections(store: SQLHistoryStore) -> None:
     s = sid()
-    msgs = rounds(3)
+    msgs = short_rounds(3)
     await store.aappend(s, msgs)
     assert await store.aload_messages(s) == msgs
-    first = summarize({"mh0", "ma0"})
+    first = next_summary({"mh0", "ma0"})
     await store.acommit_compression(s, first, previous=None)
     snap = await store.asnapshot(s)
     assert snap.summary == first and [m.id for m in snap.uncovered] == ["mh1", "ma1", "mh2", "ma2"]
     with pytest.raises(CompressionConflictError):
-        await store.acommit_compression(s, summarize({"mh1"}), previous=None)
+        await store.acommit_compression(s, next_summary({"mh1"}), previous=None)
     assert await store.aload_summary(s) == first
     assert await store.aprune_covered(s) == 2
     await store.aclear(s)
@@ -234,24 +211,16 @@ def test_unreachable_server_error_hides_the_password() -> None:
 
 def test_threads_with_own_connections_lose_nothing(postgres_url: str) -> None:
     s = sid()
-    errors: list[BaseException] = []
 
     def writer(w: int) -> None:
         own = SQLHistoryStore(postgres_url)
         try:
             for i in range(15):
                 own.append(s, [HumanMessage(f"{w}:{i}", id=f"w{w}-{i}")])
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
         finally:
             own.close()
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_threads(writer, range(6)) == []
     ids = [m.id for m in SQLHistoryStore(postgres_url).load_messages(s)]
     assert len(ids) == len(set(ids)) == 90
     for w in range(6):
@@ -282,13 +251,13 @@ async def test_asyncio_tasks_lose_nothing(postgres_url: str) -> None:
 def test_two_concurrent_compactions_exactly_one_commits(postgres_url: str) -> None:
     s = sid()
     stores = [SQLHistoryStore(postgres_url) for _ in range(2)]
-    stores[0].append(s, rounds(4))
+    stores[0].append(s, short_rounds(4))
     snap = stores[0].snapshot(s)
     barrier = threading.Barrier(2)
     outcomes: list[str] = []
 
     def commit(i: int) -> None:
-        summary = summarize({"mh0", "ma0", "mh1", "ma1"}, text=f"writer {i}")
+        summary = next_summary({"mh0", "ma0", "mh1", "ma1"}, text=f"writer {i}")
         barrier.wait()
         try:
             stores[i].commit_compression(s, summary, previous=snap.summary)
@@ -296,11 +265,7 @@ def test_two_concurrent_compactions_exactly_one_commits(postgres_url: str) -> No
         except CompressionConflictError:
             outcomes.append("conflict")
 
-    threads = [threading.Thread(target=commit, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_threads(commit, range(2)) == []
     assert sorted(outcomes)[0] == "conflict" and sorted(outcomes)[1].startswith("writer")
     assert len(pg_state(postgres_url, s)[0]) == 1
     for pg in stores:
@@ -308,22 +273,12 @@ def test_two_concurrent_compactions_exactly_one_commits(postgres_url: str) -> No
 
 
 def test_concurrent_schema_creation_is_safe(postgres_url: str) -> None:
-    errors: list[BaseException] = []
+    def open_one(_: int) -> None:
+        pg = SQLHistoryStore(postgres_url)
+        pg.load_messages("warm")
+        pg.close()
 
-    def open_one() -> None:
-        try:
-            pg = SQLHistoryStore(postgres_url)
-            pg.load_messages("warm")
-            pg.close()
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=open_one) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_threads(open_one, range(6)) == []
 
 
 def test_history_writers_in_threads(postgres_url: str, control: Control) -> None:
@@ -331,18 +286,14 @@ def test_history_writers_in_threads(postgres_url: str, control: Control) -> None
 
     def writer(w: int) -> None:
         history = CompressingChatMessageHistory(
-            s, connection=SQLHistoryStore(postgres_url), compressor=make_compressor(control)
+            s, connection=SQLHistoryStore(postgres_url), compressor=controlled_compressor(control)
         )
         for i in range(6):
             history.add_messages(
                 [HumanMessage(f"q{i}", id=f"w{w}-q{i}"), AIMessage(f"a{i}", id=f"w{w}-a{i}")]
             )
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_threads(writer, range(3)) == []
     history = CompressingChatMessageHistory(s, connection=SQLHistoryStore(postgres_url))
     full = [m.id for m in history.full_messages]
     assert len(full) == len(set(full)) == 36
@@ -386,7 +337,7 @@ def test_model_failures_leave_summaries_untouched(
 ) -> None:
     s = sid()
     history = CompressingChatMessageHistory(
-        s, connection=SQLHistoryStore(postgres_url), compressor=make_compressor(control)
+        s, connection=SQLHistoryStore(postgres_url), compressor=controlled_compressor(control)
     )
     for n in range(4):
         history.add_messages(turn(n))
@@ -405,7 +356,10 @@ async def test_model_failures_async(postgres_url: str, control: Control, fault: 
     s = sid()
     store = SQLHistoryStore(postgres_url)
     history = CompressingChatMessageHistory(
-        s, connection=store, compressor=make_compressor(control), raise_on_compression_error=True
+        s,
+        connection=store,
+        compressor=controlled_compressor(control),
+        raise_on_compression_error=True,
     )
     for n in range(4):
         await history.aadd_messages(turn(n))
@@ -426,11 +380,7 @@ def test_connection_dropped_mid_commit(postgres_url: str) -> None:
 
     armed = {"on": False}
 
-    class Cursor:
-        def __init__(self, conn: Any) -> None:
-            self._conn = conn
-            self._cursor = conn.cursor()
-
+    class Cursor(WrappedCursor):
         def execute(self, sql: str, params: Any = ()) -> Any:
             if sql == "COMMIT" and armed["on"]:
                 armed["on"] = False
@@ -438,35 +388,18 @@ def test_connection_dropped_mid_commit(postgres_url: str) -> None:
                     admin.execute("SELECT pg_terminate_backend(%s)", (self._conn.info.backend_pid,))
             return self._cursor.execute(sql, params)
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._cursor, name)
-
-    class Connection:
-        def __init__(self, conn: Any) -> None:
-            self._conn = conn
-
-        def cursor(self) -> Cursor:
-            return Cursor(self._conn)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._conn, name)
-
-    class DroppingStore(SQLHistoryStore):
-        def _connect_postgres(self) -> Any:
-            return Connection(super()._connect_postgres())
-
     s = sid()
-    store = DroppingStore(postgres_url)
-    store.append(s, rounds(3))
+    store = wrapped_store(postgres_url, Cursor)
+    store.append(s, short_rounds(3))
     before = pg_state(postgres_url, s)
     armed["on"] = True
     with pytest.raises(StorageError):
-        store.commit_compression(s, summarize({"mh0", "ma0"}), previous=None)
+        store.commit_compression(s, next_summary({"mh0", "ma0"}), previous=None)
     assert pg_state(postgres_url, s) == before
     armed["on"] = True
     with pytest.raises(StorageError):
         store.append(s, [HumanMessage("lost", id="lost")])
-    assert [m.id for m in store.load_messages(s)] == [m.id for m in rounds(3)]  # reconnected
-    store.commit_compression(s, summarize({"mh0", "ma0"}), previous=None)
+    assert [m.id for m in store.load_messages(s)] == [m.id for m in short_rounds(3)]  # reconnected
+    store.commit_compression(s, next_summary({"mh0", "ma0"}), previous=None)
     assert store.snapshot(s).version == 1
     store.close()

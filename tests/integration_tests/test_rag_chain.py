@@ -6,30 +6,24 @@ import hashlib
 import math
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 from langchain_core.callbacks import (
-    AsyncCallbackManagerForLLMRun,
-    CallbackManagerForLLMRun,
     CallbackManagerForRetrieverRun,
 )
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
-    AIMessageChunk,
     BaseMessage,
     HumanMessage,
     SystemMessage,
 )
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import InMemoryVectorStore
 from langgraph.graph import END, START, MessagesState, StateGraph
-from pydantic import Field
 
 from langchain_histcompress.rephrase import (
     REPHRASE_TAGS,
@@ -39,6 +33,7 @@ from langchain_histcompress.rephrase import (
     create_conversational_rag_chain,
     render_context,
 )
+from tests.fakes import StreamingChatModel
 
 QUESTION = "what about its population?"
 STANDALONE = "What is the population of Lisbon?"
@@ -158,62 +153,6 @@ class BM25Retriever(BaseRetriever):
         return [self.documents[i] for _, i in sorted(scores)[: self.k]]
 
 
-class ScriptedChatModel(BaseChatModel):
-    """Answers from a script (text or exception), records every payload, streams word by word."""
-
-    script: list[Any] = Field(default_factory=list)
-    calls: list[list[BaseMessage]] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def _next(self, messages: list[BaseMessage]) -> str:
-        self.calls.append(list(messages))
-        if not self.script:
-            msg = "unexpected model call"
-            raise AssertionError(msg)
-        item = self.script.pop(0)
-        if isinstance(item, BaseException):
-            raise item
-        return str(item)
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(self._next(messages)))])
-
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        for token in re.split(r"(\s+)", self._next(messages)):
-            if token:
-                chunk = ChatGenerationChunk(message=AIMessageChunk(content=token))
-                if run_manager is not None:
-                    run_manager.on_llm_new_token(token, chunk=chunk)
-                yield chunk
-
-    async def _astream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatGenerationChunk]:
-        for chunk in self._stream(messages, stop, None, **kwargs):
-            if run_manager is not None:
-                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-            yield chunk
-
-
 def _vector_store() -> InMemoryVectorStore:
     store = InMemoryVectorStore(BagOfWordsEmbeddings())
     store.add_documents(DOCS, ids=[str(d.id) for d in DOCS])
@@ -241,7 +180,7 @@ def _types(messages: Sequence[BaseMessage]) -> list[tuple[str, Any]]:
 def test_follow_up_needs_the_rephrasing_to_find_the_right_document(
     retriever: BaseRetriever,
 ) -> None:
-    rephraser = ScriptedChatModel(script=[STANDALONE])
+    rephraser = StreamingChatModel(script=[STANDALONE])
     compact = create_compact_history_retriever(rephraser, retriever, chunk_count=1)
     found = compact.invoke(_inputs())
     assert found["query"] == STANDALONE
@@ -253,11 +192,11 @@ def test_follow_up_needs_the_rephrasing_to_find_the_right_document(
     found = raw.invoke(_inputs())
     assert found["query"] == QUESTION
     assert [d.id for d in found["documents"]] == ["tokyo-population"]
-    assert len(rephraser.calls) == 1  # only the compact retriever called the model
+    assert rephraser.calls == 1  # only the compact retriever called the model
 
 
 async def test_follow_up_retrieval_async(retriever: BaseRetriever) -> None:
-    rephraser = ScriptedChatModel(script=[STANDALONE])
+    rephraser = StreamingChatModel(script=[STANDALONE])
     compact = create_compact_history_retriever(rephraser, retriever, chunk_count=2)
     found = await compact.ainvoke(_inputs())
     assert found["documents"][0].id == "lisbon-population"
@@ -265,14 +204,14 @@ async def test_follow_up_retrieval_async(retriever: BaseRetriever) -> None:
 
 
 def test_chunk_count_limits_any_retriever_and_vector_stores() -> None:
-    llm = ScriptedChatModel()
+    llm = StreamingChatModel()
     for source in (_vector_store(), BM25Retriever(documents=DOCS, k=4)):
         out = create_compact_history_retriever(llm, source, chunk_count=3).invoke(
             {"input": "Lisbon population", "chat_history": []}
         )
         assert len(out["documents"]) == 3
         assert out["documents"][0].id == "lisbon-population"
-    assert llm.calls == []
+    assert llm.calls == 0
 
 
 # ------------------------------------------------------------------ final payloads
@@ -280,9 +219,9 @@ def test_chunk_count_limits_any_retriever_and_vector_stores() -> None:
 
 def _chain(
     mode: str = "compact", *, rephrase: list[Any] | None = None, **kwargs: Any
-) -> tuple[Any, ScriptedChatModel, ScriptedChatModel]:
-    answer_llm = ScriptedChatModel(script=[ANSWER, ANSWER])
-    rephrase_llm = ScriptedChatModel(script=list(rephrase or [STANDALONE, STANDALONE]))
+) -> tuple[Any, StreamingChatModel, StreamingChatModel]:
+    answer_llm = StreamingChatModel(script=[ANSWER, ANSWER])
+    rephrase_llm = StreamingChatModel(script=list(rephrase or [STANDALONE, STANDALONE]))
     chain = create_conversational_rag_chain(
         answer_llm,
         _vector_store(),
@@ -329,16 +268,16 @@ def test_compact_payload_snapshot() -> None:
     assert out["query"] == STANDALONE
     assert [d.id for d in out["documents"]] == ["lisbon-population", "lisbon-history"]
     # exactly one rephrasing call, over at most history_message_count messages
-    assert len(rephrase_llm.calls) == 1
-    assert str(rephrase_llm.calls[0][-1].content).count("<message ") == 6
-    assert "Which city is the capital" not in str(rephrase_llm.calls[0][-1].content)
+    assert rephrase_llm.calls == 1
+    assert str(rephrase_llm.prompts[0][-1].content).count("<message ") == 6
+    assert "Which city is the capital" not in str(rephrase_llm.prompts[0][-1].content)
     # the final payload, exactly: system prompt + documents, then the standalone question
-    assert len(answer_llm.calls) == 1
-    assert _types(answer_llm.calls[0]) == [
+    assert answer_llm.calls == 1
+    assert _types(answer_llm.prompts[0]) == [
         ("system", EXPECTED_COMPACT_SYSTEM),
         ("human", STANDALONE),
     ]
-    payload_text = "\n".join(str(m.content) for m in answer_llm.calls[0])
+    payload_text = "\n".join(str(m.content) for m in answer_llm.prompts[0])
     for message in HISTORY:
         assert str(message.content) not in payload_text  # no raw history
 
@@ -348,8 +287,8 @@ def test_none_payload_snapshot() -> None:
     out = chain.invoke(_inputs())
     assert out["query"] == QUESTION
     assert out["rephrased"] is False
-    assert rephrase_llm.calls == []  # zero rephrasing calls
-    payload = answer_llm.calls[0]
+    assert rephrase_llm.calls == 0  # zero rephrasing calls
+    payload = answer_llm.prompts[0]
     assert payload[0] == SystemMessage(EXPECTED_NONE_SYSTEM)
     assert payload[1:-1] == HISTORY[-6:]  # exactly the last history_message_count messages
     assert payload[-1] == HumanMessage(QUESTION)
@@ -360,10 +299,10 @@ def test_none_payload_snapshot() -> None:
 def test_first_turn_makes_no_rephrasing_call(mode: str) -> None:
     chain, answer_llm, rephrase_llm = _chain(mode)
     out = chain.invoke({"input": "How many people live in Lisbon?", "chat_history": []})
-    assert rephrase_llm.calls == []
-    assert len(answer_llm.calls) == 1
-    assert [m.type for m in answer_llm.calls[0]] == ["system", "human"]
-    assert answer_llm.calls[0][1].content == "How many people live in Lisbon?"
+    assert rephrase_llm.calls == 0
+    assert answer_llm.calls == 1
+    assert [m.type for m in answer_llm.prompts[0]] == ["system", "human"]
+    assert answer_llm.prompts[0][1].content == "How many people live in Lisbon?"
     assert out["documents"][0].id == "lisbon-population"
 
 
@@ -375,19 +314,19 @@ def test_injection_in_history_never_reaches_the_system_message(
     history = [*HISTORY[:-2], HumanMessage(INJECTION), AIMessage("I can't do that.")]
     chain, answer_llm, _ = _chain(mode, rephrase=[rephrase_reply])
     out = chain.invoke(_inputs(history))
-    system = answer_llm.calls[0][0]
+    system = answer_llm.prompts[0][0]
     assert isinstance(system, SystemMessage)
     assert "Ignore previous instructions" not in str(system.content)
     # the system message is the system prompt and the retrieved documents, nothing else
     assert system.content == SYSTEM_PROMPT.replace("{context}", render_context(out["documents"]))
-    assert [m for m in answer_llm.calls[0] if isinstance(m, SystemMessage)] == [system]
+    assert [m for m in answer_llm.prompts[0] if isinstance(m, SystemMessage)] == [system]
 
 
 def test_running_summary_feeds_the_rephrasing_only() -> None:
     chain, answer_llm, rephrase_llm = _chain("compact")
     chain.invoke(_inputs(summary="The user is planning a trip to Lisbon in May."))
-    assert "planning a trip" in str(rephrase_llm.calls[0][-1].content)
-    assert all("planning a trip" not in str(m.content) for m in answer_llm.calls[0])
+    assert "planning a trip" in str(rephrase_llm.prompts[0][-1].content)
+    assert all("planning a trip" not in str(m.content) for m in answer_llm.prompts[0])
 
 
 @pytest.mark.parametrize(
@@ -406,7 +345,7 @@ def test_rephrasing_failure_answers_with_the_original_question(reply: Any, reaso
     assert out["query"] == QUESTION
     assert out["fallback_reason"] == reason
     assert out["answer"] == ANSWER
-    assert _types(answer_llm.calls[0])[-1] == ("human", QUESTION)
+    assert _types(answer_llm.prompts[0])[-1] == ("human", QUESTION)
     assert out["documents"][0].id == "tokyo-population"  # raw question retrieval
 
 
@@ -418,8 +357,8 @@ async def test_async_invoke_matches_sync() -> None:
     sync_out = chain.invoke(_inputs())
     async_out = await chain.ainvoke(_inputs())
     assert async_out == sync_out
-    assert answer_llm.calls[0] == answer_llm.calls[1]
-    assert len(rephrase_llm.calls) == 2
+    assert answer_llm.prompts[0] == answer_llm.prompts[1]
+    assert rephrase_llm.calls == 2
 
 
 def _check_stream(chunks: Sequence[Mapping[str, Any]]) -> None:
@@ -437,10 +376,10 @@ def test_stream_yields_only_answer_tokens() -> None:
 
 
 async def test_astream_yields_only_answer_tokens_with_one_shared_model() -> None:
-    llm = ScriptedChatModel(script=[STANDALONE, ANSWER])
+    llm = StreamingChatModel(script=[STANDALONE, ANSWER])
     chain = create_conversational_rag_chain(llm, _vector_store(), system_prompt=SYSTEM_PROMPT)
     _check_stream([chunk async for chunk in chain.astream(_inputs())])
-    assert len(llm.calls) == 2
+    assert llm.calls == 2
 
 
 async def test_rephrase_tokens_are_tagged_in_astream_events() -> None:
@@ -476,7 +415,7 @@ class RagState(MessagesState):
     documents: list[Document]
 
 
-def _rag_graph(rephrase_llm: ScriptedChatModel, answer_llm: ScriptedChatModel) -> Any:
+def _rag_graph(rephrase_llm: StreamingChatModel, answer_llm: StreamingChatModel) -> Any:
     store_retriever = _vector_store().as_retriever(search_kwargs={"k": 1})
 
     def retrieve(state: RagState) -> dict[str, Any]:
@@ -500,20 +439,20 @@ def _rag_graph(rephrase_llm: ScriptedChatModel, answer_llm: ScriptedChatModel) -
 
 
 def test_graph_with_rephrase_node_streams_only_the_answer() -> None:
-    rephrase_llm = ScriptedChatModel(script=[STANDALONE])
-    answer_llm = ScriptedChatModel(script=[ANSWER])
+    rephrase_llm = StreamingChatModel(script=[STANDALONE])
+    answer_llm = StreamingChatModel(script=[ANSWER])
     graph = _rag_graph(rephrase_llm, answer_llm)
     state = {"messages": [*HISTORY, HumanMessage(QUESTION)]}
     chunks = list(graph.stream(state, stream_mode="messages"))
     assert "".join(str(m.content) for m, _ in chunks) == ANSWER
     assert {meta["langgraph_node"] for _, meta in chunks} == {"answer"}
-    assert answer_llm.calls[0][-1] == HumanMessage(STANDALONE)
-    assert "Lisbon population" in str(answer_llm.calls[0][0].content)
+    assert answer_llm.prompts[0][-1] == HumanMessage(STANDALONE)
+    assert "Lisbon population" in str(answer_llm.prompts[0][0].content)
 
 
 async def test_graph_with_rephrase_node_async() -> None:
-    rephrase_llm = ScriptedChatModel(script=[STANDALONE])
-    answer_llm = ScriptedChatModel(script=[ANSWER])
+    rephrase_llm = StreamingChatModel(script=[STANDALONE])
+    answer_llm = StreamingChatModel(script=[ANSWER])
     graph = _rag_graph(rephrase_llm, answer_llm)
     out = await graph.ainvoke({"messages": [*HISTORY, HumanMessage(QUESTION)]})
     assert out["standalone_question"] == STANDALONE

@@ -14,7 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,16 +60,47 @@ def _worker_compressor() -> Any:
     )
 
 
-def _killing_store(url: str, point: str, statement: str) -> Any:
-    """A store whose write transaction touching ``statement`` dies by SIGKILL at ``point``."""
+class WrappedCursor:
+    """A DB-API cursor wrapper that forwards everything it does not override."""
+
+    def __init__(self, conn: Any, cursor: Any) -> None:
+        self._conn = conn
+        self._cursor = cursor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
+def wrapped_store(url: str, cursor_type: Callable[[Any, Any], Any]) -> Any:
+    """A SQLHistoryStore whose connections hand out ``cursor_type(connection, cursor)``."""
     from langchain_histcompress.storage import SQLHistoryStore
 
+    class Connection:
+        def __init__(self, conn: Any) -> None:
+            self._conn = conn
+
+        def cursor(self) -> Any:
+            return cursor_type(self._conn, self._conn.cursor())
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._conn, name)
+
+    class WrappedStore(SQLHistoryStore):
+        def _connect_sqlite(self) -> Any:
+            return Connection(super()._connect_sqlite())
+
+        def _connect_postgres(self) -> Any:
+            return Connection(super()._connect_postgres())
+
+    return WrappedStore(url)
+
+
+def _killing_store(url: str, point: str, statement: str) -> Any:
+    """A store whose write transaction touching ``statement`` dies by SIGKILL at ``point``."""
     state = {"armed": False}
 
-    class Cursor:
-        def __init__(self, cursor: Any) -> None:
-            self._cursor = cursor
-            self._hit = False
+    class Cursor(WrappedCursor):
+        _hit = False
 
         def execute(self, sql: str, params: Any = ()) -> Any:
             if sql.startswith(statement):
@@ -87,28 +118,8 @@ def _killing_store(url: str, point: str, statement: str) -> Any:
                 self._hit = True
             return self._cursor.executemany(sql, rows)
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._cursor, name)
-
-    class Connection:
-        def __init__(self, conn: Any) -> None:
-            self._conn = conn
-
-        def cursor(self) -> Cursor:
-            return Cursor(self._conn.cursor())
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._conn, name)
-
-    class KillingStore(SQLHistoryStore):
-        def _connect_sqlite(self) -> Any:
-            return Connection(super()._connect_sqlite())
-
-        def _connect_postgres(self) -> Any:
-            return Connection(super()._connect_postgres())
-
-    store = KillingStore(url)
-    store.arm = lambda: state.__setitem__("armed", True)  # type: ignore[attr-defined]
+    store = wrapped_store(url, Cursor)
+    store.arm = lambda: state.__setitem__("armed", True)
     return store
 
 

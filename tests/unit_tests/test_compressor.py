@@ -34,11 +34,15 @@ from langchain_histcompress.errors import (
 )
 from langchain_histcompress.rounds import is_summary_message, validate_history
 from langchain_histcompress.summary import RunningSummary
-from tests.unit_tests.test_summary import (
+from tests.fakes import (
+    CallRecorder,
     Hang,
     RateLimitError,
-    ScriptedModel,
+    ScriptedSummarizer,
     Sleeps,
+    cancel_once_called,
+    conversation,
+    exchange,
     prompt_ids,
     summary_json,
 )
@@ -46,18 +50,11 @@ from tests.unit_tests.test_summary import (
 SYSTEM = SystemMessage("You are a helpful assistant.", id="sys")
 
 
-def exchange(n: int) -> list[BaseMessage]:
-    return [HumanMessage(f"question {n}", id=f"h{n}"), AIMessage(f"answer {n}", id=f"a{n}")]
-
-
 def history(rounds: int, *, system: bool = True) -> list[BaseMessage]:
-    out: list[BaseMessage] = [SYSTEM] if system else []
-    for n in range(rounds):
-        out += exchange(n)
-    return out
+    return conversation(rounds, system=SYSTEM if system else None)
 
 
-def compressor(model: ScriptedModel | None = None, **kwargs: Any) -> RoundCompressor:
+def compressor(model: ScriptedSummarizer | None = None, **kwargs: Any) -> RoundCompressor:
     sleeps = Sleeps()
     options: dict[str, Any] = {
         "token_counter": count_tokens_approximately,
@@ -65,7 +62,7 @@ def compressor(model: ScriptedModel | None = None, **kwargs: Any) -> RoundCompre
         "async_sleep": sleeps.asleep,
         **kwargs,
     }
-    return RoundCompressor(model if model is not None else ScriptedModel(), **options)
+    return RoundCompressor(model if model is not None else ScriptedSummarizer(), **options)
 
 
 def body_ids(messages: list[BaseMessage]) -> list[str]:
@@ -99,7 +96,7 @@ async def run(c: RoundCompressor, mode: str, *args: Any, **kwargs: Any) -> Compr
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_replaying_100_rounds_costs_48_calls(mode: str) -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     c = compressor(model)
     messages: list[BaseMessage] = [SYSTEM]
     summary: RunningSummary | None = None
@@ -119,7 +116,7 @@ async def test_replaying_100_rounds_costs_48_calls(mode: str) -> None:
             assert result.calls == 1
             assert len(pending_rounds(messages, summary)) == 3
     assert first_call_at == 5
-    assert len(model.calls) == 48
+    assert model.calls == 48
     assert summary is not None
     assert summary.version == 48
     assert summary.rounds_covered == 96
@@ -127,7 +124,7 @@ async def test_replaying_100_rounds_costs_48_calls(mode: str) -> None:
 
 
 def test_nothing_happens_before_compress_plus_retain_rounds() -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     c = compressor(model)
     for rounds in range(1, 5):
         messages = history(rounds)
@@ -137,13 +134,13 @@ def test_nothing_happens_before_compress_plus_retain_rounds() -> None:
         assert (result.compressed, result.calls, result.summary) == (False, 0, None)
         assert result.messages == messages
         assert result.messages is not messages
-    assert model.calls == []
+    assert model.calls == 0
 
 
 def test_first_compression_sends_exactly_the_oldest_rounds() -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     result = compressor(model).compress(history(5))
-    (prompt,) = model.calls
+    (prompt,) = model.prompts
     assert prompt_ids(prompt) == ["h0", "a0", "h1", "a1"]
     assert result.summary is not None
     assert result.summary.covered_ids == {"h0", "a0", "h1", "a1"}
@@ -154,15 +151,15 @@ def test_first_compression_sends_exactly_the_oldest_rounds() -> None:
 
 
 def test_previous_summary_is_input_once_never_conversation() -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     c = compressor(model)
     first = c.compress(history(5))
     full = history(7)
     fed_back = [*first.messages, *exchange(5), *exchange(6)]  # a caller storing the view
     for messages in (full, fed_back):
         second = c.compress(messages, first.summary)
-        prompt = str(model.calls[-1][-1].content)
-        assert prompt_ids(model.calls[-1]) == ["h2", "a2", "h3", "a3"]
+        prompt = str(model.prompts[-1][-1].content)
+        assert prompt_ids(model.prompts[-1]) == ["h2", "a2", "h3", "a3"]
         assert prompt.count("covers h0,a0,h1,a1") == 1
         assert "histcompress-summary" not in prompt
         assert second.summary is not None and second.summary.version == 2
@@ -170,16 +167,16 @@ def test_previous_summary_is_input_once_never_conversation() -> None:
 
 
 def test_stale_summary_messages_in_input_are_replaced_not_summarized() -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     c = compressor(model)
     old = RunningSummary(content="The user is Ada.", text="The user is Ada.")
     messages = [SYSTEM, old.to_message(), *history(5, system=False)]
     assert validate_history(messages) == []
     result = c.compress(messages)  # no record: the old text is imported as previous summary
-    prompt = str(model.calls[0][-1].content)
+    prompt = str(model.prompts[0][-1].content)
     assert prompt.count("The user is Ada.") == 1
     assert '<previous_summary version="imported">' in prompt
-    assert old.to_message().id not in prompt_ids(model.calls[0])
+    assert old.to_message().id not in prompt_ids(model.prompts[0])
     summaries = [m for m in result.messages if is_summary_message(m)]
     assert len(summaries) == 1 and summaries[0].id != old.to_message().id
     assert result.messages[0] is SYSTEM
@@ -193,16 +190,16 @@ def test_stale_summary_messages_in_input_are_replaced_not_summarized() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_backlog_is_compressed_in_bounded_chunks(mode: str) -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     c = compressor(model, max_calls_per_compress=8)
     messages = history(100)
     result = await run(c, mode, messages)
-    assert result.calls == len(model.calls) == 8
+    assert result.calls == model.calls == 8
     assert [u.version for u in result.updates] == list(range(1, 9))
     assert result.updates[-1] == result.summary
     assert result.summary is not None and result.summary.rounds_covered == 16
     assert result.deferred_rounds == 80
-    for i, prompt in enumerate(model.calls):
+    for i, prompt in enumerate(model.prompts):
         assert prompt_ids(prompt) == [f"{p}{n}" for n in (2 * i, 2 * i + 1) for p in "ha"]
     for i, update in enumerate(result.updates):
         assert len(update.covered_ids) == 4 * (i + 1)  # coverage recorded per chunk
@@ -223,7 +220,7 @@ async def test_backlog_is_compressed_in_bounded_chunks(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_failure_mid_backlog_changes_nothing(mode: str) -> None:
-    model = ScriptedModel(script=[summary_json("one"), ValueError("bug")])
+    model = ScriptedSummarizer(script=[summary_json("one"), ValueError("bug")])
     c = compressor(model)
     messages = history(20)
     before = copy.deepcopy(messages)
@@ -243,7 +240,7 @@ def big_exchange(n: int, words: int) -> list[BaseMessage]:
 
 
 def test_token_threshold_trigger_keeps_retained_rounds() -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     c = compressor(
         model, compress_on_rounds=False, compression_threshold_tokens=1000, rounds_to_retain=1
     )
@@ -275,7 +272,7 @@ def stamped(message: BaseMessage, when: datetime) -> BaseMessage:
 
 
 def test_idle_gap_folds_everything_before_the_resumed_round() -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     c = compressor(model, idle_gap=timedelta(hours=1))
     t0 = datetime(2024, 1, 1, 9, tzinfo=timezone.utc)
     messages: list[BaseMessage] = [SYSTEM]
@@ -344,14 +341,14 @@ def agent_round(steps: int, *, in_flight: bool = False) -> list[BaseMessage]:
 
 @pytest.mark.parametrize("in_flight", [False, True])
 def test_oversized_round_folds_older_tool_groups(in_flight: bool) -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     c = compressor(model, max_round_tokens=600)
     messages = [SYSTEM, *agent_round(8, in_flight=in_flight)]
     result = c.compress(messages)
     assert result.calls == 1
-    sent = prompt_ids(model.calls[0])
+    sent = prompt_ids(model.prompts[0])
     assert "q" not in sent
-    assert "still in progress" in str(model.calls[0][0].content)
+    assert "still in progress" in str(model.prompts[0][0].content)
     assert result.summary is not None
     assert result.summary.covered_ids == set(sent)
     assert result.summary.rounds_covered == 0
@@ -416,7 +413,7 @@ def test_view_preamble_is_byte_identical() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_disabled_returns_the_view_unchanged(mode: str) -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     c = compressor(model, enabled=False)
     messages = history(30)
     result = await run(c, mode, messages)
@@ -425,7 +422,7 @@ async def test_disabled_returns_the_view_unchanged(mode: str) -> None:
     result = await run(c, mode, messages, s)
     assert result.summary is s
     assert [m.id for m in result.messages[2:]] == body_ids(messages)[2:]
-    assert model.calls == []
+    assert model.calls == 0
 
 
 def test_partly_covered_group_is_shown_whole() -> None:
@@ -440,7 +437,7 @@ def test_partly_covered_group_is_shown_whole() -> None:
 
 
 def test_thread_summarizer_folds_each_finished_exchange_but_never_the_latest() -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     c = thread_summarizer(model, token_counter=count_tokens_approximately)
     assert (c.rounds_to_compress, c.rounds_to_retain, c.placement) == (1, 0, "append_to_system")
     messages: list[BaseMessage] = [SYSTEM, HumanMessage("hi", id="h0")]
@@ -454,7 +451,7 @@ def test_thread_summarizer_folds_each_finished_exchange_but_never_the_latest() -
         result = c.compress(messages, summary)
         summary = result.summary
         assert result.calls == 1
-        assert prompt_ids(model.calls[-1]) == [f"h{n - 1}", f"a{n - 1}"]
+        assert prompt_ids(model.prompts[-1]) == [f"h{n - 1}", f"a{n - 1}"]
         assert [m.id for m in result.messages] == ["sys", f"h{n}"]
         assert str(result.messages[0].content).startswith(str(SYSTEM.content))
         messages.append(AIMessage(f"a{n}", id=f"a{n}"))
@@ -462,7 +459,7 @@ def test_thread_summarizer_folds_each_finished_exchange_but_never_the_latest() -
 
 
 def test_compress_in_background_returns_first_and_updates_after() -> None:
-    model = ScriptedModel(script=[Hang(30.0, summary_json("folded"))])
+    model = ScriptedSummarizer(script=[Hang(30.0, summary_json("folded"))])
     c = thread_summarizer(model, token_counter=count_tokens_approximately, timeout=None)
     messages = [*history(2), HumanMessage("next", id="h9")]
     future = compress_in_background(c, messages)
@@ -479,7 +476,7 @@ def test_compress_in_background_returns_first_and_updates_after() -> None:
 def test_compress_in_background_with_executor_and_errors() -> None:
     import concurrent.futures
 
-    model = ScriptedModel(script=[ValueError("bug")])
+    model = ScriptedSummarizer(script=[ValueError("bug")])
     c = thread_summarizer(model, token_counter=count_tokens_approximately)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         future = compress_in_background(c, history(3), executor=pool)
@@ -490,7 +487,7 @@ def test_compress_in_background_with_executor_and_errors() -> None:
 
 
 async def test_acompress_in_background_task() -> None:
-    model = ScriptedModel(script=[Hang(0.01, summary_json("folded"))])
+    model = ScriptedSummarizer(script=[Hang(0.01, summary_json("folded"))])
     c = thread_summarizer(model, token_counter=count_tokens_approximately)
     task = acompress_in_background(c, history(2))
     assert isinstance(task, asyncio.Task)
@@ -499,14 +496,11 @@ async def test_acompress_in_background_task() -> None:
 
 
 async def test_acompress_cancellation_propagates() -> None:
-    model = ScriptedModel(script=[Hang(30.0)])
+    model = ScriptedSummarizer(script=[Hang(30.0)])
     c = compressor(model)
     messages = history(5)
     before = copy.deepcopy(messages)
-    task = asyncio.create_task(c.acompress(messages))
-    while not model.calls:
-        await asyncio.sleep(0)
-    task.cancel()
+    task = await cancel_once_called(model, c.acompress(messages))
     with pytest.raises(asyncio.CancelledError):
         await task
     assert messages == before
@@ -517,23 +511,17 @@ async def test_acompress_cancellation_propagates() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_transient_error_then_success_counts_attempts(mode: str) -> None:
-    model = ScriptedModel(script=[RateLimitError("429")])
+    model = ScriptedSummarizer(script=[RateLimitError("429")])
     result = await run(compressor(model), mode, history(5))
     assert (result.calls, result.attempts) == (1, 2)
 
 
 def test_caller_config_is_forwarded_and_not_mutated() -> None:
-    from langchain_core.callbacks import BaseCallbackHandler
-
-    seen: list[list[str]] = []
-
-    class Handler(BaseCallbackHandler):
-        def on_chat_model_start(self, serialized: Any, messages: Any, **kw: Any) -> None:
-            seen.append(kw["tags"])
-
-    config: Any = {"callbacks": [Handler()], "tags": ["app"]}
+    recorder = CallRecorder()
+    config: Any = {"callbacks": [recorder], "tags": ["app"]}
     compressor().compress(history(5), config=config)
     assert config["tags"] == ["app"]
+    seen = recorder.tags
     assert seen and {"app", "langchain_histcompress:internal", "nostream"} <= set(seen[0])
 
 
@@ -541,11 +529,11 @@ def test_caller_config_is_forwarded_and_not_mutated() -> None:
 
 
 def test_invalid_history_is_rejected_before_any_call() -> None:
-    model = ScriptedModel()
+    model = ScriptedSummarizer()
     bad = [*history(5), ToolMessage("x", tool_call_id="nope", id="orphan")]
     with pytest.raises(InvalidHistoryError, match="orphan_tool_result"):
         compressor(model).compress(bad)
-    assert model.calls == []
+    assert model.calls == 0
     result = compressor(model, validate_input=False).compress(bad)
     assert result.compressed and "orphan" in {m.id for m in result.messages}
 
@@ -589,7 +577,7 @@ def test_rounds_to_retain_zero_still_keeps_the_latest_round() -> None:
 
 
 def test_code_profile_through_the_compressor() -> None:
-    model = ScriptedModel(
+    model = ScriptedSummarizer(
         script=[
             json.dumps(
                 {

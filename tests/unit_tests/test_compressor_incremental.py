@@ -43,8 +43,8 @@ from langchain_histcompress.summary import (
     _added_since,
     _next_summary,
 )
+from tests.fakes import ScriptedSummarizer, conversation, prompt_ids
 from tests.unit_tests.test_compressor_properties import make, options, scenario
-from tests.unit_tests.test_summary import ScriptedModel, prompt_ids
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -99,18 +99,13 @@ class Probe(list[BaseMessage]):
 
 
 def chat(rounds: int, *, system: bool = True, prefix: str = "") -> list[BaseMessage]:
-    messages: list[BaseMessage] = [SystemMessage("Be brief.", id=f"{prefix}sys")] if system else []
-    for n in range(rounds):
-        messages += [
-            HumanMessage(f"question {n}", id=f"{prefix}h{n}"),
-            AIMessage(f"answer {n}", id=f"{prefix}a{n}"),
-        ]
-    return messages
+    preamble = SystemMessage("Be brief.", id=f"{prefix}sys") if system else None
+    return conversation(rounds, system=preamble, prefix=prefix)
 
 
 def compressor(**kwargs: Any) -> RoundCompressor:
     return RoundCompressor(
-        ScriptedModel(), token_counter=count_tokens_approximately, timeout=None, **kwargs
+        ScriptedSummarizer(), token_counter=count_tokens_approximately, timeout=None, **kwargs
     )
 
 
@@ -171,7 +166,9 @@ def test_cursor_gives_the_same_results_as_a_full_scan(
             assert view(prefix, got.summary) == view(prefix, clone(got.summary))
             assert pending_rounds(prefix, got.summary) == pending_rounds(prefix, clone(got.summary))
         summary = got.summary
-    assert [prompt_ids(p) for p in fast_model.calls] == [prompt_ids(p) for p in full_model.calls]
+    assert [prompt_ids(p) for p in fast_model.prompts] == [
+        prompt_ids(p) for p in full_model.prompts
+    ]
 
 
 def test_stale_cursor_falls_back_to_the_scan() -> None:
@@ -240,7 +237,9 @@ def test_invalid_tail_is_still_rejected_with_the_cursor() -> None:
 
 
 def test_thread_summarizer_replay_reads_only_new_messages() -> None:
-    c = thread_summarizer(ScriptedModel(), token_counter=count_tokens_approximately, timeout=None)
+    c = thread_summarizer(
+        ScriptedSummarizer(), token_counter=count_tokens_approximately, timeout=None
+    )
     full = chat(300)
     summary = None
     for end in range(2, 400, 2):

@@ -21,8 +21,8 @@ from langchain_histcompress.compressor import (
 )
 from langchain_histcompress.rounds import is_summary_message, split_units, validate_history
 from langchain_histcompress.summary import RunningSummary
+from tests.fakes import ScriptedSummarizer, prompt_ids
 from tests.histories import history
-from tests.unit_tests.test_summary import ScriptedModel, prompt_ids
 
 _stale = itertools.count()
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -73,8 +73,8 @@ def scenario(draw: st.DrawFn, *, allow_leading_tools: bool = False) -> list[Base
     return messages
 
 
-def make(opts: dict[str, Any], **extra: Any) -> tuple[RoundCompressor, ScriptedModel]:
-    model = ScriptedModel()
+def make(opts: dict[str, Any], **extra: Any) -> tuple[RoundCompressor, ScriptedSummarizer]:
+    model = ScriptedSummarizer()
     c = RoundCompressor(
         model, token_counter=count_tokens_approximately, timeout=None, **opts, **extra
     )
@@ -93,7 +93,7 @@ def check(
     before: list[BaseMessage],
     previous: RunningSummary | None,
     result: CompressionResult,
-    model: ScriptedModel,
+    model: ScriptedSummarizer,
     calls_before: int,
     placement: str,
 ) -> None:
@@ -138,11 +138,11 @@ def check(
     assert indexes == sorted(indexes)
 
     # Coverage grows by exactly what was sent to the summarizer, whole units only.
-    sent = [i for prompt in model.calls[calls_before:] for i in prompt_ids(prompt)]
+    sent = [i for prompt in model.prompts[calls_before:] for i in prompt_ids(prompt)]
     old = previous.covered_ids if previous else frozenset()
     assert set(sent) <= set(body_ids)
     assert covered == old | set(sent)
-    assert len(model.calls) - calls_before == result.calls
+    assert model.calls - calls_before == result.calls
     for unit in split_units(body):
         flags = {str(m.id) in covered for m in unit}
         assert len(flags) == 1, "a tool group was split"
@@ -186,7 +186,7 @@ def test_replay_invariants(
     for end in ends:
         prefix = messages[:end]
         before = copy.deepcopy(prefix)
-        calls_before = len(model.calls)
+        calls_before = model.calls
         result = c.compress(prefix, summary)
         check(prefix, before, summary, result, model, calls_before, opts["placement"])
         summary = result.summary
@@ -221,7 +221,9 @@ def test_async_matches_sync(messages: list[BaseMessage], opts: dict[str, Any]) -
     assert [m.id for m in result.messages if not is_summary_message(m)] == [
         m.id for m in sync.messages if not is_summary_message(m)
     ]
-    assert [prompt_ids(p) for p in async_model.calls] == [prompt_ids(p) for p in sync_model.calls]
+    assert [prompt_ids(p) for p in async_model.prompts] == [
+        prompt_ids(p) for p in sync_model.prompts
+    ]
     assert (result.calls, result.deferred_rounds) == (sync.calls, sync.deferred_rounds)
 
 

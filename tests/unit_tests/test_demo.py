@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langchain_core.outputs import ChatResult
 
 from langchain_histcompress import demo
 from langchain_histcompress.cli import main
@@ -31,6 +29,7 @@ from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact, build_extraction_prompt
 from langchain_histcompress.summary import RunningSummary, build_summary_prompt
 from langchain_histcompress.tokens import TiktokenCounter
+from tests import fakes
 
 SAVINGS = re.compile(r"^savings: (-?\d+\.\d)% \(([\d,]+) vs ([\d,]+) billed tokens, (\d+) turns\)$")
 RESUME = re.compile(
@@ -393,20 +392,12 @@ def test_malformed_or_unknown_model_exits_2() -> None:
     assert code == 2 and "cannot create model" in err
 
 
-class _Broken(BaseChatModel):
-    @property
-    def _llm_type(self) -> str:
-        return "broken"
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        msg = "the provider is down"
-        raise RuntimeError(msg)
-
-
 def test_real_model_failure_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(demo, "_make_model", lambda spec: _Broken())
+    monkeypatch.setattr(
+        demo,
+        "_make_model",
+        lambda spec: fakes.ScriptedChatModel(fail_with=RuntimeError("the provider is down")),
+    )
     code, _, err = run(["--model", "fake:broken", "--turns", "3"])
     assert code == 1
     assert "the model call failed (RuntimeError: the provider is down)" in err

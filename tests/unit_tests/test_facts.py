@@ -8,10 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
@@ -31,43 +28,9 @@ from langchain_histcompress.facts import (
 )
 from langchain_histcompress.rounds import SUMMARY_SOURCE
 from langchain_histcompress.summary import INTERNAL_TAGS
+from tests.fakes import AuthenticationError, CallRecorder, RateLimitError, ScriptedChatModel
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
-
-
-class ScriptedModel(BaseChatModel):
-    """Returns (or raises) the scripted items in order, repeating the last one."""
-
-    script: list[Any]
-    calls: int = 0
-    prompts: list[list[BaseMessage]] = []
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.prompts.append(list(messages))
-        item = self.script[min(self.calls, len(self.script) - 1)]
-        self.calls += 1
-        if isinstance(item, BaseException):
-            raise item
-        message = item if isinstance(item, AIMessage) else AIMessage(item)
-        return ChatResult(generations=[ChatGeneration(message=message)])
-
-
-class RateLimitError(Exception):
-    status_code = 429
-
-
-class AuthenticationError(Exception):
-    status_code = 401
 
 
 def ops_json(*ops: dict[str, Any]) -> str:
@@ -494,14 +457,6 @@ def test_prompt_shows_facts_and_messages_as_escaped_data() -> None:
 # --------------------------------------------------------------------------- the extractor
 
 
-class TagRecorder(BaseCallbackHandler):
-    def __init__(self) -> None:
-        self.tags: list[list[str]] = []
-
-    def on_chat_model_start(self, *args: Any, tags: list[str] | None = None, **kw: Any) -> None:
-        self.tags.append(list(tags or []))
-
-
 def history() -> list[BaseMessage]:
     return [
         SystemMessage("You are helpful."),
@@ -511,15 +466,16 @@ def history() -> list[BaseMessage]:
 
 
 def test_extract_ok_uses_tags_and_filters_sources() -> None:
-    model = ScriptedModel(
+    model = ScriptedChatModel(
         script=[
             ops_json(
                 {"op": "ADD", "type": "entity", "content": "Name is Ana", "source_ids": ["h1"]},
                 {"op": "ADD", "content": "Lives in Oslo", "source_ids": ["h1", "zzz"]},
             )
-        ]
+        ],
+        repeat_last=True,
     )
-    recorder = TagRecorder()
+    recorder = CallRecorder()
     result = FactExtractor(model).extract(
         history(), now=NOW, config={"callbacks": [recorder], "tags": ["user-tag"]}
     )
@@ -535,7 +491,7 @@ def test_extract_ok_uses_tags_and_filters_sources() -> None:
 
 
 def test_extract_skips_summary_and_system_messages() -> None:
-    model = ScriptedModel(script=["[]"])
+    model = ScriptedChatModel(script=["[]"], repeat_last=True)
     summary = SystemMessage("old summary", additional_kwargs={"lc_source": SUMMARY_SOURCE})
     result = FactExtractor(model).extract([SystemMessage("sys"), summary])
     assert result.status == "skipped"
@@ -543,7 +499,7 @@ def test_extract_skips_summary_and_system_messages() -> None:
 
 
 def test_extract_empty_is_not_failed() -> None:
-    model = ScriptedModel(script=["[]"])
+    model = ScriptedChatModel(script=["[]"], repeat_last=True)
     current = {"f-1": Fact(id="f-1", content="kept")}
     result = FactExtractor(model).extract(history(), current, now=NOW)
     assert result.status == "empty"
@@ -556,7 +512,7 @@ def test_extract_empty_is_not_failed() -> None:
     ["", "I cannot do that.", '[{"op": "ADD", "content": "trunc', "x" * 10_000],
 )
 def test_malformed_output_writes_zero_facts(garbage: str) -> None:
-    model = ScriptedModel(script=[garbage])
+    model = ScriptedChatModel(script=[garbage], repeat_last=True)
     current = {"f-1": Fact(id="f-1", content="kept")}
     result = FactExtractor(model).extract(history(), current, now=NOW)
     assert result.status == "failed"
@@ -567,7 +523,9 @@ def test_malformed_output_writes_zero_facts(garbage: str) -> None:
 
 
 def test_all_rejected_operations_fail_the_extraction() -> None:
-    model = ScriptedModel(script=[ops_json({"op": "DELETE", "id": "f-missing"})])
+    model = ScriptedChatModel(
+        script=[ops_json({"op": "DELETE", "id": "f-missing"})], repeat_last=True
+    )
     result = FactExtractor(model).extract(history(), now=NOW)
     assert result.status == "failed"
     assert result.report.rejected[0]["reason"] == "unknown_id"
@@ -575,8 +533,9 @@ def test_all_rejected_operations_fail_the_extraction() -> None:
 
 
 def test_partial_rejections_are_reported() -> None:
-    model = ScriptedModel(
-        script=[ops_json({"op": "DELETE", "id": "f-missing"}, {"op": "ADD", "content": "ok"})]
+    model = ScriptedChatModel(
+        script=[ops_json({"op": "DELETE", "id": "f-missing"}, {"op": "ADD", "content": "ok"})],
+        repeat_last=True,
     )
     result = FactExtractor(model).extract(history(), now=NOW)
     assert result.status == "ok"
@@ -591,13 +550,14 @@ def test_update_only_touches_facts_shown_to_the_model() -> None:
         for i in range(5)
     }
     current["f-oslo"] = Fact(id="f-oslo", content="Lives in Oslo", updated_at=NOW)
-    model = ScriptedModel(
+    model = ScriptedChatModel(
         script=[
             ops_json(
                 {"op": "UPDATE", "id": "f-oslo", "content": "Lives in Bergen"},
                 {"op": "DELETE", "id": "f-3"},
             )
-        ]
+        ],
+        repeat_last=True,
     )
     result = FactExtractor(model, max_prompt_facts=2).extract(
         [HumanMessage("I moved from Oslo", id="h1")], current, now=NOW
@@ -613,8 +573,9 @@ def test_update_only_touches_facts_shown_to_the_model() -> None:
 
 
 def test_transient_errors_are_retried() -> None:
-    model = ScriptedModel(
-        script=[RateLimitError("slow"), TimeoutError("t"), ops_json({"op": "ADD", "content": "x"})]
+    model = ScriptedChatModel(
+        script=[RateLimitError("slow"), TimeoutError("t"), ops_json({"op": "ADD", "content": "x"})],
+        repeat_last=True,
     )
     result = FactExtractor(model, retry_backoff=0).extract(history(), now=NOW)
     assert result.status == "ok"
@@ -623,7 +584,7 @@ def test_transient_errors_are_retried() -> None:
 
 
 def test_retries_are_bounded() -> None:
-    model = ScriptedModel(script=[RateLimitError("slow")])
+    model = ScriptedChatModel(script=[RateLimitError("slow")], repeat_last=True)
     result = FactExtractor(model, max_retries=2, retry_backoff=0).extract(history(), now=NOW)
     assert result.status == "failed"
     assert result.report.error_type == "RateLimitError"
@@ -631,7 +592,7 @@ def test_retries_are_bounded() -> None:
 
 
 def test_permanent_errors_are_not_retried() -> None:
-    model = ScriptedModel(script=[AuthenticationError("bad key")])
+    model = ScriptedChatModel(script=[AuthenticationError("bad key")], repeat_last=True)
     result = FactExtractor(model, retry_backoff=0).extract(history(), now=NOW)
     assert result.status == "failed"
     assert result.report.error_type == "AuthenticationError"
@@ -646,7 +607,9 @@ def test_retry_waits_double_and_honour_retry_after_up_to_a_cap() -> None:
             super().__init__("slow down")
             self.response = type("Response", (), {"headers": {"retry-after": retry_after}})()
 
-    policy = FactExtractor(ScriptedModel(script=["[]"]), max_retries=2, retry_backoff=0.5)._retry
+    policy = FactExtractor(
+        ScriptedChatModel(script=["[]"], repeat_last=True), max_retries=2, retry_backoff=0.5
+    )._retry
     assert [policy.delay(RateLimitError("slow"), n) for n in (1, 2, 3)] == [0.5, 1.0, None]
     assert policy.delay(ThrottledError("4"), 1) == 4.0
     assert policy.delay(ThrottledError("3600"), 1) == 30.0
@@ -654,10 +617,10 @@ def test_retry_waits_double_and_honour_retry_after_up_to_a_cap() -> None:
 
 
 def test_raise_on_error() -> None:
-    model = ScriptedModel(script=["garbage"])
+    model = ScriptedChatModel(script=["garbage"], repeat_last=True)
     with pytest.raises(SummarizationError):
         FactExtractor(model, raise_on_error=True).extract(history(), now=NOW)
-    model = ScriptedModel(script=[AuthenticationError("bad key")])
+    model = ScriptedChatModel(script=[AuthenticationError("bad key")], repeat_last=True)
     with pytest.raises(SummarizationError) as info:
         FactExtractor(model, raise_on_error=True).extract(history(), now=NOW)
     assert isinstance(info.value.__cause__, AuthenticationError)
@@ -665,12 +628,16 @@ def test_raise_on_error() -> None:
 
 async def test_async_extract_matches_sync() -> None:
     output = ops_json({"op": "ADD", "content": "Name is Ana", "source_ids": ["h1"]})
-    sync = FactExtractor(ScriptedModel(script=[output])).extract(history(), now=NOW)
-    model = ScriptedModel(script=[RateLimitError("x"), output])
+    sync = FactExtractor(ScriptedChatModel(script=[output], repeat_last=True)).extract(
+        history(), now=NOW
+    )
+    model = ScriptedChatModel(script=[RateLimitError("x"), output], repeat_last=True)
     result = await FactExtractor(model, retry_backoff=0).aextract(history(), now=NOW)
     assert result.facts == sync.facts
     assert model.calls == 2
-    bad = await FactExtractor(ScriptedModel(script=["nope"])).aextract(history(), now=NOW)
+    bad = await FactExtractor(ScriptedChatModel(script=["nope"], repeat_last=True)).aextract(
+        history(), now=NOW
+    )
     assert bad.status == "failed" and bad.facts == {}
 
 
@@ -678,7 +645,7 @@ def test_cancellation_is_not_swallowed() -> None:
     class Cancelled(BaseException):
         pass
 
-    model = ScriptedModel(script=[Cancelled()])
+    model = ScriptedChatModel(script=[Cancelled()], repeat_last=True)
     with pytest.raises(Cancelled):
         FactExtractor(model).extract(history(), now=NOW)
 
@@ -697,7 +664,7 @@ def test_cancellation_is_not_swallowed() -> None:
 )
 def test_extractor_config_is_validated(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
-        FactExtractor(ScriptedModel(script=["[]"]), **kwargs)
+        FactExtractor(ScriptedChatModel(script=["[]"], repeat_last=True), **kwargs)
 
 
 def test_extractor_needs_a_runnable() -> None:

@@ -18,8 +18,9 @@ from langchain_histcompress.errors import BudgetError
 from langchain_histcompress.middleware import RoundCompressionMiddleware
 from langchain_histcompress.nodes import RoundCompressionNode, build_model_input, summary_from_state
 from langchain_histcompress.rounds import is_summary_message, split_rounds, validate_history
+from tests.fakes import CountingSummarizer
 from tests.histories import history
-from tests.unit_tests.test_nodes import CountingSummarizer, Harness, make_compressor
+from tests.unit_tests.test_nodes import Harness, make_compressor
 
 PROPERTY_SETTINGS = settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]

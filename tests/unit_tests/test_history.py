@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import sqlite3
@@ -12,14 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 
 import langchain_histcompress.history as history_module
-from langchain_histcompress.compressor import RoundCompressor
 from langchain_histcompress.errors import (
     ConfigurationError,
     InvalidHistoryError,
@@ -29,30 +24,13 @@ from langchain_histcompress.errors import (
 from langchain_histcompress.history import CompressingChatMessageHistory, CompressingHistoryAdapter
 from langchain_histcompress.rounds import is_summary_message, validate_history
 from langchain_histcompress.storage import HistoryStore, InMemoryHistoryStore, SQLHistoryStore
+from tests.fakes import Control, ScriptedChatModel, controlled_compressor, run_threads
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::langchain_core._api.deprecation.LangChainDeprecationWarning"
 )
 
-# --------------------------------------------------------------------------- scripted model
-
-
-class Control:
-    """Shared, mutable behaviour of a ScriptedModel (tests flip it between turns)."""
-
-    def __init__(self) -> None:
-        self.fault: Any = None
-        self.calls = 0
-        self.started = threading.Event()
-        self.release = threading.Event()
-        self.barrier: threading.Barrier | None = None
-        self.counter = itertools.count(1)
-        self.lock = threading.Lock()
-
-    def answer(self) -> str:
-        with self.lock:
-            n = next(self.counter)
-        return json.dumps({"ConversationSummary": f"summary {n}"})
+# --------------------------------------------------------------------------- helpers
 
 
 class HTTPError(Exception):
@@ -61,89 +39,8 @@ class HTTPError(Exception):
         self.status_code = status
 
 
-class ScriptedModel(BaseChatModel):
-    """A summarizer that answers valid JSON unless its Control says otherwise."""
-
-    control: Any
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def _respond(self) -> ChatResult:
-        fault = self.control.fault
-        if callable(fault):
-            raise fault()
-        if isinstance(fault, AIMessage):
-            return ChatResult(generations=[ChatGeneration(message=fault)])
-        text = fault if isinstance(fault, str) and fault not in ("hang", "block") else None
-        if text is None:
-            text = self.control.answer()
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.control.calls += 1
-        self.control.started.set()
-        if self.control.barrier is not None:
-            self.control.barrier.wait(timeout=30)
-        if self.control.fault in ("hang", "block"):
-            self.control.release.wait(timeout=30)
-            if self.control.fault == "hang":
-                return ChatResult(generations=[ChatGeneration(message=AIMessage("late"))])
-        return self._respond()
-
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.control.calls += 1
-        self.control.started.set()
-        if self.control.fault in ("hang", "block"):
-            while not self.control.release.is_set():
-                await asyncio.sleep(0.01)
-            if self.control.fault == "hang":
-                return ChatResult(generations=[ChatGeneration(message=AIMessage("late"))])
-        return self._respond()
-
-
-async def _no_sleep(_: float) -> None:
-    return None
-
-
-def make_compressor(control: Control, **kw: Any) -> RoundCompressor:
-    options: dict[str, Any] = {
-        "rounds_to_compress": 2,
-        "rounds_to_retain": 1,
-        "token_counter": "approximate",
-        "max_retries": 1,
-        "timeout": 0.5,
-        "retry_backoff": 0,
-        "max_summary_tokens": 300,
-        "sleep": lambda _: None,
-        "async_sleep": _no_sleep,
-        **kw,
-    }
-    return RoundCompressor(ScriptedModel(control=control), **options)
-
-
 def turn(n: int) -> list[BaseMessage]:
     return [HumanMessage(f"question {n}"), AIMessage(f"answer {n}")]
-
-
-@pytest.fixture
-def control() -> Iterator[Control]:
-    c = Control()
-    yield c
-    c.release.set()  # let hung model threads finish
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -198,7 +95,7 @@ def test_docstrings_point_to_the_upstream_deprecation() -> None:
 
 def test_view_full_transcript_and_summary(store: HistoryStore, control: Control) -> None:
     history = CompressingChatMessageHistory(
-        "s", connection=store, compressor=make_compressor(control)
+        "s", connection=store, compressor=controlled_compressor(control)
     )
     history.add_messages([SystemMessage("be brief", id="sys")])
     for n in range(6):
@@ -214,7 +111,7 @@ def test_view_full_transcript_and_summary(store: HistoryStore, control: Control)
     assert is_summary_message(view[1])
     assert [m.content for m in view[2:]] == ["question 4", "answer 4", "question 5", "answer 5"]
     # the tail-based view equals the view computed from the whole transcript
-    assert view == make_compressor(control).view(full, summary)
+    assert view == controlled_compressor(control).view(full, summary)
     assert validate_history(view) == []
     # nothing lost: every original is in the view or covered by the summary
     shown = {m.id for m in view}
@@ -224,14 +121,14 @@ def test_view_full_transcript_and_summary(store: HistoryStore, control: Control)
 
 def test_two_reads_without_a_write_are_equal(store: HistoryStore, control: Control) -> None:
     history = CompressingChatMessageHistory(
-        "s", connection=store, compressor=make_compressor(control)
+        "s", connection=store, compressor=controlled_compressor(control)
     )
     for n in range(5):
         history.add_messages(turn(n))
     first, second = history.messages, history.messages
     assert first == second
     other = CompressingChatMessageHistory(
-        "s", connection=store, compressor=make_compressor(control)
+        "s", connection=store, compressor=controlled_compressor(control)
     )
     assert other.messages == first
 
@@ -258,7 +155,7 @@ def test_existing_summary_is_shown_without_a_compressor(
     store: HistoryStore, control: Control
 ) -> None:
     CompressingChatMessageHistory(
-        "s", connection=store, compressor=make_compressor(control)
+        "s", connection=store, compressor=controlled_compressor(control)
     ).add_messages([m for n in range(4) for m in turn(n)])
     plain = CompressingChatMessageHistory("s", connection=store)
     assert plain.summary is not None
@@ -275,9 +172,11 @@ def test_duplicate_ids_raise_and_nothing_is_appended(store: HistoryStore) -> Non
 
 def test_prune_covered_keeps_the_view(store: HistoryStore, control: Control) -> None:
     pruned = CompressingChatMessageHistory(
-        "p", connection=store, compressor=make_compressor(control), prune_covered=True
+        "p", connection=store, compressor=controlled_compressor(control), prune_covered=True
     )
-    kept = CompressingChatMessageHistory("k", connection=store, compressor=make_compressor(control))
+    kept = CompressingChatMessageHistory(
+        "k", connection=store, compressor=controlled_compressor(control)
+    )
     for n in range(5):
         pruned.add_messages(turn(n))
         kept.add_messages(turn(n))
@@ -294,7 +193,7 @@ def test_clear_touches_only_its_session(store: HistoryStore, control: Control) -
     ids = ["acme", "acme-corp", "acme%", "acme_"]
     histories = {
         sid: CompressingChatMessageHistory(
-            sid, connection=store, compressor=make_compressor(control)
+            sid, connection=store, compressor=controlled_compressor(control)
         )
         for sid in ids
     }
@@ -368,7 +267,7 @@ def test_model_failure_leaves_summaries_byte_identical_sync(
     fault: str, store: HistoryStore, control: Control, caplog: pytest.LogCaptureFixture
 ) -> None:
     history = CompressingChatMessageHistory(
-        "s", connection=store, compressor=make_compressor(control)
+        "s", connection=store, compressor=controlled_compressor(control)
     )
     _fill(history, range(4))  # one good compression (rounds 0-1)
     before = summary_state(store, "s")
@@ -394,7 +293,10 @@ async def test_model_failure_leaves_summaries_byte_identical_async(
     fault: str, store: HistoryStore, control: Control
 ) -> None:
     history = CompressingChatMessageHistory(
-        "s", connection=store, compressor=make_compressor(control), raise_on_compression_error=True
+        "s",
+        connection=store,
+        compressor=controlled_compressor(control),
+        raise_on_compression_error=True,
     )
     for n in range(4):
         await history.aadd_messages(turn(n))
@@ -415,7 +317,10 @@ async def test_model_failure_leaves_summaries_byte_identical_async(
 @pytest.mark.parametrize("fault", ["rate_limit_429", "auth_401", "hang", "refusal"])
 def test_raise_on_compression_error_sync(fault: str, store: HistoryStore, control: Control) -> None:
     history = CompressingChatMessageHistory(
-        "s", connection=store, compressor=make_compressor(control), raise_on_compression_error=True
+        "s",
+        connection=store,
+        compressor=controlled_compressor(control),
+        raise_on_compression_error=True,
     )
     _fill(history, range(4))
     before = summary_state(store, "s")
@@ -430,7 +335,7 @@ async def test_cancellation_propagates_and_changes_nothing(
     store: HistoryStore, control: Control
 ) -> None:
     history = CompressingChatMessageHistory(
-        "s", connection=store, compressor=make_compressor(control, timeout=None)
+        "s", connection=store, compressor=controlled_compressor(control, timeout=None)
     )
     for n in range(4):
         await history.aadd_messages(turn(n))
@@ -465,7 +370,7 @@ def test_storage_failure_during_commit_is_logged_and_retried(
 
     store = FlakyStore(tmp_path / "h.sqlite")
     history = CompressingChatMessageHistory(
-        "s", connection=store, compressor=make_compressor(control)
+        "s", connection=store, compressor=controlled_compressor(control)
     )
     _fill(history, range(4))
     before = summary_state(store, "s")
@@ -484,13 +389,13 @@ def test_concurrent_compactions_exactly_one_commits(store: HistoryStore, control
     writer = CompressingChatMessageHistory("s", connection=store)
     _fill(writer, range(4))  # one chunk (rounds 0-1) is due
     control.barrier = threading.Barrier(2)
-    a = CompressingChatMessageHistory("s", connection=store, compressor=make_compressor(control))
-    b = CompressingChatMessageHistory("s", connection=store, compressor=make_compressor(control))
-    threads = [threading.Thread(target=h.compress) for h in (a, b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    a = CompressingChatMessageHistory(
+        "s", connection=store, compressor=controlled_compressor(control)
+    )
+    b = CompressingChatMessageHistory(
+        "s", connection=store, compressor=controlled_compressor(control)
+    )
+    assert run_threads(CompressingChatMessageHistory.compress, (a, b)) == []
     assert control.calls == 2  # both summarized...
     summary = a.summary
     assert summary is not None and summary.version == 1  # ...exactly one committed
@@ -503,7 +408,7 @@ def test_concurrent_compactions_exactly_one_commits(store: HistoryStore, control
 def test_threaded_writers_lose_nothing(store: HistoryStore, control: Control) -> None:
     def writer(w: int) -> None:
         history = CompressingChatMessageHistory(
-            "s", connection=store, compressor=make_compressor(control)
+            "s", connection=store, compressor=controlled_compressor(control)
         )
         for i in range(8):
             history.add_messages(
@@ -513,11 +418,7 @@ def test_threaded_writers_lose_nothing(store: HistoryStore, control: Control) ->
                 ]
             )
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_threads(writer, range(4)) == []
     history = CompressingChatMessageHistory("s", connection=store)
     full = [m.id for m in history.full_messages]
     assert len(full) == len(set(full)) == 64
@@ -534,7 +435,7 @@ def test_threaded_writers_lose_nothing(store: HistoryStore, control: Control) ->
 async def test_async_writers_lose_nothing(store: HistoryStore, control: Control) -> None:
     async def writer(w: int) -> None:
         history = CompressingChatMessageHistory(
-            "s", connection=store, compressor=make_compressor(control)
+            "s", connection=store, compressor=controlled_compressor(control)
         )
         for i in range(6):
             await history.aadd_messages(
@@ -562,7 +463,7 @@ def test_background_compression(store: HistoryStore, control: Control) -> None:
     history = CompressingChatMessageHistory(
         "s",
         connection=store,
-        compressor=make_compressor(control, timeout=None),
+        compressor=controlled_compressor(control, timeout=None),
         compress_on="background",
     )
     _fill(history, range(2))
@@ -587,7 +488,7 @@ def test_background_failure_is_logged_not_raised(store: HistoryStore, control: C
     history = CompressingChatMessageHistory(
         "s",
         connection=store,
-        compressor=make_compressor(control),
+        compressor=controlled_compressor(control),
         compress_on="background",
         raise_on_compression_error=True,
     )
@@ -600,7 +501,7 @@ def test_background_failure_is_logged_not_raised(store: HistoryStore, control: C
 
 async def test_background_compression_async(store: HistoryStore, control: Control) -> None:
     history = CompressingChatMessageHistory(
-        "s", connection=store, compressor=make_compressor(control), compress_on="background"
+        "s", connection=store, compressor=controlled_compressor(control), compress_on="background"
     )
     for n in range(5):
         await history.aadd_messages(turn(n))
@@ -614,27 +515,9 @@ async def test_background_compression_async(store: HistoryStore, control: Contro
 # --------------------------------------------------------------------------- RunnableWithMessageHistory
 
 
-class EchoModel(BaseChatModel):
-    """Answering model: replies with the number of messages it received; records inputs."""
-
-    seen: list[list[BaseMessage]] = []
-
-    @property
-    def _llm_type(self) -> str:
-        return "echo"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.seen.append(list(messages))
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(f"got {len(messages)}"))])
-
-
-def _with_history(factory: Callable[[str], BaseChatMessageHistory], model: EchoModel) -> Any:
+def _with_history(
+    factory: Callable[[str], BaseChatMessageHistory], model: ScriptedChatModel
+) -> Any:
     from langchain_core.runnables.history import RunnableWithMessageHistory
 
     with warnings.catch_warnings():
@@ -646,12 +529,12 @@ def _with_history(factory: Callable[[str], BaseChatMessageHistory], model: EchoM
 def test_runnable_with_message_history(
     store: HistoryStore, control: Control, compress_on: str
 ) -> None:
-    model = EchoModel(seen=[])
+    model = ScriptedChatModel(default=lambda prompt: f"got {len(prompt)}")
     chain = _with_history(
         lambda sid: CompressingChatMessageHistory(
             sid,
             connection=store,
-            compressor=make_compressor(control),
+            compressor=controlled_compressor(control),
             compress_on=compress_on,  # type: ignore[arg-type]
         ),
         model,
@@ -666,17 +549,17 @@ def test_runnable_with_message_history(
         f"question {n}" for n in range(8)
     ]
     assert len(full) == 16  # no duplicates, nothing lost
-    last_input = model.seen[-1]
+    last_input = model.prompts[-1]
     assert is_summary_message(last_input[0])
     assert last_input[-1].content == "question 7"
     assert len(last_input) < 16
 
 
 async def test_runnable_with_message_history_async(store: HistoryStore, control: Control) -> None:
-    model = EchoModel(seen=[])
+    model = ScriptedChatModel(default=lambda prompt: f"got {len(prompt)}")
     chain = _with_history(
         lambda sid: CompressingChatMessageHistory(
-            sid, connection=store, compressor=make_compressor(control)
+            sid, connection=store, compressor=controlled_compressor(control)
         ),
         model,
     )
@@ -686,7 +569,7 @@ async def test_runnable_with_message_history_async(store: HistoryStore, control:
     history = CompressingChatMessageHistory("u1", connection=store)
     full = await history.aget_full_messages()
     assert len(full) == 12
-    assert is_summary_message(model.seen[-1][0])
+    assert is_summary_message(model.prompts[-1][0])
 
 
 # --------------------------------------------------------------------------- adapter
@@ -700,7 +583,7 @@ def test_adapter_keeps_originals_in_the_inner_history(control: Control) -> None:
     inner = InMemoryChatMessageHistory()
     side = InMemoryHistoryStore()
     adapter = CompressingHistoryAdapter(
-        inner, compressor=make_compressor(control), summary_store=side, key="k"
+        inner, compressor=controlled_compressor(control), summary_store=side, key="k"
     )
     batch: list[BaseMessage] = []
     for n in range(5):
@@ -726,13 +609,13 @@ def test_adapter_with_sql_side_store_and_default_key(tmp_path: Path, control: Co
     inner = KeyedHistory()
     url = str(tmp_path / "side.sqlite")
     adapter = CompressingHistoryAdapter(
-        inner, compressor=make_compressor(control), summary_store=url
+        inner, compressor=controlled_compressor(control), summary_store=url
     )
     assert adapter.key == "inner-session"
     for n in range(4):
         adapter.add_messages(turn(n))
     again = CompressingHistoryAdapter(
-        inner, compressor=make_compressor(control), summary_store=SQLHistoryStore(url)
+        inner, compressor=controlled_compressor(control), summary_store=SQLHistoryStore(url)
     )
     assert again.summary is not None and again.messages == adapter.messages
 
@@ -744,7 +627,10 @@ def test_adapter_handles_inner_histories_that_drop_ids(control: Control) -> None
 
     inner = NoIds()
     adapter = CompressingHistoryAdapter(
-        inner, compressor=make_compressor(control), summary_store=InMemoryHistoryStore(), key="k"
+        inner,
+        compressor=controlled_compressor(control),
+        summary_store=InMemoryHistoryStore(),
+        key="k",
     )
     for n in range(5):
         adapter.add_messages(turn(n))
@@ -758,7 +644,7 @@ async def test_adapter_failures_change_nothing(fault: str, control: Control) -> 
     inner = InMemoryChatMessageHistory()
     side = InMemoryHistoryStore()
     adapter = CompressingHistoryAdapter(
-        inner, compressor=make_compressor(control), summary_store=side, key="k"
+        inner, compressor=controlled_compressor(control), summary_store=side, key="k"
     )
     for n in range(4):
         await adapter.aadd_messages(turn(n))
@@ -777,12 +663,15 @@ async def test_adapter_failures_change_nothing(fault: str, control: Control) -> 
 def test_adapter_configuration_errors(control: Control) -> None:
     with pytest.raises(ConfigurationError, match="inner"):
         CompressingHistoryAdapter(
-            [], compressor=make_compressor(control), summary_store=InMemoryHistoryStore(), key="k"
+            [],
+            compressor=controlled_compressor(control),
+            summary_store=InMemoryHistoryStore(),
+            key="k",
         )  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="key is required"):
         CompressingHistoryAdapter(
             InMemoryChatMessageHistory(),
-            compressor=make_compressor(control),
+            compressor=controlled_compressor(control),
             summary_store=InMemoryHistoryStore(),
         )
     with pytest.raises(ConfigurationError, match="compressor is required"):
@@ -795,7 +684,7 @@ def test_adapter_configuration_errors(control: Control) -> None:
     with pytest.raises(ConfigurationError, match="'redis'"):
         CompressingHistoryAdapter(
             InMemoryChatMessageHistory(),
-            compressor=make_compressor(control),
+            compressor=controlled_compressor(control),
             summary_store="redis://x",
             key="k",
         )

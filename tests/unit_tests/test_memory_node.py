@@ -13,7 +13,6 @@ import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -23,43 +22,9 @@ from langgraph.store.memory import InMemoryStore
 from langchain_histcompress.errors import ConfigurationError, StorageError, SummarizationError
 from langchain_histcompress.facts import Fact, FactExtractor, fact_id_for, merge_facts
 from langchain_histcompress.memory import FactExtractionNode, FactsState, facts_namespace
+from tests.fakes import ScriptedChatModel, conversation, prompt_ids
 
 NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
-
-
-class ScriptedModel(BaseChatModel):
-    """Answers with scripted items (strings, exceptions or callables of the prompt)."""
-
-    script: list[Any]
-    calls: int = 0
-    prompts: list[list[BaseMessage]] = []
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.prompts.append(list(messages))
-        item = self.script[min(self.calls, len(self.script) - 1)]
-        self.calls += 1
-        if callable(item) and not isinstance(item, BaseException):
-            item = item(messages)
-        if isinstance(item, BaseException):
-            raise item
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(item))])
-
-    def prompt_ids(self, index: int = -1) -> list[str]:
-        return prompt_ids(self.prompts[index])
-
-
-def prompt_ids(messages: list[BaseMessage]) -> list[str]:
-    return re.findall(r'<message id="([^"]+)"', str(messages[1].content))
 
 
 class State(MessagesState, FactsState):
@@ -181,7 +146,7 @@ def check_forty_turn_state(values: dict[str, Any], script: FortyTurnScript) -> N
 
 def test_forty_turn_graph_sync() -> None:
     script = FortyTurnScript()
-    extraction = ScriptedModel(script=[script])
+    extraction = ScriptedChatModel(script=[script], repeat_last=True)
     graph = build_graph(extraction, checkpointer=InMemorySaver())
     cfg = config("t1")
     statuses = {}
@@ -204,7 +169,7 @@ def test_forty_turn_graph_sync() -> None:
 
 async def test_forty_turn_graph_async() -> None:
     script = FortyTurnScript()
-    extraction = ScriptedModel(script=[script])
+    extraction = ScriptedChatModel(script=[script], repeat_last=True)
     graph = build_graph(extraction, checkpointer=InMemorySaver())
     cfg = config("t-async")
     for i in range(1, 41):
@@ -220,10 +185,11 @@ async def test_forty_turn_graph_async() -> None:
 def test_resume_from_sqlite_does_not_reextract(tmp_path: Path) -> None:
     path = str(tmp_path / "checkpoints.sqlite")
     cfg = config("resume")
-    first = ScriptedModel(
+    first = ScriptedChatModel(
         script=[
             lambda m: ops({"op": "ADD", "content": f"fact from {prompt_ids(m)[0]}"}),
-        ]
+        ],
+        repeat_last=True,
     )
     with SqliteSaver.from_conn_string(path) as saver:
         graph = build_graph(first, checkpointer=saver)
@@ -231,7 +197,9 @@ def test_resume_from_sqlite_does_not_reextract(tmp_path: Path) -> None:
             graph.invoke(turn(i), cfg)
     assert first.calls == 4  # rounds 1-4; round 5 waits for its answer
 
-    second = ScriptedModel(script=[ops({"op": "ADD", "content": "after restart"})])
+    second = ScriptedChatModel(
+        script=[ops({"op": "ADD", "content": "after restart"})], repeat_last=True
+    )
     with SqliteSaver.from_conn_string(path) as saver:
         graph = build_graph(second, checkpointer=saver)
         before = graph.get_state(cfg).values
@@ -239,13 +207,15 @@ def test_resume_from_sqlite_does_not_reextract(tmp_path: Path) -> None:
         assert before["facts_processed_through"] == "a4"
         result = graph.invoke(turn(6), cfg)
     assert second.calls == 1
-    assert second.prompt_ids() == ["h5", "a5"]
+    assert prompt_ids(second.prompts[-1]) == ["h5", "a5"]
     assert contents(result["facts"]) == {*(f"fact from h{i}" for i in range(1, 5)), "after restart"}
 
 
 def test_checkpoints_hold_only_plain_data(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = str(tmp_path / "plain.sqlite")
-    model = ScriptedModel(script=[ops({"op": "ADD", "content": "x", "expires_at": "2099-01-01"})])
+    model = ScriptedChatModel(
+        script=[ops({"op": "ADD", "content": "x", "expires_at": "2099-01-01"})], repeat_last=True
+    )
     with caplog.at_level(logging.WARNING), SqliteSaver.from_conn_string(path) as saver:
         graph = build_graph(model, checkpointer=saver)
         graph.invoke(turn(1), config("plain"))
@@ -265,21 +235,17 @@ def node_state(*messages: BaseMessage, **extra: Any) -> dict[str, Any]:
 
 
 def rounds(n: int, *, open_last: bool = True) -> list[BaseMessage]:
-    out: list[BaseMessage] = [SystemMessage("sys", id="sys")]
-    for i in range(1, n + 1):
-        out += [HumanMessage(f"q{i}", id=f"h{i}"), AIMessage(f"a{i}", id=f"a{i}")]
-    if open_last:
-        out.append(HumanMessage("current", id="hq"))
-    return out
+    out = conversation(range(1, n + 1), system=SystemMessage("sys", id="sys"), short=True)
+    return [*out, HumanMessage("current", id="hq")] if open_last else out
 
 
 def test_only_completed_unprocessed_rounds_in_batches() -> None:
-    model = ScriptedModel(script=["[]"])
+    model = ScriptedChatModel(script=["[]"], repeat_last=True)
     node = FactExtractionNode(model, batch_rounds=2)
     update = node.invoke(node_state(*rounds(5)))
     assert model.calls == 2
-    assert model.prompt_ids(0) == ["h1", "a1", "h2", "a2"]
-    assert model.prompt_ids(1) == ["h3", "a3", "h4", "a4"]
+    assert prompt_ids(model.prompts[0]) == ["h1", "a1", "h2", "a2"]
+    assert prompt_ids(model.prompts[1]) == ["h3", "a3", "h4", "a4"]
     assert update["facts_processed_through"] == "a4"
     assert update["facts_extraction"]["pending_rounds"] == 1
     assert update["facts_extraction"]["status"] == "empty"
@@ -290,10 +256,10 @@ def test_only_completed_unprocessed_rounds_in_batches() -> None:
 
 
 def test_last_round_processed_when_answered_without_tool_calls() -> None:
-    model = ScriptedModel(script=["[]"])
+    model = ScriptedChatModel(script=["[]"], repeat_last=True)
     node = FactExtractionNode(model, batch_rounds=1)
     node.invoke(node_state(*rounds(1, open_last=False)))
-    assert model.prompt_ids() == ["h1", "a1"]
+    assert prompt_ids(model.prompts[-1]) == ["h1", "a1"]
     call = AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c1"}], id="ai-call")
     waiting = [HumanMessage("q", id="h1"), call, ToolMessage("r", tool_call_id="c1", id="t1")]
     update = node.invoke(node_state(*waiting))
@@ -302,7 +268,7 @@ def test_last_round_processed_when_answered_without_tool_calls() -> None:
 
 
 def test_max_batches_per_run_bounds_calls() -> None:
-    model = ScriptedModel(script=["[]"])
+    model = ScriptedChatModel(script=["[]"], repeat_last=True)
     node = FactExtractionNode(model, batch_rounds=1, max_batches_per_run=2)
     update = node.invoke(node_state(*rounds(5)))
     assert model.calls == 2
@@ -311,7 +277,7 @@ def test_max_batches_per_run_bounds_calls() -> None:
 
 
 def test_lost_cursor_reprocesses_remaining_rounds(caplog: pytest.LogCaptureFixture) -> None:
-    model = ScriptedModel(script=["[]"])
+    model = ScriptedChatModel(script=["[]"], repeat_last=True)
     node = FactExtractionNode(model, batch_rounds=1)
     with caplog.at_level(logging.WARNING):
         node.invoke(node_state(*rounds(2), facts_processed_through="gone"))
@@ -320,7 +286,9 @@ def test_lost_cursor_reprocesses_remaining_rounds(caplog: pytest.LogCaptureFixtu
 
 
 def test_failure_writes_nothing_and_keeps_the_cursor() -> None:
-    model = ScriptedModel(script=[ops({"op": "ADD", "content": "one"}), "garbage"])
+    model = ScriptedChatModel(
+        script=[ops({"op": "ADD", "content": "one"}), "garbage"], repeat_last=True
+    )
     node = FactExtractionNode(model, batch_rounds=1)
     update = node.invoke(node_state(*rounds(3)))
     assert model.calls == 2
@@ -336,7 +304,7 @@ def test_failure_before_anything_writes_no_facts() -> None:
     class UnauthorizedError(Exception):
         status_code = 401
 
-    model = ScriptedModel(script=[UnauthorizedError("no")])
+    model = ScriptedChatModel(script=[UnauthorizedError("no")], repeat_last=True)
     node = FactExtractionNode(model, batch_rounds=1)
     update = node.invoke(node_state(*rounds(2)))
     assert "facts" not in update
@@ -345,14 +313,18 @@ def test_failure_before_anything_writes_no_facts() -> None:
 
 
 def test_raise_on_error() -> None:
-    node = FactExtractionNode(ScriptedModel(script=["bad"]), batch_rounds=1, raise_on_error=True)
+    node = FactExtractionNode(
+        ScriptedChatModel(script=["bad"], repeat_last=True), batch_rounds=1, raise_on_error=True
+    )
     with pytest.raises(SummarizationError):
         node.invoke(node_state(*rounds(1)))
 
 
 def test_state_facts_shown_and_updated() -> None:
     existing = Fact(id="f-1", content="Lives in Oslo", created_at=NOW, updated_at=NOW)
-    model = ScriptedModel(script=[ops({"op": "UPDATE", "id": "f-1", "content": "Lives in Bergen"})])
+    model = ScriptedChatModel(
+        script=[ops({"op": "UPDATE", "id": "f-1", "content": "Lives in Bergen"})], repeat_last=True
+    )
     node = FactExtractionNode(model, batch_rounds=1)
     update = node.invoke(node_state(*rounds(1), facts={"f-1": existing.to_state()}))
     assert '"id": "f-1"' in str(model.prompts[0][1].content)
@@ -364,9 +336,13 @@ def test_state_facts_shown_and_updated() -> None:
 
 async def test_async_node_matches_sync() -> None:
     output = ops({"op": "ADD", "content": "x", "source_ids": ["h1"]})
-    sync = FactExtractionNode(ScriptedModel(script=[output]), batch_rounds=1, now=lambda: NOW)
+    sync = FactExtractionNode(
+        ScriptedChatModel(script=[output], repeat_last=True), batch_rounds=1, now=lambda: NOW
+    )
     sync_update = sync.invoke(node_state(*rounds(1)))
-    node = FactExtractionNode(ScriptedModel(script=[output]), batch_rounds=1, now=lambda: NOW)
+    node = FactExtractionNode(
+        ScriptedChatModel(script=[output], repeat_last=True), batch_rounds=1, now=lambda: NOW
+    )
     async_update = await node.ainvoke(node_state(*rounds(1)))
     assert async_update == sync_update
     assert node(node_state(*rounds(1))) == sync_update  # __call__
@@ -374,7 +350,9 @@ async def test_async_node_matches_sync() -> None:
 
 def test_expired_state_facts_are_dropped() -> None:
     old = Fact(id="f-1", content="temp", expires_at=NOW - timedelta(days=1))
-    node = FactExtractionNode(ScriptedModel(script=["[]"]), batch_rounds=1, now=lambda: NOW)
+    node = FactExtractionNode(
+        ScriptedChatModel(script=["[]"], repeat_last=True), batch_rounds=1, now=lambda: NOW
+    )
     update = node.invoke(node_state(*rounds(1), facts={"f-1": old.to_state()}))
     assert update["facts"] == [{"op": "DELETE", "id": "f-1"}]
 
@@ -395,11 +373,11 @@ def test_expired_state_facts_are_dropped() -> None:
 )
 def test_node_config_is_validated(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
-        FactExtractionNode(ScriptedModel(script=["[]"]), **kwargs)
+        FactExtractionNode(ScriptedChatModel(script=["[]"], repeat_last=True), **kwargs)
 
 
 def test_model_or_extractor() -> None:
-    model = ScriptedModel(script=["[]"])
+    model = ScriptedChatModel(script=["[]"], repeat_last=True)
     with pytest.raises(ConfigurationError):
         FactExtractionNode()
     with pytest.raises(ConfigurationError):
@@ -408,7 +386,7 @@ def test_model_or_extractor() -> None:
 
 
 def test_bad_state_is_a_clear_error() -> None:
-    node = FactExtractionNode(ScriptedModel(script=["[]"]))
+    node = FactExtractionNode(ScriptedChatModel(script=["[]"], repeat_last=True))
     with pytest.raises(ConfigurationError):
         node.invoke({"messages": ["not a message"]})
 
@@ -441,9 +419,8 @@ def tenant_script(messages: list[BaseMessage]) -> str:
     )
 
 
-def test_namespace_isolation_between_similar_tenants() -> None:
-    store = InMemoryStore()
-    model = ScriptedModel(script=[tenant_script])
+def check_similar_tenants_never_see_each_other(store: BaseStore) -> None:
+    model = ScriptedChatModel(script=[tenant_script], repeat_last=True)
     graph = build_graph(model, checkpointer=InMemorySaver(), store=store)
     graph.invoke({"messages": [HumanMessage("I am acme", id="h1")]}, config("t1", "acme"))
     graph.invoke({"messages": [HumanMessage("ok", id="h2")]}, config("t1", "acme"))
@@ -458,9 +435,8 @@ def test_namespace_isolation_between_similar_tenants() -> None:
     assert user_facts(store, "acme-corp") == {"Customer is corp"}
 
 
-def test_facts_follow_the_user_across_threads() -> None:
-    store = InMemoryStore()
-    model = ScriptedModel(script=[tenant_script])
+def check_facts_follow_the_user_across_threads(store: BaseStore) -> None:
+    model = ScriptedChatModel(script=[tenant_script], repeat_last=True)
     graph = build_graph(model, checkpointer=InMemorySaver(), store=store)
     graph.invoke({"messages": [HumanMessage("I am ana", id="h1")]}, config("t1", "ana"))
     graph.invoke({"messages": [HumanMessage("ok", id="h2")]}, config("t1", "ana"))
@@ -472,9 +448,17 @@ def test_facts_follow_the_user_across_threads() -> None:
     assert other.get("facts", {}) == {}
 
 
+def test_namespace_isolation_between_similar_tenants() -> None:
+    check_similar_tenants_never_see_each_other(InMemoryStore())
+
+
+def test_facts_follow_the_user_across_threads() -> None:
+    check_facts_follow_the_user_across_threads(InMemoryStore())
+
+
 def test_store_deletions_in_other_threads_reach_the_state() -> None:
     store = InMemoryStore()
-    model = ScriptedModel(script=[tenant_script])
+    model = ScriptedChatModel(script=[tenant_script], repeat_last=True)
     graph = build_graph(model, checkpointer=InMemorySaver(), store=store)
     graph.invoke({"messages": [HumanMessage("I am ana", id="h1")]}, config("t1", "ana"))
     graph.invoke({"messages": [HumanMessage("ok", id="h2")]}, config("t1", "ana"))
@@ -485,7 +469,9 @@ def test_store_deletions_in_other_threads_reach_the_state() -> None:
 
 def test_runtime_store_is_used_and_user_id_is_required() -> None:
     store = InMemoryStore()
-    node = FactExtractionNode(ScriptedModel(script=[tenant_script]), batch_rounds=1)
+    node = FactExtractionNode(
+        ScriptedChatModel(script=[tenant_script], repeat_last=True), batch_rounds=1
+    )
     graph = StateGraph(State)
     graph.add_node("facts", node)
     graph.add_edge(START, "facts")
@@ -497,7 +483,9 @@ def test_runtime_store_is_used_and_user_id_is_required() -> None:
     with pytest.raises(ConfigurationError, match="user_id"):
         app.invoke({"messages": msgs}, {"configurable": {}})
     plain = FactExtractionNode(
-        ScriptedModel(script=[tenant_script]), batch_rounds=1, use_runtime_store=False
+        ScriptedChatModel(script=[tenant_script], repeat_last=True),
+        batch_rounds=1,
+        use_runtime_store=False,
     )
     graph2 = StateGraph(State)
     graph2.add_node("facts", plain)
@@ -509,7 +497,9 @@ def test_runtime_store_is_used_and_user_id_is_required() -> None:
 
 async def test_async_store_path() -> None:
     store = InMemoryStore()
-    node = FactExtractionNode(ScriptedModel(script=[tenant_script]), batch_rounds=1, store=store)
+    node = FactExtractionNode(
+        ScriptedChatModel(script=[tenant_script], repeat_last=True), batch_rounds=1, store=store
+    )
     msgs = [HumanMessage("I am amy", id="h1"), AIMessage("hi", id="a1")]
     update = await node.ainvoke({"messages": msgs}, {"configurable": {"user_id": "amy.b@x.io"}})
     assert contents(merge_facts({}, update["facts"])) == {"Customer is amy"}
@@ -524,7 +514,9 @@ def test_expired_store_facts_are_deleted() -> None:
     store.put(ns, old.id, old.to_state())
     store.put(ns, keep.id, keep.to_state())
     store.put(ns, "f-bad", {"not": "a fact"})
-    node = FactExtractionNode(ScriptedModel(script=["[]"]), store=store, now=lambda: NOW)
+    node = FactExtractionNode(
+        ScriptedChatModel(script=["[]"], repeat_last=True), store=store, now=lambda: NOW
+    )
     update = node.invoke({"messages": []}, {"configurable": {"user_id": "u"}})
     assert store.get(ns, "f-old") is None
     assert contents(merge_facts({}, update["facts"])) == {"keep"}
@@ -541,7 +533,7 @@ class FailingWrites(InMemoryStore):
 
 def test_store_write_failure_is_a_storage_error() -> None:
     node = FactExtractionNode(
-        ScriptedModel(script=[ops({"op": "ADD", "content": "x"})]),
+        ScriptedChatModel(script=[ops({"op": "ADD", "content": "x"})], repeat_last=True),
         batch_rounds=1,
         store=FailingWrites(),
     )
@@ -578,7 +570,9 @@ def test_namespace_encoding_is_injective() -> None:
 
 
 def test_extraction_tokens_never_stream_to_the_user() -> None:
-    extraction = ScriptedModel(script=[ops({"op": "ADD", "content": "secret internal"})])
+    extraction = ScriptedChatModel(
+        script=[ops({"op": "ADD", "content": "secret internal"})], repeat_last=True
+    )
     graph = build_graph(extraction, checkpointer=InMemorySaver())
     cfg = config("stream")
     graph.invoke(turn(1), cfg)

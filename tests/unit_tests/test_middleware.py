@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -23,7 +22,6 @@ from langchain_core.messages import (
     SystemMessage,
 )
 from langchain_core.messages.utils import count_tokens_approximately
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
@@ -36,7 +34,8 @@ from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.middleware import RoundCompressionMiddleware, RoundCompressionState
 from langchain_histcompress.nodes import RoundCompressionNode, summary_from_state
 from langchain_histcompress.rounds import is_summary_message, validate_history
-from tests.unit_tests.test_nodes import CountingSummarizer, make_compressor
+from tests.fakes import CountingSummarizer, ScriptedChatModel
+from tests.unit_tests.test_nodes import make_compressor
 
 SYSTEM_PROMPT = "You are a careful agent."
 _PLAN = re.compile(r"plan=([0-9,]*)")
@@ -48,48 +47,34 @@ def lookup(query: str) -> str:
     return f"result for {query}"
 
 
-class ToolScriptModel(BaseChatModel):
+class ToolScriptModel(ScriptedChatModel):
     """Agent model fake: the latest user message says ``plan=2,1`` (two parallel calls, then
     one call, then a final answer). Progress is tracked per user message id, so the script
     does not depend on which older steps the view still shows."""
 
-    requests: list[list[BaseMessage]] = Field(default_factory=list)
     progress: dict[str, int] = Field(default_factory=dict)
-
-    @property
-    def _llm_type(self) -> str:
-        return "tool-script"
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> ToolScriptModel:  # type: ignore[override]
         return self
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.requests.append(list(messages))
-        human = next(m for m in reversed(messages) if isinstance(m, HumanMessage))
+    def respond(self, prompt: list[BaseMessage]) -> AIMessage:
+        human = next(m for m in reversed(prompt) if isinstance(m, HumanMessage))
         found = _PLAN.search(str(human.content))
         plan = [int(x) for x in found.group(1).split(",") if x] if found else []
         step = self.progress.get(str(human.id), 0)
         self.progress[str(human.id)] = step + 1
-        if step < len(plan):
-            calls = [
-                {
-                    "name": "lookup",
-                    "args": {"query": f"step {step} call {j}"},
-                    "id": f"call_{uuid.uuid4().hex[:16]}",
-                    "type": "tool_call",
-                }
-                for j in range(plan[step])
-            ]
-            message = AIMessage("", tool_calls=calls)
-        else:
-            message = AIMessage(f"done after {step} steps")
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        if step >= len(plan):
+            return AIMessage(f"done after {step} steps")
+        calls = [
+            {
+                "name": "lookup",
+                "args": {"query": f"step {step} call {j}"},
+                "id": f"call_{uuid.uuid4().hex[:16]}",
+                "type": "tool_call",
+            }
+            for j in range(plan[step])
+        ]
+        return AIMessage("", tool_calls=calls)
 
 
 def make_agent(
@@ -127,11 +112,11 @@ def test_state_keeps_everything_and_model_sees_the_view() -> None:
     config = {"configurable": {"thread_id": "basic"}}
     for turn in range(8):
         state = agent.invoke({"messages": [HumanMessage(turn_text(turn))]}, config)
-        check_request(model.requests[-1], turn_text(turn))
+        check_request(model.prompts[-1], turn_text(turn))
     assert len(state["messages"]) == 16  # non-destructive: every message kept
     summary = summary_from_state(state)
     assert summary is not None and summary.version == summarizer.calls == 2
-    last = model.requests[-1]
+    last = model.prompts[-1]
     assert last[0].content == SYSTEM_PROMPT and is_summary_message(last[1])
     assert [m.content for m in last if isinstance(m, HumanMessage)] == [
         turn_text(t) for t in (4, 5, 6, 7)
@@ -145,7 +130,7 @@ async def test_async_agent_uses_async_hooks() -> None:
     for turn in range(7):
         text = turn_text(turn, [2])
         state = await agent.ainvoke({"messages": [HumanMessage(text)]}, config)
-        check_request(model.requests[-1], text)
+        check_request(model.prompts[-1], text)
     assert len(state["messages"]) == 7 * 5
     assert summary_from_state(state).version == summarizer.calls == 2  # type: ignore[union-attr]
 
@@ -187,7 +172,7 @@ def test_destructive_agent_never_loses_a_message() -> None:
     for turn in range(6):
         text = turn_text(turn, [1, 2])
         state = agent.invoke({"messages": [HumanMessage(text)]}, config)
-        check_request(model.requests[-1], text)
+        check_request(model.prompts[-1], text)
         seen |= {str(m.id) for m in state["messages"]}
         summary = summary_from_state(state)
         covered = summary.covered_ids if summary else frozenset()
@@ -207,7 +192,7 @@ def test_summarizer_failure_raises_and_changes_nothing() -> None:
     for turn in range(5):
         agent.invoke({"messages": [HumanMessage(turn_text(turn))]}, config)
     before = agent.get_state(config).values
-    requests = len(model.requests)
+    requests = len(model.prompts)
     summarizer.fail_with = ValueError("boom")
     for turn in (5, 6):
         calls = summarizer.calls
@@ -216,7 +201,7 @@ def test_summarizer_failure_raises_and_changes_nothing() -> None:
         assert summarizer.calls == calls + 1
         after = agent.get_state(config).values
         assert after["running_summary"] == before["running_summary"]
-    assert len(model.requests) == requests  # the model was never called with a bad view
+    assert len(model.prompts) == requests  # the model was never called with a bad view
 
 
 def test_summarizer_failure_skip_answers_with_stored_summary(
@@ -240,7 +225,7 @@ def test_summarizer_failure_skip_answers_with_stored_summary(
     assert summarizer.calls == calls + 1  # it was due, and it failed
     assert state["running_summary"] == before
     assert state["messages"][-1].content == "done after 0 steps"
-    check_request(model.requests[-1], turn_text(6))
+    check_request(model.prompts[-1], turn_text(6))
     assert "round compression failed" in caplog.text and "private words" not in caplog.text
 
 
@@ -275,7 +260,7 @@ def test_append_to_system_placement_copies_the_system_prompt() -> None:
     config = {"configurable": {"thread_id": "append"}}
     for turn in range(5):
         agent.invoke({"messages": [HumanMessage(turn_text(turn))]}, config)
-    last = model.requests[-1]
+    last = model.prompts[-1]
     assert str(last[0].content).startswith(SYSTEM_PROMPT + "\n\n")
     assert "conversation_summary" in str(last[0].content)
     assert isinstance(last[1], HumanMessage)
@@ -292,8 +277,8 @@ def test_context_builder_keeps_requests_under_budget() -> None:
     for turn in range(10):
         text = turn_text(turn, [1])
         agent.invoke({"messages": [HumanMessage(text)]}, config)
-        check_request(model.requests[-1], text)
-    assert all(count_tokens_approximately(r) <= budget for r in model.requests)
+        check_request(model.prompts[-1], text)
+    assert all(count_tokens_approximately(r) <= budget for r in model.prompts)
 
 
 @pytest.mark.parametrize(
@@ -386,13 +371,13 @@ async def test_two_hundred_generated_conversations_never_send_an_orphan() -> Non
         for turn in range(rng.randint(1, 7)):
             plan = random_plan(rng)
             text = turn_text(turn, plan)
-            start = len(model.requests)
+            start = len(model.prompts)
             payload = {"messages": [HumanMessage(text)]}
             if rng.random() < 0.3:
                 state = await agent.ainvoke(payload, config)
             else:
                 state = agent.invoke(payload, config)
-            requests = model.requests[start:]
+            requests = model.prompts[start:]
             assert len(requests) == len(plan) + 1
             for request in requests:
                 check_request(request, text)
@@ -442,13 +427,13 @@ def test_create_react_agent_pre_model_hook() -> None:
     config = {"configurable": {"thread_id": "react"}}
     for turn in range(8):
         text = turn_text(turn, [2] if turn % 2 else [])
-        start = len(model.requests)
+        start = len(model.prompts)
         state = agent.invoke({"messages": [HumanMessage(text)]}, config)
-        for request in model.requests[start:]:
+        for request in model.prompts[start:]:
             check_request(request, text)
     assert len(state["messages"]) == 8 * 2 + 4 * 3  # nothing removed from state
     summary = summary_from_state(state)
     assert summary is not None and summary.version == summarizer.calls == 2
-    last = model.requests[-1]
+    last = model.prompts[-1]
     assert is_summary_message(last[1])
     assert "pre_model_hook" in agent.get_graph().nodes

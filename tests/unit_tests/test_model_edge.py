@@ -43,7 +43,7 @@ from langchain_histcompress._model_edge import (
     submit_to_worker,
 )
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
-from tests.unit_tests.test_summary import (
+from tests.fakes import (
     APIConnectionError,
     AuthenticationError,
     HTTPStatusError,

@@ -21,14 +21,12 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.messages.utils import count_tokens_approximately
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
-from pydantic import Field
 from typing_extensions import TypedDict
 
 from langchain_histcompress import nodes as nodes_module
@@ -45,40 +43,9 @@ from langchain_histcompress.nodes import (
 )
 from langchain_histcompress.rounds import is_summary_message, validate_history
 from langchain_histcompress.summary import RunningSummary
+from tests.fakes import CountingSummarizer, ScriptedChatModel, conversation, numbered, prompt_ids
 
 # --------------------------------------------------------------------------- fakes
-
-_MESSAGE_ID = re.compile(r'<message id="([^"]*)"')
-
-
-class CountingSummarizer(BaseChatModel):
-    """Summarizer fake: answers a valid summary naming the ids it was shown; can fail."""
-
-    prompts: list[list[BaseMessage]] = Field(default_factory=list)
-    fail_with: Exception | None = None
-
-    @property
-    def _llm_type(self) -> str:
-        return "counting-summarizer"
-
-    @property
-    def calls(self) -> int:
-        return len(self.prompts)
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.prompts.append(list(messages))
-        if self.fail_with is not None:
-            raise self.fail_with
-        ids = _MESSAGE_ID.findall(str(messages[-1].content))
-        text = json.dumps({"ConversationSummary": f"summary of {len(ids)} messages"})
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
-
 
 _FACT_LINE = re.compile(r'^\{"id": .*\}$', re.MULTILINE)
 _HUMAN = re.compile(r'<message id="[^"]*" role="user">(.*?)</message>')
@@ -104,52 +71,6 @@ def fact_ops(prompt: Sequence[BaseMessage]) -> list[dict[str, Any]]:
             elif verb == "forget":
                 ops.append({"op": "DELETE", "id": current[rest]})
     return ops
-
-
-class FactScriptModel(BaseChatModel):
-    """Extractor fake following the commands in user messages."""
-
-    prompts: list[list[BaseMessage]] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "fact-script"
-
-    @property
-    def calls(self) -> int:
-        return len(self.prompts)
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.prompts.append(list(messages))
-        text = json.dumps(fact_ops(messages))
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
-
-
-class RecordingChat(BaseChatModel):
-    """Answering-model fake: records every input and answers ``answer <n>``."""
-
-    inputs: list[list[BaseMessage]] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "recording-chat"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.inputs.append(list(messages))
-        answer = AIMessage(f"answer {len(self.inputs)}")
-        return ChatResult(generations=[ChatGeneration(message=answer)])
 
 
 def make_compressor(summarizer: BaseChatModel, **kwargs: Any) -> RoundCompressor:
@@ -199,8 +120,8 @@ class Harness:
         on_error: Any = "raise",
     ) -> None:
         self.summarizer = CountingSummarizer()
-        self.extractor = FactScriptModel()
-        self.chat = RecordingChat()
+        self.extractor = ScriptedChatModel(default=lambda prompt: json.dumps(fact_ops(prompt)))
+        self.chat = ScriptedChatModel(default=numbered(lambda n: f"answer {n}"))
         self.builder = ContextBuilder(
             max_context_tokens=MAX_CONTEXT_TOKENS, token_counter=count_tokens_approximately
         )
@@ -305,7 +226,7 @@ def test_no_summary_of_a_summary() -> None:
     assert harness.summarizer.calls >= 3
     seen: set[str] = set()
     for prompt in harness.summarizer.prompts:
-        shown = _MESSAGE_ID.findall(str(prompt[-1].content))
+        shown = prompt_ids(prompt)
         assert shown, "every summarizer call sees conversation messages"
         assert not any(i.startswith("histcompress-summary") for i in shown)
         assert seen.isdisjoint(shown), "a message was summarized twice"
@@ -338,10 +259,7 @@ def test_destructive_graph_removes_only_covered_ids() -> None:
 
 
 def history(rounds: int, *, system: bool = True) -> list[BaseMessage]:
-    out: list[BaseMessage] = [SYSTEM] if system else []
-    for n in range(rounds):
-        out += [HumanMessage(f"question {n}", id=f"h{n}"), AIMessage(f"answer {n}", id=f"a{n}")]
-    return out
+    return conversation(rounds, system=SYSTEM if system else None)
 
 
 def test_node_writes_summary_and_view_only_when_compressed() -> None:

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 from langchain_core.language_models.fake_chat_models import (
-    FakeMessagesListChatModel,
     GenericFakeChatModel,
 )
 from langchain_core.messages import (
@@ -23,6 +22,7 @@ from langchain_histcompress.reducers import (
 )
 from langchain_histcompress.rounds import validate_history
 from langchain_histcompress.tokens import TiktokenCounter
+from tests.fakes import ScriptedChatModel
 
 
 def _chat(n: int) -> list[BaseMessage]:
@@ -146,21 +146,11 @@ class TestMaxTokens:
             MaxTokensReducer(max_tokens=10, token_counter=42)  # type: ignore[arg-type]
 
 
-class _Recorder(FakeMessagesListChatModel):
-    seen: list[list[BaseMessage]] = []
-
-    def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # type: ignore[no-untyped-def]
-        self.seen.append(list(messages))
-        return super()._generate(messages, stop, run_manager, **kwargs)
-
-
-def _recorder(n: int) -> _Recorder:
+def _recorder(n: int) -> ScriptedChatModel:
     reply = AIMessage(
         "ok", usage_metadata={"input_tokens": 5, "output_tokens": 1, "total_tokens": 6}
     )
-    model = _Recorder(responses=[reply] * n)
-    model.seen = []
-    return model
+    return ScriptedChatModel(script=[reply] * n)
 
 
 def test_with_history_reducer_invoke_keeps_usage_and_reduces() -> None:
@@ -168,7 +158,7 @@ def test_with_history_reducer_invoke_keeps_usage_and_reduces() -> None:
     chat = with_history_reducer(model, TruncationReducer(target_count=2))
     out = chat.invoke(_chat(5))
     assert out.usage_metadata["total_tokens"] == 6
-    assert [m.content for m in model.seen[0]] == [
+    assert [m.content for m in model.prompts[0]] == [
         "system prompt",
         "question number 4",
         "answer number 4",
@@ -188,7 +178,7 @@ async def test_with_history_reducer_async_stream_batch() -> None:
     assert "".join(str(c.content) for c in chunks) == "streamed reply here"
     outs = chat.batch([_chat(3), "just a string"])
     assert [o.content for o in outs] == ["ok", "ok"]
-    assert all(len(seen) <= 3 for seen in model.seen)
+    assert all(len(seen) <= 3 for seen in model.prompts)
 
 
 def test_with_history_reducer_rejects_non_reducer() -> None:

@@ -35,31 +35,9 @@ from langchain_histcompress.storage import (
     redact_url,
 )
 from langchain_histcompress.summary import RunningSummary
+from tests.fakes import next_summary, run_threads, short_rounds
 
 # --------------------------------------------------------------------------- helpers
-
-
-def summarize(
-    covered: set[str] | frozenset[str],
-    previous: RunningSummary | None = None,
-    text: str = "summary",
-) -> RunningSummary:
-    before = previous.covered_ids if previous else frozenset()
-    return RunningSummary(
-        content={"ConversationSummary": text},
-        text=text,
-        covered_ids=frozenset(covered) | before,
-        rounds_covered=(previous.rounds_covered if previous else 0) + 1,
-        version=(previous.version if previous else 0) + 1,
-        model="fake",
-    )
-
-
-def rounds(n: int, prefix: str = "m") -> list[BaseMessage]:
-    out: list[BaseMessage] = []
-    for i in range(n):
-        out += [HumanMessage(f"q{i}", id=f"{prefix}h{i}"), AIMessage(f"a{i}", id=f"{prefix}a{i}")]
-    return out
 
 
 def sqlite_dump(path: Path, table: str, session_id: str | None = None) -> list[tuple[Any, ...]]:
@@ -188,7 +166,7 @@ def test_append_assigns_ids_without_mutating_callers(store: HistoryStore) -> Non
 
 
 def test_append_keeps_given_ids_and_order(store: HistoryStore) -> None:
-    msgs = rounds(3)
+    msgs = short_rounds(3)
     stored = store.append("s", msgs)
     assert [m.id for m in stored] == [m.id for m in msgs]
     assert store.load_messages("s") == msgs
@@ -279,14 +257,14 @@ def test_lossless_round_trip_of_rich_messages(store: HistoryStore) -> None:
 
 
 def test_commit_marks_coverage_and_snapshot_reads_only_the_tail(store: HistoryStore) -> None:
-    msgs = [SystemMessage("sys", id="sys"), *rounds(4)]
+    msgs = [SystemMessage("sys", id="sys"), *short_rounds(4)]
     store.append("s", msgs)
-    first = summarize({"mh0", "ma0", "mh1", "ma1"})
+    first = next_summary({"mh0", "ma0", "mh1", "ma1"})
     store.commit_compression("s", first, previous=None)
     snap = store.snapshot("s")
     assert snap.summary == first and snap.version == 1
     assert [m.id for m in snap.uncovered] == ["sys", "mh2", "ma2", "mh3", "ma3"]
-    second = summarize({"mh2", "ma2"}, previous=first, text="more")
+    second = next_summary({"mh2", "ma2"}, previous=first, text="more")
     store.commit_compression("s", second, previous=first)
     snap = store.snapshot("s")
     assert snap.summary == second
@@ -297,16 +275,16 @@ def test_commit_marks_coverage_and_snapshot_reads_only_the_tail(store: HistorySt
 
 
 def test_stale_previous_is_a_conflict_and_changes_nothing(store: HistoryStore) -> None:
-    store.append("s", rounds(4))
-    first = summarize({"mh0", "ma0"})
+    store.append("s", short_rounds(4))
+    first = next_summary({"mh0", "ma0"})
     store.commit_compression("s", first, previous=None)
     # a writer that started from "no summary" loses
     with pytest.raises(CompressionConflictError):
-        store.commit_compression("s", summarize({"mh0", "ma0", "mh1"}), previous=None)
+        store.commit_compression("s", next_summary({"mh0", "ma0", "mh1"}), previous=None)
     # a writer that started from a different summary with the same version loses too
-    impostor = summarize({"mh0", "ma0"}, text="other text")
+    impostor = next_summary({"mh0", "ma0"}, text="other text")
     with pytest.raises(CompressionConflictError):
-        store.commit_compression("s", summarize({"mh1"}, previous=impostor), previous=impostor)
+        store.commit_compression("s", next_summary({"mh1"}, previous=impostor), previous=impostor)
     assert store.load_summary("s") == first
     assert [m.id for m in store.snapshot("s").uncovered] == [
         "mh1",
@@ -319,10 +297,10 @@ def test_stale_previous_is_a_conflict_and_changes_nothing(store: HistoryStore) -
 
 
 def test_two_compactions_from_one_snapshot_exactly_one_commits(store: HistoryStore) -> None:
-    store.append("s", rounds(5))
+    store.append("s", short_rounds(5))
     snap = store.snapshot("s")
-    a = summarize({"mh0", "ma0", "mh1", "ma1"}, snap.summary, text="A")
-    b = summarize({"mh0", "ma0", "mh1", "ma1"}, snap.summary, text="B")
+    a = next_summary({"mh0", "ma0", "mh1", "ma1"}, snap.summary, text="A")
+    b = next_summary({"mh0", "ma0", "mh1", "ma1"}, snap.summary, text="B")
     results: list[str] = []
     barrier = threading.Barrier(2)
 
@@ -334,67 +312,63 @@ def test_two_compactions_from_one_snapshot_exactly_one_commits(store: HistorySto
         except CompressionConflictError:
             results.append("conflict")
 
-    threads = [threading.Thread(target=commit, args=(s,)) for s in (a, b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_threads(commit, (a, b)) == []
     assert sorted(results) in (["A", "conflict"], ["B", "conflict"])
     winner = store.load_summary("s")
     assert winner is not None and winner.text in ("A", "B") and winner.version == 1
 
 
 def test_summary_must_extend_previous(store: HistoryStore) -> None:
-    store.append("s", rounds(3))
-    first = summarize({"mh0", "ma0"})
+    store.append("s", short_rounds(3))
+    first = next_summary({"mh0", "ma0"})
     store.commit_compression("s", first, previous=None)
     dropping = RunningSummary(
         content="x", text="x", covered_ids=frozenset({"mh0", "mh1"}), version=2
     )
     with pytest.raises(StorageError, match="drops 1"):
         store.commit_compression("s", dropping, previous=first)
-    same_version = summarize({"mh1"}, previous=first).model_copy(update={"version": 1})
+    same_version = next_summary({"mh1"}, previous=first).model_copy(update={"version": 1})
     with pytest.raises(StorageError, match="does not follow"):
         store.commit_compression("s", same_version, previous=first)
     assert store.load_summary("s") == first
 
 
 def test_multi_chunk_summary_may_skip_versions(store: HistoryStore) -> None:
-    store.append("s", rounds(4))
+    store.append("s", short_rounds(4))
     jumped = RunningSummary(
         content="x", text="x", covered_ids=frozenset({"mh0", "ma0", "mh1", "ma1"}), version=2
     )
     store.commit_compression("s", jumped, previous=None)
     assert store.snapshot("s").version == 2
-    nxt = summarize({"mh2", "ma2"}, previous=jumped)
+    nxt = next_summary({"mh2", "ma2"}, previous=jumped)
     store.commit_compression("s", nxt, previous=jumped)
     assert store.load_summary("s") == nxt
 
 
 def test_covering_unknown_or_covered_ids_is_a_conflict(store: HistoryStore) -> None:
-    store.append("s", rounds(3))
+    store.append("s", short_rounds(3))
     with pytest.raises(CompressionConflictError, match="1 of 3"):
-        store.commit_compression("s", summarize({"mh0", "ma0", "ghost"}), previous=None)
+        store.commit_compression("s", next_summary({"mh0", "ma0", "ghost"}), previous=None)
     assert store.load_summary("s") is None
     assert len(store.snapshot("s").uncovered) == 6
     with pytest.raises(CompressionConflictError):
-        store.commit_compression("s", summarize(set()), previous=None)
+        store.commit_compression("s", next_summary(set()), previous=None)
 
 
 def test_commit_after_clear_is_a_conflict(store: HistoryStore) -> None:
-    store.append("s", rounds(3))
+    store.append("s", short_rounds(3))
     snap = store.snapshot("s")
     store.clear("s")
     with pytest.raises(CompressionConflictError):
-        store.commit_compression("s", summarize({"mh0", "ma0"}), previous=snap.summary)
+        store.commit_compression("s", next_summary({"mh0", "ma0"}), previous=snap.summary)
     assert store.load_summary("s") is None and store.load_messages("s") == []
 
 
 def test_prune_deletes_only_covered_messages_of_the_session(store: HistoryStore) -> None:
-    store.append("s", rounds(3))
-    store.append("s2", rounds(3))
-    store.commit_compression("s", summarize({"mh0", "ma0"}), previous=None)
-    store.commit_compression("s2", summarize({"mh0", "ma0"}), previous=None)
+    store.append("s", short_rounds(3))
+    store.append("s2", short_rounds(3))
+    store.commit_compression("s", next_summary({"mh0", "ma0"}), previous=None)
+    store.commit_compression("s2", next_summary({"mh0", "ma0"}), previous=None)
     assert store.prune_covered("s") == 2
     assert [m.id for m in store.load_messages("s")] == ["mh1", "ma1", "mh2", "ma2"]
     assert len(store.load_messages("s2")) == 6
@@ -410,7 +384,7 @@ def test_tenant_isolation_with_like_prone_ids(store: HistoryStore) -> None:
     sessions = ["acme", "acme%", "acme_", "acme-corp", "ACME", "acm", "%", "_"]
     for sid in sessions:
         store.append(sid, [HumanMessage(sid, id="same-id")])
-        store.commit_compression(sid, summarize({"same-id"}, text=sid), previous=None)
+        store.commit_compression(sid, next_summary({"same-id"}, text=sid), previous=None)
     store.clear("acme")
     store.clear("%")
     assert store.load_messages("acme") == [] and store.load_summary("acme") is None
@@ -425,17 +399,17 @@ def test_tenant_isolation_with_like_prone_ids(store: HistoryStore) -> None:
 
 
 def test_put_summary_side_store(store: HistoryStore) -> None:
-    first = summarize({"x1", "x2"})
+    first = next_summary({"x1", "x2"})
     store.put_summary("side", first, previous=None)
     assert store.load_summary("side") == first
     with pytest.raises(CompressionConflictError):
-        store.put_summary("side", summarize({"x3"}), previous=None)
-    second = summarize({"x3"}, previous=first)
+        store.put_summary("side", next_summary({"x3"}), previous=None)
+    second = next_summary({"x3"}, previous=first)
     store.put_summary("side", second, previous=first)
     assert store.load_summary("side") == second
     store.append("with-messages", [HumanMessage("x", id="x1")])
     with pytest.raises(ConfigurationError, match="separate key"):
-        store.put_summary("with-messages", summarize({"x1"}), previous=None)
+        store.put_summary("with-messages", next_summary({"x1"}), previous=None)
     store.clear("side")
     assert store.load_summary("side") is None
 
@@ -449,16 +423,16 @@ def test_unknown_session_reads_empty(store: HistoryStore) -> None:
 
 
 async def test_async_twins(store: HistoryStore) -> None:
-    msgs = rounds(3)
+    msgs = short_rounds(3)
     await store.aappend("s", msgs)
     assert await store.aload_messages("s") == msgs
-    first = summarize({"mh0", "ma0"})
+    first = next_summary({"mh0", "ma0"})
     await store.acommit_compression("s", first, previous=None)
     snap = await store.asnapshot("s")
     assert snap.summary == first and [m.id for m in snap.uncovered] == ["mh1", "ma1", "mh2", "ma2"]
     assert await store.aload_summary("s") == first
     assert await store.aprune_covered("s") == 2
-    await store.aput_summary("side", summarize({"q"}), previous=None)
+    await store.aput_summary("side", next_summary({"q"}), previous=None)
     await store.aclear("s")
     assert await store.aload_messages("s") == []
     assert await store.aload_summary("side") is not None
@@ -483,10 +457,10 @@ async def test_concurrent_async_tasks_keep_every_message(store: HistoryStore) ->
 def test_sql_summary_rows_store_only_the_covered_delta(tmp_path: Path) -> None:
     path = tmp_path / "h.sqlite"
     store = SQLHistoryStore(path)
-    store.append("s", rounds(3))
-    first = summarize({"mh0", "ma0"})
+    store.append("s", short_rounds(3))
+    first = next_summary({"mh0", "ma0"})
     store.commit_compression("s", first, previous=None)
-    second = summarize({"mh1", "ma1"}, previous=first)
+    second = next_summary({"mh1", "ma1"}, previous=first)
     store.commit_compression("s", second, previous=first)
     rows = sqlite_dump(path, "histcompress_summaries", "s")
     deltas = [json.loads(r[4]) for r in rows]
@@ -595,40 +569,31 @@ def test_failed_commit_rolls_back_and_the_store_recovers(tmp_path: Path) -> None
             return wrapped  # type: ignore[return-value]
 
     store = Store(path)
-    store.append("s", rounds(3))
+    store.append("s", short_rounds(3))
     before = sqlite_dump(path, "histcompress_summaries") + sqlite_dump(
         path, "histcompress_messages"
     )
     wrapper[0].armed = True
     with pytest.raises(StorageError, match="simulated"):
-        store.commit_compression("s", summarize({"mh0", "ma0"}), previous=None)
+        store.commit_compression("s", next_summary({"mh0", "ma0"}), previous=None)
     after = sqlite_dump(path, "histcompress_summaries") + sqlite_dump(path, "histcompress_messages")
     assert after == before
     wrapper[0].armed = True
     with pytest.raises(StorageError):
         store.append("s", [HumanMessage("lost?", id="z")])
     assert [m.id for m in store.load_messages("s")][-1] == "ma2"
-    store.commit_compression("s", summarize({"mh0", "ma0"}), previous=None)
+    store.commit_compression("s", next_summary({"mh0", "ma0"}), previous=None)
     assert store.snapshot("s").version == 1
 
 
 def test_threads_sharing_one_sqlite_store(tmp_path: Path) -> None:
     store = SQLHistoryStore(tmp_path / "h.sqlite")
-    errors: list[BaseException] = []
 
     def writer(w: int) -> None:
-        try:
-            for i in range(20):
-                store.append("s", [HumanMessage(f"{w}:{i}", id=f"w{w}-{i}")])
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for i in range(20):
+            store.append("s", [HumanMessage(f"{w}:{i}", id=f"w{w}-{i}")])
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_threads(writer, range(6)) == []
     ids = [m.id for m in store.load_messages("s")]
     assert len(ids) == len(set(ids)) == 120
     for w in range(6):
@@ -647,11 +612,7 @@ def test_threads_with_separate_stores_on_one_file(tmp_path: Path) -> None:
             own.append("s", [HumanMessage(f"{w}:{i}", id=f"w{w}-{i}")])
         own.close()
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_threads(writer, range(4)) == []
     ids = [m.id for m in SQLHistoryStore(path).load_messages("s")]
     assert len(ids) == len(set(ids)) == 60
     seqs = [r[1] for r in sqlite_dump(path, "histcompress_messages", "s")]

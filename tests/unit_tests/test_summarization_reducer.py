@@ -2,59 +2,32 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 
 from langchain_histcompress.errors import SummarizationError
 from langchain_histcompress.reducers import SummarizationReducer, with_history_reducer
 from langchain_histcompress.rounds import is_summary_message, validate_history
+from tests.fakes import ScriptedChatModel, conversation, numbered, prompt_text, summary_json
 from tests.histories import history
 
 
-class Scripted(BaseChatModel):
-    """Answers with a summary naming the ids it was shown; can be told to fail."""
-
-    fail: bool = False
-    prompts: list[str] = []
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        prompt = "\n".join(str(m.content) for m in messages)
-        self.prompts.append(prompt)
-        if self.fail:
-            raise RuntimeError("boom")
-        text = f'{{"ConversationSummary": "summary #{len(self.prompts)}"}}'
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
-
-
-def _model() -> Scripted:
-    model = Scripted()
-    model.prompts = []
-    return model
+def _model() -> ScriptedChatModel:
+    """A summarizer whose answers are numbered ``summary #1``, ``summary #2``, ..."""
+    return ScriptedChatModel(default=numbered(lambda n: summary_json(f"summary #{n}")))
 
 
 def _chat(n: int) -> list[BaseMessage]:
-    out: list[BaseMessage] = [SystemMessage("sys", id="sys")]
-    for i in range(n):
-        out += [HumanMessage(f"question {i}", id=f"h{i}"), AIMessage(f"answer {i}", id=f"a{i}")]
-    return out
+    return conversation(n, system=SystemMessage("sys", id="sys"))
 
 
 def test_below_threshold_no_call() -> None:
     model = _model()
     assert SummarizationReducer(model, target_count=4, threshold_count=2).reduce(_chat(3)) is None
-    assert model.prompts == []
+    assert model.calls == 0
 
 
 def test_summarizes_older_part_once_and_tags_summary() -> None:
@@ -67,7 +40,7 @@ def test_summarizes_older_part_once_and_tags_summary() -> None:
     assert "summary #1" in str(reduced[1].content)
     assert reduced[2:] == history[-4:]
     assert validate_history(reduced) == []
-    [prompt] = model.prompts
+    [prompt] = [prompt_text(p) for p in model.prompts]
     assert 'id="h0"' in prompt and 'id="a3"' in prompt and 'id="h4"' not in prompt
 
 
@@ -79,8 +52,8 @@ def test_extends_previous_summary_from_reduced_input() -> None:
     grown = [*first, HumanMessage("question 6", id="h6"), AIMessage("answer 6", id="a6")]
     second = reducer.reduce(grown)
     assert second is not None
-    assert len(model.prompts) == 2
-    new_prompt = model.prompts[1]
+    assert model.calls == 2
+    new_prompt = prompt_text(model.prompts[1])
     assert "summary #1" in new_prompt  # previous summary passed as input data
     assert 'id="h0"' not in new_prompt  # already covered messages are not re-sent
     assert 'id="h4"' in new_prompt and 'id="a4"' in new_prompt
@@ -93,15 +66,16 @@ def test_full_history_every_turn_only_summarizes_new_messages() -> None:
     reducer = SummarizationReducer(model, target_count=4)
     reducer.reduce(_chat(6))
     reducer.reduce(_chat(7))
-    assert len(model.prompts) == 2
-    assert 'id="h0"' not in model.prompts[1] and 'id="h4"' in model.prompts[1]
+    assert model.calls == 2
+    assert 'id="h0"' not in prompt_text(model.prompts[1])
+    assert 'id="h4"' in prompt_text(model.prompts[1])
     reducer.reduce(_chat(7))  # nothing new: no call
-    assert len(model.prompts) == 2
+    assert model.calls == 2
 
 
 def test_failure_raises_typed_error_and_leaves_input() -> None:
     model = _model()
-    model.fail = True
+    model.fail_with = RuntimeError("boom")
     history = _chat(6)
     before = copy.deepcopy(history)
     reducer = SummarizationReducer(model, target_count=4, max_retries=0)
@@ -119,17 +93,10 @@ async def test_async_matches_sync() -> None:
 
 
 def test_in_front_of_a_chat_model() -> None:
-    seen: list[list[BaseMessage]] = []
-
-    class Answer(Scripted):
-        def _generate(
-            self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-        ) -> ChatResult:
-            seen.append(list(messages))
-            return ChatResult(generations=[ChatGeneration(message=AIMessage("ok"))])
-
-    chat = with_history_reducer(Answer(), SummarizationReducer(_model(), target_count=2))
+    answer = ScriptedChatModel(script=["ok"])
+    chat = with_history_reducer(answer, SummarizationReducer(_model(), target_count=2))
     assert chat.invoke(_chat(4)).content == "ok"
+    seen = answer.prompts
     assert len(seen[0]) == 4 and is_summary_message(seen[0][1])
 
 

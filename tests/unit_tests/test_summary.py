@@ -3,20 +3,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import re
-import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field, ValidationError
 
@@ -33,96 +27,23 @@ from langchain_histcompress.summary import (
     is_transient_error,
     parse_summary_output,
 )
-
-# --------------------------------------------------------------------------- scripted model
-
-_MESSAGE_ID = re.compile(r'<message id="([^"]*)"')
-
-
-@dataclass(frozen=True)
-class Hang:
-    """Script item: block this long (or until the model is released), then answer."""
-
-    seconds: float = 30.0
-    then: Any = '{"ConversationSummary": "late"}'
-
-
-def summary_json(text: str, **extra: Any) -> str:
-    return json.dumps({"ConversationSummary": text, **extra})
+from tests.fakes import (
+    APIConnectionError,
+    AuthenticationError,
+    CallRecorder,
+    Hang,
+    HTTPStatusError,
+    InternalServerError,
+    RateLimitError,
+    ScriptedSummarizer,
+    Sleeps,
+    cancel_once_called,
+    prompt_ids,
+    summary_json,
+)
 
 
-def prompt_ids(prompt: Sequence[BaseMessage]) -> list[str]:
-    """Ids of the conversation messages shown in a summarizer prompt."""
-    return _MESSAGE_ID.findall(str(prompt[-1].content))
-
-
-def echo_summary(prompt: Sequence[BaseMessage]) -> str:
-    """A deterministic summarizer: lists the ids it was shown."""
-    return summary_json("covers " + ",".join(prompt_ids(prompt)))
-
-
-class ScriptedModel(BaseChatModel):
-    """Follows a script: text / content blocks are answered, exceptions raised, Hang blocks.
-
-    When the script runs out, ``default`` (a callable of the prompt) answers.
-    """
-
-    script: list[Any] = Field(default_factory=list)
-    default: Callable[[Sequence[BaseMessage]], Any] | None = echo_summary
-    calls: list[list[BaseMessage]] = Field(default_factory=list)
-    model_name: str = "scripted-summarizer"
-    release: threading.Event = Field(default_factory=threading.Event)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def _next(self, messages: list[BaseMessage]) -> Any:
-        self.calls.append(list(messages))
-        if self.script:
-            return self.script.pop(0)
-        assert self.default is not None, "script exhausted"
-        return self.default(messages)
-
-    @staticmethod
-    def _result(item: Any, messages: list[BaseMessage]) -> ChatResult:
-        if callable(item):
-            item = item(messages)
-        message = item if isinstance(item, AIMessage) else AIMessage(content=item)
-        return ChatResult(generations=[ChatGeneration(message=message)])
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        item = self._next(messages)
-        if isinstance(item, Hang):
-            self.release.wait(item.seconds)
-            item = item.then
-        if isinstance(item, BaseException):
-            raise item
-        return self._result(item, messages)
-
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        item = self._next(messages)
-        if isinstance(item, Hang):
-            await asyncio.sleep(item.seconds)
-            item = item.then
-        if isinstance(item, BaseException):
-            raise item
-        return self._result(item, messages)
-
-
-class StructuredScriptedModel(ScriptedModel):
+class StructuredScriptedModel(ScriptedSummarizer):
     """A scripted model whose ``with_structured_output`` returns scripted objects."""
 
     schemas: list[Any] = Field(default_factory=list)
@@ -131,56 +52,9 @@ class StructuredScriptedModel(ScriptedModel):
         self.schemas.append(schema)
 
         def answer(messages: list[BaseMessage]) -> Any:
-            item = self._next(messages)
-            if isinstance(item, BaseException):
-                raise item
-            return item
+            return self._take(messages)
 
         return RunnableLambda(answer)
-
-
-# --------------------------------------------------------------------------- provider errors
-
-
-class RateLimitError(Exception):
-    status_code = 429
-
-
-class InternalServerError(Exception):
-    status_code = 500
-
-
-class AuthenticationError(Exception):
-    status_code = 401
-
-
-class APIConnectionError(Exception):
-    pass
-
-
-class _Response:
-    def __init__(self, status_code: int, headers: dict[str, str] | None = None) -> None:
-        self.status_code = status_code
-        self.headers = headers or {}
-
-
-class HTTPStatusError(Exception):
-    """httpx-style: the status lives on ``response``."""
-
-    def __init__(self, status: int, headers: dict[str, str] | None = None) -> None:
-        super().__init__(f"status {status}")
-        self.response = _Response(status, headers)
-
-
-class Sleeps:
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-
-    def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
-
-    async def asleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
 
 
 def make(model: BaseChatModel, **kwargs: Any) -> tuple[Summarizer, Sleeps]:
@@ -308,7 +182,7 @@ def test_prompt_escapes_conversation_and_notes() -> None:
 
 
 def test_code_profile_prompt_mentions_variables() -> None:
-    summarizer, _ = make(ScriptedModel(), profile="code", instructions="Focus on pandas.")
+    summarizer, _ = make(ScriptedSummarizer(), profile="code", instructions="Focus on pandas.")
     prompt = summarizer._prompt(summarizer._request(CONVERSATION, None, 1, False, None), None)
     assert "Variables" in str(prompt[0].content)
     assert "Do not copy code" in str(prompt[0].content)
@@ -417,7 +291,7 @@ def test_shared_model_edge_names_are_re_exported() -> None:
 @pytest.mark.parametrize("mode", MODES)
 async def test_success_builds_summary_with_coverage(mode: str) -> None:
     clock = datetime(2024, 5, 1, tzinfo=timezone.utc)
-    model = ScriptedModel(script=[summary_json("Ada likes green tea.")])
+    model = ScriptedSummarizer(script=[summary_json("Ada likes green tea.")])
     summarizer, sleeps = make(model, clock=lambda: clock)
     before = copy.deepcopy(CONVERSATION)
     update = await run(summarizer, mode, CONVERSATION, rounds=1)
@@ -440,7 +314,7 @@ async def test_success_builds_summary_with_coverage(mode: str) -> None:
     assert second.summary.version == 2
     assert second.summary.covered_ids == {"h1", "a1", "h2"}
     assert second.summary.rounds_covered == 2
-    assert "Ada" in str(model.calls[-1][-1].content)  # previous summary fed once as data
+    assert "Ada" in str(model.prompts[-1][-1].content)  # previous summary fed once as data
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -454,7 +328,7 @@ async def test_success_builds_summary_with_coverage(mode: str) -> None:
     ],
 )
 async def test_transient_errors_are_retried_with_backoff(mode: str, error: Exception) -> None:
-    model = ScriptedModel(script=[error, error, summary_json("ok")])
+    model = ScriptedSummarizer(script=[error, error, summary_json("ok")])
     summarizer, sleeps = make(model)
     update = await run(summarizer, mode, CONVERSATION)
     assert update.attempts == 3
@@ -464,7 +338,7 @@ async def test_transient_errors_are_retried_with_backoff(mode: str, error: Excep
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_transient_errors_exhaust_retries(mode: str) -> None:
-    model = ScriptedModel(
+    model = ScriptedSummarizer(
         script=[
             RateLimitError("a"),
             RateLimitError("b"),
@@ -476,13 +350,13 @@ async def test_transient_errors_exhaust_retries(mode: str) -> None:
     with pytest.raises(SummarizationError, match="after 3 attempts") as info:
         await run(summarizer, mode, CONVERSATION)
     assert isinstance(info.value.__cause__, RateLimitError)
-    assert len(model.calls) == 3
+    assert model.calls == 3
     assert sleeps.waits == [1.0, 2.0]
 
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_retry_after_header_is_honoured_and_capped(mode: str) -> None:
-    model = ScriptedModel(
+    model = ScriptedSummarizer(
         script=[
             HTTPStatusError(429, {"retry-after": "7"}),
             HTTPStatusError(429, {"retry-after": "999"}),
@@ -499,18 +373,18 @@ async def test_retry_after_header_is_honoured_and_capped(mode: str) -> None:
     "error", [AuthenticationError("bad key"), HTTPStatusError(401), ValueError("bug")]
 )
 async def test_permanent_errors_fail_at_once(mode: str, error: Exception) -> None:
-    model = ScriptedModel(script=[error, summary_json("never")])
+    model = ScriptedSummarizer(script=[error, summary_json("never")])
     summarizer, sleeps = make(model)
     with pytest.raises(SummarizationError, match="not retried") as info:
         await run(summarizer, mode, CONVERSATION)
     assert info.value.__cause__ is error
-    assert len(model.calls) == 1
+    assert model.calls == 1
     assert sleeps.waits == []
 
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_hang_past_timeout_is_retried(mode: str) -> None:
-    model = ScriptedModel(script=[Hang(30.0), summary_json("ok")])
+    model = ScriptedSummarizer(script=[Hang(30.0), summary_json("ok")])
     summarizer, sleeps = make(model, timeout=0.05)
     try:
         update = await run(summarizer, mode, CONVERSATION)
@@ -523,7 +397,7 @@ async def test_hang_past_timeout_is_retried(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_hang_every_time_raises_summarization_error(mode: str) -> None:
-    model = ScriptedModel(script=[Hang(30.0), Hang(30.0)])
+    model = ScriptedSummarizer(script=[Hang(30.0), Hang(30.0)])
     summarizer, _ = make(model, timeout=0.05, max_retries=1)
     try:
         with pytest.raises(SummarizationError, match="no answer within"):
@@ -533,30 +407,24 @@ async def test_hang_every_time_raises_summarization_error(mode: str) -> None:
 
 
 async def test_cancellation_propagates_unchanged() -> None:
-    model = ScriptedModel(script=[Hang(30.0)])
+    model = ScriptedSummarizer(script=[Hang(30.0)])
     summarizer, _ = make(model, timeout=None)
-    task = asyncio.create_task(summarizer.asummarize(CONVERSATION))
-    while not model.calls:
-        await asyncio.sleep(0)
-    task.cancel()
+    task = await cancel_once_called(model, summarizer.asummarize(CONVERSATION))
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert len(model.calls) == 1
+    assert model.calls == 1
 
 
 async def test_cancellation_with_timeout_propagates_unchanged() -> None:
-    model = ScriptedModel(script=[Hang(30.0)])
+    model = ScriptedSummarizer(script=[Hang(30.0)])
     summarizer, _ = make(model, timeout=20.0)
-    task = asyncio.create_task(summarizer.asummarize(CONVERSATION))
-    while not model.calls:
-        await asyncio.sleep(0)
-    task.cancel()
+    task = await cancel_once_called(model, summarizer.asummarize(CONVERSATION))
     with pytest.raises(asyncio.CancelledError):
         await task
 
 
 def test_model_exception_in_worker_thread_is_not_a_timeout() -> None:
-    model = ScriptedModel(script=[TimeoutError("provider timeout"), summary_json("ok")])
+    model = ScriptedSummarizer(script=[TimeoutError("provider timeout"), summary_json("ok")])
     summarizer, sleeps = make(model, timeout=5.0)
     assert summarizer.summarize(CONVERSATION).attempts == 2
     assert sleeps.waits == [1.0]
@@ -578,13 +446,13 @@ GOOD = summary_json("Ada likes green tea.")
     ],
 )
 async def test_unusable_answers_are_retried_then_accepted(mode: str, bad: Any, reason: str) -> None:
-    model = ScriptedModel(script=[bad, GOOD])
+    model = ScriptedSummarizer(script=[bad, GOOD])
     summarizer, sleeps = make(model, max_summary_tokens=20)
     update = await run(summarizer, mode, CONVERSATION)
     assert update.attempts == 2
     assert update.summary.text == "Ada likes green tea."
     assert sleeps.waits == []  # no backoff for bad answers
-    retry_prompt = str(model.calls[1][-1].content)
+    retry_prompt = str(model.prompts[1][-1].content)
     assert "previous answer was rejected" in retry_prompt
     assert reason in retry_prompt
 
@@ -592,16 +460,16 @@ async def test_unusable_answers_are_retried_then_accepted(mode: str, bad: Any, r
 @pytest.mark.parametrize("mode", MODES)
 async def test_ten_times_over_long_answer_fails_closed(mode: str) -> None:
     long = summary_json("tea " * 400)
-    model = ScriptedModel(script=[long, long, long])
+    model = ScriptedSummarizer(script=[long, long, long])
     summarizer, _ = make(model, max_summary_tokens=40)
     with pytest.raises(SummarizationError, match="over the cap of 40"):
         await run(summarizer, mode, CONVERSATION)
-    assert len(model.calls) == 3
+    assert model.calls == 3
 
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_accepted_variants(mode: str) -> None:
-    model = ScriptedModel(
+    model = ScriptedSummarizer(
         script=[
             f"```json\n{GOOD}\n```",
             AIMessage([{"type": "text", "text": GOOD}]),
@@ -614,7 +482,7 @@ async def test_accepted_variants(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_never_returns_placeholder_text(mode: str) -> None:
-    model = ScriptedModel(script=["", "Error: model overloaded", "I can't do that"])
+    model = ScriptedSummarizer(script=["", "Error: model overloaded", "I can't do that"])
     summarizer, _ = make(model)
     with pytest.raises(SummarizationError, match="after 3 attempts"):
         await run(summarizer, mode, CONVERSATION)
@@ -625,7 +493,7 @@ async def test_never_returns_placeholder_text(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_code_profile_keeps_previous_variables(mode: str) -> None:
-    model = ScriptedModel(
+    model = ScriptedSummarizer(
         script=[
             summary_json(
                 "Loaded data.",
@@ -653,16 +521,16 @@ async def test_code_profile_keeps_previous_variables(mode: str) -> None:
         {"name": "fig", "type": "Figure", "description": "plot"},
     ]
     assert second.text.startswith("Plotted.\n\nVariables:\n- df (DataFrame): sales")
-    assert '"Variables"' in str(model.calls[1][-1].content)  # previous variables shown as data
+    assert '"Variables"' in str(model.prompts[1][-1].content)  # previous variables shown as data
 
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_text_and_custom_profiles(mode: str) -> None:
-    summarizer, _ = make(ScriptedModel(script=["Ada likes tea."]), profile="text")
+    summarizer, _ = make(ScriptedSummarizer(script=["Ada likes tea."]), profile="text")
     s = (await run(summarizer, mode, CONVERSATION)).summary
     assert (s.content, s.text) == ("Ada likes tea.", "Ada likes tea.")
     summarizer, _ = make(
-        ScriptedModel(script=['{"summary": "Ada.", "open_tasks": ["tea"]}']), profile=Facts
+        ScriptedSummarizer(script=['{"summary": "Ada.", "open_tasks": ["tea"]}']), profile=Facts
     )
     s = (await run(summarizer, mode, CONVERSATION)).summary
     assert s.content == {"summary": "Ada.", "open_tasks": ["tea"]}
@@ -703,18 +571,10 @@ def test_structured_output_configuration_errors() -> None:
 # --------------------------------------------------------------------------- tagging
 
 
-class Recorder(BaseCallbackHandler):
-    def __init__(self) -> None:
-        self.starts: list[dict[str, Any]] = []
-
-    def on_chat_model_start(self, serialized: Any, messages: Any, **kwargs: Any) -> None:
-        self.starts.append(kwargs)
-
-
 @pytest.mark.parametrize("mode", MODES)
 async def test_internal_calls_are_tagged(mode: str) -> None:
-    recorder = Recorder()
-    summarizer, _ = make(ScriptedModel(script=[GOOD]))
+    recorder = CallRecorder()
+    summarizer, _ = make(ScriptedSummarizer(script=[GOOD]))
     config = {"callbacks": [recorder], "tags": ["caller"], "metadata": {"user": "u1"}}
     before = copy.deepcopy(config["tags"])
     await run(summarizer, mode, CONVERSATION, config=config)
@@ -779,7 +639,7 @@ def test_langgraph_messages_stream_hides_summarizer_tokens() -> None:
 )
 def test_configuration_is_validated(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigurationError, match=match):
-        Summarizer(ScriptedModel(), **kwargs)
+        Summarizer(ScriptedSummarizer(), **kwargs)
 
 
 def test_model_must_be_a_runnable() -> None:
@@ -796,11 +656,11 @@ def test_model_must_be_a_runnable() -> None:
     ],
 )
 def test_bad_messages_are_rejected(messages: list[BaseMessage], match: str) -> None:
-    summarizer, _ = make(ScriptedModel())
+    summarizer, _ = make(ScriptedSummarizer())
     with pytest.raises(ConfigurationError, match=match):
         summarizer.summarize(messages)
 
 
 def test_model_name_detection() -> None:
-    assert make(ScriptedModel())[0].model_name == "scripted-summarizer"
+    assert make(ScriptedSummarizer())[0].model_name == "scripted-summarizer"
     assert make(GenericFakeChatModel(messages=iter([])))[0].model_name == "GenericFakeChatModel"

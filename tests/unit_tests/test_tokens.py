@@ -7,7 +7,6 @@ import gzip
 import json
 import pickle
 import socket
-import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,6 +43,7 @@ from langchain_histcompress.tokens import (
     message_costs,
     resolve_counter,
 )
+from tests.fakes import run_threads
 
 ENCODINGS = ("o200k_base", "cl100k_base")
 
@@ -117,14 +117,7 @@ def test_get_encoding_thread_safe_single_build(
 
     monkeypatch.setattr(tokens, "_load_ranks", counting_load)
     results: list[tiktoken.Encoding] = []
-    threads = [
-        threading.Thread(target=lambda: results.append(get_encoding("cl100k_base")))
-        for _ in range(6)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    assert run_threads(lambda _: results.append(get_encoding("cl100k_base")), range(6)) == []
     assert calls == ["cl100k_base"]
     assert len({id(enc) for enc in results}) == 1
 
@@ -639,22 +632,13 @@ def test_threads_agree() -> None:
     expected = [TiktokenCounter(cache_size=0)(history[: n + 1]) for n in range(0, 300, 37)]
     counter = TiktokenCounter(cache_size=64)  # small, so threads also race on eviction
     results: dict[int, list[int]] = {}
-    errors: list[BaseException] = []
 
     def work(worker: int) -> None:
-        try:
-            order = range(0, 300, 37) if worker % 2 else reversed(range(0, 300, 37))
-            got = {n: counter(history[: n + 1]) for n in order}
-            results[worker] = [got[n] for n in range(0, 300, 37)]
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        order = range(0, 300, 37) if worker % 2 else reversed(range(0, 300, 37))
+        got = {n: counter(history[: n + 1]) for n in order}
+        results[worker] = [got[n] for n in range(0, 300, 37)]
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert run_threads(work, range(8)) == []
     assert all(result == expected for result in results.values())
     assert len(results) == 8
     assert counter.cache_info().currsize <= 64
