@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import heapq
 import importlib
@@ -279,11 +280,19 @@ class BM25Index:
             items: Iterable[tuple[str, int]] = postings.items()
             if newest_only and max_postings is not None:
                 items = itertools.islice(reversed(postings.items()), max_postings)
+            if not scores:  # first scored term: 0.0 + score is score, same order
+                scores = {
+                    key: weight * tf / (tf + fixed + scale * lengths[key])
+                    for key, tf in items
+                    if allowed is None or key in allowed
+                }
+                continue
+            get = scores.get
             for key, tf in items:
-                if allowed is not None and key not in allowed:
-                    continue
-                score = weight * tf / (tf + fixed + scale * lengths[key])
-                scores[key] = scores.get(key, 0.0) + score
+                if allowed is None or key in allowed:
+                    scores[key] = get(key, 0.0) + weight * tf / (tf + fixed + scale * lengths[key])
+        if not scores or min(scores.values()) > 0:
+            return scores
         return {key: score for key, score in scores.items() if score > 0}
 
     def search(
@@ -626,6 +635,14 @@ class _TurnIndex:
             self.index = BM25Index(k1=self.k1, b=self.b)
             self._seen.clear()
 
+    def allowed(self) -> Container[str] | None:
+        """The keys to score: ``by_key``, or ``None`` when the index holds nothing else.
+
+        Every key of ``by_key`` is indexed, so equal sizes mean equal key sets and the
+        per-posting membership test can be skipped.
+        """
+        return None if len(self.index) == len(self.by_key) else self.by_key
+
     def sync(self, messages: Sequence[BaseMessage]) -> None:
         """Index ``messages``; afterwards the attributes describe them.
 
@@ -676,8 +693,56 @@ _SPREAD_LIMIT = 512
 """Best-matching messages whose score spreads to their neighbours."""
 
 
-def _by_score(item: tuple[str, float]) -> float:
-    return item[1]
+def _top(scores: dict[str, float], n: int) -> dict[str, float]:
+    """The ``n`` best-scored entries of ``scores`` (ties: the earliest), in their order.
+
+    The same entries as ``heapq.nlargest(n, scores.items(), key=score)``, found with one
+    sort of the bare scores: no tuple per entry is kept alive (which, on a long history,
+    would cost more in garbage collection than the selection itself).
+    """
+    if len(scores) <= n:
+        return scores
+    values = sorted(scores.values())
+    cut = values[-n]
+    ties = n - (len(values) - bisect.bisect_right(values, cut))
+    top = {key: score for key, score in scores.items() if score >= cut}
+    if len(top) > n:  # keep only the earliest ``ties`` of the entries scoring ``cut``
+        tied = [key for key, score in top.items() if score == cut][ties:]
+        for key in tied:
+            del top[key]
+    return top
+
+
+def _ordered_turns(
+    ranked: Sequence[str],
+    scores: Mapping[str, float],
+    position: Mapping[str, int],
+    by_key: Mapping[str, BaseMessage],
+    only_before: int | None,
+    turn_ids: Container[str] | None,
+) -> Iterator[tuple[int, BaseMessage]]:
+    """``(position, message)`` of the ``ranked`` keys (best score first), earliest first on ties.
+
+    ``ranked`` holds keys of ``scores``, best first; each run of equal scores is ordered by
+    position when first reached, and the restrictions (``only_before``, ``turn_ids``) are
+    applied then. ``position`` and ``by_key`` only ever gain keys while a history grows (a
+    restart binds new dictionaries), so reading them lazily sees the values of the call.
+    """
+    start, end = 0, len(ranked)
+    while start < end:
+        score = scores[ranked[start]]
+        stop = start + 1
+        while stop < end and scores[ranked[stop]] == score:
+            stop += 1
+        group = sorted(
+            (position[key], key)
+            for key in ranked[start:stop]
+            if (only_before is None or position[key] < only_before)
+            and (turn_ids is None or str(by_key[key].id) in turn_ids)
+        )
+        for at, key in group:
+            yield at, by_key[key]
+        start = stop
 
 
 def _check_bm25(k1: float, b: float) -> None:
@@ -777,7 +842,7 @@ class BM25TurnRetriever:
             turns = self._turns
             turns.sync(messages)
             scores = turns.index.scores(
-                query, allowed=turns.by_key, max_postings=self.max_term_postings
+                query, allowed=turns.allowed(), max_postings=self.max_term_postings
             )
             best = heapq.nsmallest(k, scores.items(), key=lambda i: (-i[1], turns.order[i[0]]))
             return [turns.by_key[key] for key, _ in best]
@@ -901,21 +966,26 @@ class EvidenceRetriever:
         self._lock = threading.Lock()
 
     def _turn_scores(
-        self, query: str, messages: Sequence[BaseMessage]
+        self, query: str, messages: Sequence[BaseMessage], *, spread: bool = True
     ) -> tuple[dict[str, float], dict[str, float]]:
-        """Raw and neighbour-expanded BM25 scores of the messages (call under the lock)."""
+        """Raw and neighbour-expanded BM25 scores of the messages (call under the lock).
+
+        With ``spread=False`` (no message is to be returned) the expanded scores are left
+        empty: only the raw ones are used, to score facts by their sources.
+        """
         turns = self._turns
         turns.sync(messages)
-        base = turns.index.scores(query, allowed=turns.by_key, max_postings=self.max_term_postings)
-        if len(base) > _MATCH_LIMIT:
-            base = dict(heapq.nlargest(_MATCH_LIMIT, base.items(), key=_by_score))
+        base = turns.index.scores(
+            query, allowed=turns.allowed(), max_postings=self.max_term_postings
+        )
+        base = _top(base, _MATCH_LIMIT)
+        if not spread:
+            return base, {}
         expanded = dict(base)
         if self.neighbour_window and self.neighbour_weight and base:
             keys, order, width = turns.keys, turns.order, self.neighbour_window
             best: dict[int, float] = {}
-            seeds: Iterable[tuple[str, float]] = base.items()
-            if len(base) > _SPREAD_LIMIT:
-                seeds = heapq.nlargest(_SPREAD_LIMIT, base.items(), key=_by_score)
+            seeds = _top(base, _SPREAD_LIMIT).items()
             for key, score in seeds:
                 at = order[key]
                 for near in range(max(0, at - width), min(len(keys), at + width + 1)):
@@ -937,20 +1007,23 @@ class EvidenceRetriever:
     ) -> Iterator[RankedEvidence]:
         """Like `rank`, lazily: scoring happens at once, ordering as items are taken.
 
-        Taking the first ``n`` items costs ``O(n log N)`` after one ``O(N)`` heap build, so
-        a caller filling a token budget pays for what it looks at, not for every match.
+        Messages are ordered by one sort of their scores (in C); the restrictions are
+        applied and ties broken as items are taken, so a caller filling a token budget pays
+        in Python for what it looks at, not for every match.
         """
         if not query.strip() or (not facts and not messages):
             return iter(())
         with self._lock:
-            base, turn_scores = self._turn_scores(query, messages)
-            turns = self._turns
-            turn_heap = [
-                (-score, turns.position[key], turns.by_key[key])
-                for key, score in turn_scores.items()
-                if (only_before is None or turns.position[key] < only_before)
-                and (turn_ids is None or str(turns.by_key[key].id) in turn_ids)
-            ]
+            returned = only_before is None or only_before > 0  # positions are >= 0
+            base, turn_scores = self._turn_scores(query, messages, spread=returned)
+            turns = _ordered_turns(
+                sorted(turn_scores, key=turn_scores.__getitem__, reverse=True) if returned else [],
+                turn_scores,
+                self._turns.position,
+                self._turns.by_key,
+                only_before,
+                turn_ids,
+            )
             positions = self._facts.sync(facts)
             fact_scores = self._facts.index.scores(query, max_postings=self.max_term_postings)
         if self.source_weight and base:
@@ -961,26 +1034,27 @@ class EvidenceRetriever:
         fact_heap = [
             (-score, positions[key], facts[positions[key]]) for key, score in fact_scores.items()
         ]
-        return self._fuse(fact_heap, turn_heap)
+        return self._fuse(fact_heap, turns)
 
     def _fuse(
         self,
         fact_heap: list[tuple[float, int, Fact]],
-        turn_heap: list[tuple[float, int, BaseMessage]],
+        turns: Iterator[tuple[int, BaseMessage]],
     ) -> Iterator[RankedEvidence]:
         # With one weight per list, reciprocal rank fusion interleaves the two rankings:
         # fact 1, turn 1, fact 2, turn 2... (a fact first on equal fused scores).
         heapq.heapify(fact_heap)
-        heapq.heapify(turn_heap)
+        turn = next(turns, None)
         rank = 0
-        while fact_heap or turn_heap:
+        while fact_heap or turn is not None:
             score = 1.0 / (self.rrf_k + rank + 1)
             if fact_heap:
                 _, at, fact = heapq.heappop(fact_heap)
                 yield RankedEvidence(fact, score, at)
-            if turn_heap:
-                _, at, message = heapq.heappop(turn_heap)
+            if turn is not None:
+                at, message = turn
                 yield RankedEvidence(message, score, at)
+                turn = next(turns, None)
             rank += 1
 
     def rank(

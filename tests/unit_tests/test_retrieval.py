@@ -736,3 +736,48 @@ def test_fused_retriever_plugs_into_the_context_builder() -> None:
         evidence_retriever=EvidenceRetriever(neighbour_window=0, source_weight=0),
     )
     assert bm25.assemble(history).retrieved_ids == ()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.5, 1.0, 1.25, 2.0, 3.5]), max_size=40),
+    st.integers(min_value=1, max_value=45),
+)
+def test_top_keeps_what_nlargest_keeps(values: list[float], n: int) -> None:
+    import heapq
+
+    from langchain_histcompress.retrieval import _top
+
+    scores = {f"k{i}": v for i, v in enumerate(values)}
+    expected = dict(heapq.nlargest(n, scores.items(), key=lambda item: item[1]))
+    top = _top(dict(scores), n)
+    assert top == expected
+    assert list(top) == [k for k in scores if k in top]  # insertion order kept
+
+
+def test_evidence_ties_come_earliest_first_within_the_restrictions() -> None:
+    history: list[BaseMessage] = [
+        HumanMessage("the lighthouse keeper", id=f"m{i}") for i in range(8)
+    ]
+    retriever = EvidenceRetriever(neighbour_window=0)
+    ranked = retriever.rank("lighthouse", [], history)
+    assert [r.position for r in ranked] == list(range(8))
+    before = retriever.rank("lighthouse", [], history, only_before=5, turn_ids={"m1", "m3", "m6"})
+    assert [r.item.id for r in before] == ["m1", "m3"]
+
+
+def test_evidence_only_before_zero_still_scores_facts_by_their_sources() -> None:
+    history: list[BaseMessage] = [
+        HumanMessage("We sailed to Svalbard in June", id="h1"),
+        AIMessage("Sounds cold!", id="a1"),
+    ]
+    facts = [
+        Fact(id="f-1", content="User likes tea", source_ids=["a1"]),
+        Fact(id="f-2", content="User went on a trip", source_ids=["h1"]),
+    ]
+    retriever = EvidenceRetriever()
+    full = retriever.rank("Svalbard sailing", facts, history)
+    none_before = retriever.rank("Svalbard sailing", facts, history, only_before=0)
+    assert [r.item.id for r in none_before] == ["f-2"]
+    assert [r.item.id for r in full if r.is_fact] == ["f-2"]
+    assert none_before[0].score == full[0].score
