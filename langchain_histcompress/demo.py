@@ -915,8 +915,7 @@ def build_demo_graph(
         return {"messages": [message]}
 
     graph = StateGraph(DemoState)
-    # The node reads any state mapping; LangGraph's stubs want the state type itself.
-    graph.add_node("extract_facts", facts)  # type: ignore[type-var]
+    graph.add_node("extract_facts", facts)
     graph.add_node("compress", RoundCompressionNode(compressor))
     graph.add_node("rephrase", rephrase)
     graph.add_node("model", answer)

@@ -43,10 +43,11 @@ from typing import Annotated, Any
 
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.store.base import BaseStore, Item, PutOp
 from typing_extensions import TypedDict
 
+from langchain_histcompress._graph_node import GraphNode
 from langchain_histcompress._model_edge import Steps, Twin, arun_steps, run_steps
 from langchain_histcompress.errors import ConfigurationError, StorageError
 from langchain_histcompress.facts import (
@@ -153,7 +154,7 @@ class _Plan:
     pending_rounds: int
 
 
-class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
+class FactExtractionNode(GraphNode):
     """LangGraph node extracting facts from completed, unprocessed rounds.
 
     Use it as ``graph.add_node("facts", node)``; it supports ``invoke`` and ``ainvoke``
@@ -295,23 +296,9 @@ class FactExtractionNode(Runnable[Mapping[str, Any], dict[str, Any]]):
         self.namespace_prefix = tuple(namespace_prefix)
         self.name = name
         self._now = now
-        self._runnable: Runnable[Mapping[str, Any], dict[str, Any]] = RunnableLambda(
-            self._run, afunc=self._arun, name=name
-        )
+        self._bind_body(name)
 
     # -- runnable faces ----------------------------------------------------------------
-
-    def invoke(
-        self, input: Mapping[str, Any], config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Run the node on a state and return the state update."""
-        return self._runnable.invoke(input, config, **kwargs)
-
-    async def ainvoke(
-        self, input: Mapping[str, Any], config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Async `invoke` (async model and store calls)."""
-        return await self._runnable.ainvoke(input, config, **kwargs)
 
     def __call__(
         self, state: Mapping[str, Any], config: RunnableConfig | None = None

@@ -71,11 +71,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph.message import add_messages
 from pydantic import ValidationError
 from typing_extensions import NotRequired, Required
 
+from langchain_histcompress._graph_node import GraphNode
 from langchain_histcompress.compressor import (
     CompressionResult,
     RoundCompressor,
@@ -371,7 +372,7 @@ def _check_key(label: str, value: object) -> str:
     return value
 
 
-class RoundCompressionNode(Runnable[Any, dict[str, Any]]):
+class RoundCompressionNode(GraphNode):
     """LangGraph node that folds due rounds into a running summary kept in graph state.
 
     Add it with ``graph.add_node("compress", node)`` before the model node; it runs under
@@ -468,9 +469,7 @@ class RoundCompressionNode(Runnable[Any, dict[str, Any]]):
         self.on_error: OnError = on_error
         self.name = _check_key("name", name)
         self._node_name = name
-        self._runnable: Runnable[Any, dict[str, Any]] = RunnableLambda(
-            self._run, afunc=self._arun, name=name
-        )
+        self._bind_body(name)
 
     def __repr__(self) -> str:
         """Show the configuration (never message content)."""
@@ -481,18 +480,6 @@ class RoundCompressionNode(Runnable[Any, dict[str, Any]]):
         )
 
     # -- runnable faces ----------------------------------------------------------------
-
-    def invoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Run the node on a state and return the state update."""
-        return self._runnable.invoke(input, config, **kwargs)
-
-    async def ainvoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Async `invoke` (the summarizer is awaited)."""
-        return await self._runnable.ainvoke(input, config, **kwargs)
 
     def as_pre_model_hook(self) -> RoundCompressionNode:
         """A copy of this node for ``create_react_agent(..., pre_model_hook=...)``.

@@ -69,6 +69,7 @@ from langchain_core.runnables import (
 from langchain_core.vectorstores import VectorStore
 from typing_extensions import TypedDict
 
+from langchain_histcompress._graph_node import GraphNode
 from langchain_histcompress._model_edge import (
     INTERNAL_TAGS,
     TIMEOUT_ERRORS,
@@ -1181,7 +1182,7 @@ def create_conversational_rag_chain(
     )
 
 
-class HistoryRephraseNode(Runnable[Any, dict[str, Any]]):
+class HistoryRephraseNode(GraphNode):
     """A LangGraph node writing a standalone question for the latest user message.
 
     Reads ``messages`` from the state, takes the last ``HumanMessage`` as the question and
@@ -1260,9 +1261,7 @@ class HistoryRephraseNode(Runnable[Any, dict[str, Any]]):
         self.output_key = output_key
         self.summary_key = summary_key
         self.metadata_key = metadata_key
-        self._runnable: Runnable[Any, dict[str, Any]] = RunnableLambda(
-            self._run, afunc=self._arun, name="HistoryRephraseNode"
-        )
+        self._bind_body("HistoryRephraseNode")
 
     def _read(self, state: Any) -> tuple[str, list[BaseMessage], object]:
         def get(key: str) -> Any:
@@ -1290,15 +1289,3 @@ class HistoryRephraseNode(Runnable[Any, dict[str, Any]]):
 
     async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         return self._update(await self._engine.arun(*self._read(state), config))
-
-    def invoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Rephrase the state's latest question; return the state update."""
-        return self._runnable.invoke(input, config, **kwargs)
-
-    async def ainvoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Async twin of `invoke`."""
-        return await self._runnable.ainvoke(input, config, **kwargs)
