@@ -37,6 +37,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Sequence
@@ -524,6 +525,33 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
+def enable_wal(
+    conn: sqlite3.Connection,
+    *,
+    timeout: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Switch ``conn``'s database to WAL, waiting out other processes doing the same.
+
+    Changing the journal mode needs an exclusive lock and SQLite does not call the busy
+    handler for it, so two processes opening a fresh file at once can get "database is
+    locked" immediately; retry with backoff until ``timeout`` seconds have passed.
+    """
+    deadline = clock() + timeout
+    delay = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL").fetchall()
+            return
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or clock() >= deadline:
+                raise
+        sleep(delay)
+        delay = min(delay * 2, 0.25)
+
+
 class SQLHistoryStore(HistoryStore):
     """A `HistoryStore` (and `SummaryStore`) on SQLite or PostgreSQL.
 
@@ -609,7 +637,7 @@ class SQLHistoryStore(HistoryStore):
         )
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         if not self.spec.is_memory:
-            conn.execute("PRAGMA journal_mode = WAL")
+            enable_wal(conn, timeout=self.busy_timeout)
             conn.execute("PRAGMA synchronous = NORMAL")
         return conn
 

@@ -617,3 +617,46 @@ def test_threads_with_separate_stores_on_one_file(tmp_path: Path) -> None:
     assert len(ids) == len(set(ids)) == 60
     seqs = [r[1] for r in sqlite_dump(path, "histcompress_messages", "s")]
     assert seqs == list(range(1, 61))
+
+
+class _LockedThenFine:
+    """A connection whose journal-mode change is refused while another process holds it."""
+
+    def __init__(self, refusals: int, message: str = "database is locked") -> None:
+        self.refusals = refusals
+        self.message = message
+        self.attempts = 0
+
+    def execute(self, sql: str) -> Any:
+        assert sql == "PRAGMA journal_mode = WAL"
+        self.attempts += 1
+        if self.attempts <= self.refusals:
+            raise sqlite3.OperationalError(self.message)
+        return self
+
+    def fetchall(self) -> list[tuple[str]]:
+        return [("wal",)]
+
+
+def test_enable_wal_waits_out_a_concurrent_opener() -> None:
+    from langchain_histcompress.storage.sql import enable_wal
+
+    conn = _LockedThenFine(refusals=3)
+    sleeps: list[float] = []
+    enable_wal(conn, timeout=5.0, sleep=sleeps.append, clock=lambda: 0.0)  # type: ignore[arg-type]
+    assert conn.attempts == 4
+    assert sleeps == [0.005, 0.01, 0.02]
+
+
+def test_enable_wal_gives_up_after_the_timeout_and_never_retries_other_errors() -> None:
+    from langchain_histcompress.storage.sql import enable_wal
+
+    now = iter([0.0, 1.0, 2.5])
+    conn = _LockedThenFine(refusals=99)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        enable_wal(conn, timeout=2.0, sleep=lambda _: None, clock=lambda: next(now))  # type: ignore[arg-type]
+    assert conn.attempts == 2
+    other = _LockedThenFine(refusals=1, message="disk I/O error")
+    with pytest.raises(sqlite3.OperationalError, match="disk"):
+        enable_wal(other, timeout=2.0, sleep=lambda _: None)  # type: ignore[arg-type]
+    assert other.attempts == 1
