@@ -4,8 +4,19 @@ Everything that stands between the package and a model call is written here once
 
 * the config of internal calls (`INTERNAL_TAGS`, `internal_config`): tags that keep their
   tokens out of the user's stream, a run name, call metadata, a copy of the caller's config;
-* error handling: `is_transient_error`, `retry_after`, `describe_error`, and the bounded
-  `RetryPolicy` (exponential backoff, server ``retry-after`` capped, injectable sleeps);
+* error handling: `is_transient_error`, `retry_after` (``retry-after-ms``, ``retry-after``
+  in seconds or as an HTTP date), `describe_error`, and the bounded `RetryPolicy`
+  (exponential backoff, never retrying before the server allows, injectable sleeps);
+* the retry budget: `internal_model` gives every internal call a copy of the model whose own
+  client neither retries nor waits longer than the package's timeout, so the package's
+  ``max_retries`` is the whole budget (``1 + max_retries`` requests per internal call);
+  streaming is off for internal calls (one complete answer, with its usage), and the output
+  is capped (``max_tokens``) when the model has that setting;
+* reading answers: `check_answer` turns a cut-off (``finish_reason="length"``) or refused
+  (OpenAI ``refusal``, ``content_filter``) answer into an `UnusableAnswerError`, which
+  callers retry like any other unusable answer;
+* failure accounting: `report_failure` records every internal call that gave up into the
+  lists opened by `recording_failures` (the benchmark counts them per strategy);
 * per-call timeouts: `call_with_timeout` (sync, on reused daemon worker threads, see
   `submit_to_worker`) and `await_with_timeout` (async, ``asyncio.wait_for``), both raising
   `ModelTimeoutError`;
@@ -41,12 +52,14 @@ import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, cast
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
 
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 
@@ -54,24 +67,33 @@ __all__ = [
     "INTERNAL_TAGS",
     "TIMEOUT_ERRORS",
     "Effect",
+    "InternalFailure",
+    "MalformedAnswerError",
     "ModelCall",
     "ModelTimeoutError",
     "Pause",
+    "RefusedAnswerError",
     "RetryPolicy",
     "Steps",
+    "TruncatedAnswerError",
     "Twin",
+    "UnusableAnswerError",
     "arun_steps",
     "await_with_timeout",
     "call_with_timeout",
+    "check_answer",
     "describe_error",
     "find_json_object",
     "internal_config",
+    "internal_model",
     "is_refusal",
     "is_transient_error",
     "json_fenced_blocks",
     "json_values",
     "model_name",
     "output_text",
+    "recording_failures",
+    "report_failure",
     "retry_after",
     "run_steps",
     "strip_think",
@@ -248,8 +270,23 @@ def is_transient_error(exc: BaseException) -> bool:
     return False
 
 
-def retry_after(exc: BaseException) -> float | None:
-    """The server's ``retry-after`` hint in seconds (from ``exc.response.headers``), if any.
+def _header(headers: object, name: str) -> str | None:
+    getter = getattr(headers, "get", None)
+    if not callable(getter):
+        return None
+    try:
+        value = getter(name)
+    except Exception:  # a foreign headers object
+        return None
+    return value if isinstance(value, str) else None
+
+
+def retry_after(exc: BaseException, *, now: float | None = None) -> float | None:
+    """The server's wait hint in seconds (from ``exc.response.headers``), if any.
+
+    Read in this order: ``retry-after-ms`` (milliseconds, as OpenAI sends it), then
+    ``retry-after`` as seconds or as an HTTP date (relative to ``now``, default the wall
+    clock; a date in the past means 0). Unreadable values are ignored.
 
     Example:
         >>> class Response:
@@ -258,15 +295,39 @@ def retry_after(exc: BaseException) -> float | None:
         ...     response = Response()
         >>> retry_after(RateLimitError()), retry_after(ValueError())
         (7.0, None)
+        >>> Response.headers = {"retry-after-ms": "250"}
+        >>> retry_after(RateLimitError())
+        0.25
+        >>> Response.headers = {"retry-after": "Thu, 01 Jan 1970 00:01:40 GMT"}
+        >>> retry_after(RateLimitError(), now=90.0)
+        10.0
     """
     headers = getattr(getattr(exc, "response", None), "headers", None)
-    if not isinstance(headers, Mapping) and not hasattr(headers, "get"):
+    if headers is None:
+        return None
+    millis = _header(headers, "retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis) / 1000.0
+        except ValueError:
+            value = -1.0
+        if value >= 0 and value == value:  # not NaN
+            return value
+    text = _header(headers, "retry-after")
+    if text is None:
         return None
     try:
-        value = headers.get("retry-after")  # type: ignore[union-attr]
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        current = time.time() if now is None else now
+        return max(0.0, when.timestamp() - current)
+    return seconds if seconds >= 0 else None
 
 
 def describe_error(exc: BaseException) -> str:
@@ -287,8 +348,10 @@ class RetryPolicy:
     """Bounded retries of transient model errors with exponential backoff.
 
     Attempts are numbered from 1. After attempt ``n`` fails with a transient error and
-    ``n <= max_retries``, the wait is ``backoff * 2 ** (n - 1)``, raised to the server's
-    ``retry-after`` hint when that is longer, and never above ``max_backoff``.
+    ``n <= max_retries``, the wait is ``backoff * 2 ** (n - 1)`` (at most ``max_backoff``),
+    raised to the server's `retry_after` hint when that is longer. A hint longer than
+    ``max_backoff`` is never cut short: the call gives up instead (retrying before the
+    server allows only buys another rejection).
 
     Example:
         >>> policy = RetryPolicy(max_retries=2, backoff=1.0, max_backoff=3.0)
@@ -296,6 +359,8 @@ class RetryPolicy:
         [1.0, 2.0, None]
         >>> policy.delay(KeyError("bug"), 1) is None
         True
+        >>> policy.why_not(KeyError("bug"), 1)
+        'not retried'
     """
 
     max_retries: int = 2
@@ -303,7 +368,7 @@ class RetryPolicy:
     backoff: float = 1.0
     """Wait before the first retry, in seconds; doubles per retry."""
     max_backoff: float = 30.0
-    """Upper bound on one wait (also caps a server's ``retry-after``)."""
+    """Upper bound on one wait; a server asking for a longer wait ends the retries."""
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
     """Sync sleep function (injectable for tests)."""
     async_sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, compare=False)
@@ -327,19 +392,270 @@ class RetryPolicy:
         """Seconds to wait before retrying after ``attempt`` failed with ``exc``.
 
         Returns:
-            The wait, or ``None`` when ``exc`` is not transient or no retry is left.
+            The wait, or ``None`` when ``exc`` is not transient, no retry is left, or the
+            server asked for a wait longer than ``max_backoff``.
         """
         if not is_transient_error(exc) or attempt > self.max_retries:
             return None
         wait = min(self.backoff * 2.0 ** (attempt - 1), self.max_backoff)
         hinted = retry_after(exc)
         if hinted is not None:
-            wait = min(max(wait, hinted), self.max_backoff)
+            if hinted > self.max_backoff:
+                return None
+            wait = max(wait, hinted)
         return wait
+
+    def why_not(self, exc: BaseException, attempt: int) -> str:
+        """Why `delay` gave ``None`` after ``attempt`` (for error messages)."""
+        if not is_transient_error(exc):
+            return "not retried"
+        hinted = retry_after(exc)
+        if hinted is not None and hinted > self.max_backoff and attempt <= self.max_retries:
+            return (
+                f"the server asked to wait {hinted:.3g} s, longer than max_backoff "
+                f"({self.max_backoff:.3g} s); not retried"
+            )
+        return f"after {attempt} attempts"
 
     def pause(self, seconds: float) -> Pause:
         """The `Pause` effect waiting ``seconds`` with this policy's sleep functions."""
         return Pause(seconds, self.sleep, self.async_sleep)
+
+
+# --------------------------------------------------------------------------- unusable answers
+
+
+class UnusableAnswerError(Exception):
+    """The model answered, but the answer cannot be used (retried like garbage output).
+
+    Attributes:
+        reason: A short machine-readable reason (``truncated``, ``refusal``, ``malformed``).
+    """
+
+    reason = "unusable"
+
+    def __init__(self, message: str) -> None:
+        """Record the message."""
+        super().__init__(message)
+
+
+class TruncatedAnswerError(UnusableAnswerError):
+    """The answer was cut off by the output limit (``finish_reason="length"``)."""
+
+    reason = "truncated"
+
+
+class RefusedAnswerError(UnusableAnswerError):
+    """The provider reported a refusal (OpenAI ``refusal`` field, ``content_filter``)."""
+
+    reason = "refusal"
+
+
+class MalformedAnswerError(UnusableAnswerError):
+    """The provider's response body could not be read (not JSON, cut off)."""
+
+    reason = "malformed"
+
+
+_LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length"})
+_REFUSAL_REASONS = frozenset({"content_filter", "refusal", "safety"})
+
+
+def _finish_reason(message: BaseMessage) -> str | None:
+    metadata = message.response_metadata or {}
+    for key in ("finish_reason", "stop_reason"):
+        value = metadata.get(key)
+        if isinstance(value, str) and value:
+            return value.lower()
+    return None
+
+
+def _refusal_text(message: BaseMessage) -> str | None:
+    refusal = (message.additional_kwargs or {}).get("refusal")
+    if isinstance(refusal, str) and refusal.strip():
+        return refusal
+    if isinstance(message.content, list):
+        for block in message.content:
+            if isinstance(block, Mapping) and block.get("type") == "refusal":
+                return str(block.get("refusal") or "refused")
+    return None
+
+
+def check_answer(output: object) -> None:
+    """Raise when a model answer was cut off or refused by the provider.
+
+    Looks at the message's ``finish_reason`` / ``stop_reason`` (``length``, ``max_tokens``:
+    cut off; ``content_filter``: refused) and at OpenAI's ``refusal`` field (in
+    ``additional_kwargs`` or as a ``refusal`` content block). Anything that is not a
+    message passes.
+
+    Raises:
+        TruncatedAnswerError: The answer stopped at the output limit.
+        RefusedAnswerError: The provider delivered a refusal instead of an answer.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage
+        >>> check_answer(AIMessage("fine", response_metadata={"finish_reason": "stop"}))
+        >>> try:
+        ...     check_answer(AIMessage("And how much does a",
+        ...                            response_metadata={"finish_reason": "length"}))
+        ... except TruncatedAnswerError as exc:
+        ...     print(exc.reason)
+        truncated
+    """
+    if not isinstance(output, BaseMessage):
+        return
+    refusal = _refusal_text(output)
+    if refusal is not None:
+        msg = "the model refused (refusal field)"
+        raise RefusedAnswerError(msg)
+    reason = _finish_reason(output)
+    if reason in _LENGTH_REASONS:
+        msg = f"the answer was cut off at the output limit (finish_reason={reason!r})"
+        raise TruncatedAnswerError(msg)
+    if reason in _REFUSAL_REASONS:
+        msg = f"the provider withheld the answer (finish_reason={reason!r})"
+        raise RefusedAnswerError(msg)
+
+
+def _unusable_from(exc: Exception) -> UnusableAnswerError | None:
+    """The unusable-answer error an exception of a model call stands for, if any."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "LengthFinishReasonError" in names:
+        return TruncatedAnswerError("the answer was cut off at the output limit")
+    if names & {"ContentFilterFinishReasonError", "OpenAIRefusalError"}:
+        return RefusedAnswerError("the provider refused or filtered the answer")
+    if isinstance(exc, json.JSONDecodeError) or "APIResponseValidationError" in names:
+        return MalformedAnswerError(f"the response body could not be read ({type(exc).__name__})")
+    return None
+
+
+# --------------------------------------------------------------------------- the retry budget
+
+
+def _client_without_retries(client: object, timeout: float | None) -> object | None:
+    """``client.with_options(max_retries=0[, timeout=...])`` for OpenAI-style SDK clients."""
+    with_options = getattr(client, "with_options", None)
+    if client is None or not callable(with_options):
+        return None
+    options: dict[str, Any] = {"max_retries": 0}
+    if timeout is not None:
+        options["timeout"] = timeout
+    try:
+        return cast(object, with_options(**options))
+    except Exception:  # pragma: no cover - an SDK without these options
+        logger.debug("the model client took no per-call options; its own retries remain")
+        return None
+
+
+def _chat_model_for_internal_call(
+    model: BaseChatModel, timeout: float | None, max_output_tokens: int | None
+) -> BaseChatModel:
+    fields = type(model).model_fields
+    updates: dict[str, Any] = {"disable_streaming": True}
+    if "streaming" in fields and getattr(model, "streaming", False):
+        updates["streaming"] = False
+    if "max_retries" in fields and getattr(model, "max_retries", None) != 0:
+        updates["max_retries"] = 0
+    if max_output_tokens is not None and "max_tokens" in fields:
+        current = getattr(model, "max_tokens", None)
+        if not isinstance(current, int) or isinstance(current, bool) or current > max_output_tokens:
+            updates["max_tokens"] = max_output_tokens
+    for root, resource in (("root_client", "client"), ("root_async_client", "async_client")):
+        if root in fields:
+            client = _client_without_retries(getattr(model, root, None), timeout)
+            if client is not None:
+                updates[root] = client
+                updates[resource] = client.chat.completions  # type: ignore[attr-defined]
+    return model.model_copy(update=updates)
+
+
+def internal_model(
+    runnable: Runnable[Any, Any],
+    *,
+    timeout: float | None = None,
+    max_output_tokens: int | None = None,
+) -> Runnable[Any, Any]:
+    """The model as one internal call uses it: no client retries, no streaming, capped output.
+
+    The package owns the retry budget of its internal calls. For a LangChain chat model (or
+    a binding of one) a shallow copy is returned, made per call, so later changes to the
+    caller's model are seen, with:
+
+    * ``max_retries=0`` where the model has that field, and for OpenAI-style clients
+      (``ChatOpenAI``, ``AzureChatOpenAI``: ``root_client.with_options``) a client that
+      never retries and gives up after ``timeout`` seconds without a byte from the server
+      (it closes the connection; the package's own timeout stays the overall bound);
+    * streaming off (``disable_streaming``): one complete answer carrying its usage and
+      finish reason, even while a graph streams;
+    * ``max_tokens`` lowered to ``max_output_tokens`` where the model has that field.
+
+    Anything else (a plain runnable, a chain) is returned unchanged.
+
+    Example:
+        >>> from langchain_openai import ChatOpenAI
+        >>> model = ChatOpenAI(model="gpt-4o-mini", api_key="sk-test", max_retries=5)
+        >>> copy = internal_model(model, timeout=20.0, max_output_tokens=300)
+        >>> copy.root_client.max_retries, copy.max_tokens, copy.disable_streaming
+        (0, 300, True)
+        >>> model.root_client.max_retries, model.max_tokens
+        (5, None)
+    """
+    if isinstance(runnable, BaseChatModel):
+        return _chat_model_for_internal_call(runnable, timeout, max_output_tokens)
+    if isinstance(runnable, RunnableBinding) and isinstance(runnable.bound, BaseChatModel):
+        bound = _chat_model_for_internal_call(runnable.bound, timeout, max_output_tokens)
+        return runnable.model_copy(update={"bound": bound})
+    return runnable
+
+
+# --------------------------------------------------------------------------- failure accounting
+
+
+@dataclass(frozen=True)
+class InternalFailure:
+    """One internal call that gave up (its caller then failed or fell back)."""
+
+    call: str
+    """What the call did: ``summarize``, ``extract_facts`` or ``rephrase``."""
+    error: str
+    """Why it gave up (error class or unusable-answer reason; never content)."""
+    attempts: int
+    """Requests it made."""
+
+
+_FAILURE_SINKS: contextvars.ContextVar[tuple[list[InternalFailure], ...]] = contextvars.ContextVar(
+    "histcompress_failure_sinks", default=()
+)
+
+
+@contextmanager
+def recording_failures() -> Iterator[list[InternalFailure]]:
+    """Collect the internal calls that give up inside the block (this context only).
+
+    Example:
+        >>> with recording_failures() as failures:
+        ...     report_failure("summarize", "AuthenticationError", 1)
+        >>> [(f.call, f.error) for f in failures]
+        [('summarize', 'AuthenticationError')]
+    """
+    failures: list[InternalFailure] = []
+    token = _FAILURE_SINKS.set((*_FAILURE_SINKS.get(), failures))
+    try:
+        yield failures
+    finally:
+        _FAILURE_SINKS.reset(token)
+
+
+def report_failure(call: str, error: str, attempts: int) -> None:
+    """Record that an internal call gave up, in every open `recording_failures` list.
+
+    Example:
+        >>> report_failure("rephrase", "timeout", 1)  # nobody records: nothing happens
+    """
+    failure = InternalFailure(call, error, attempts)
+    for sink in _FAILURE_SINKS.get():
+        sink.append(failure)
 
 
 # --------------------------------------------------------------------------- timeouts
@@ -501,7 +817,14 @@ class Effect(Protocol[T_co]):
 
 @dataclass(frozen=True)
 class ModelCall:
-    """Effect: invoke a model (or any runnable) once, within an optional timeout."""
+    """Effect: one request of an internal call, within an optional timeout.
+
+    The model is adapted per request (`internal_model`: no client retries, no streaming,
+    ``max_output_tokens``) and its answer is checked (`check_answer`): a cut-off, refused or
+    malformed answer raises an `UnusableAnswerError`. With ``structured`` the runnable is a
+    ``with_structured_output(..., include_raw=True)`` chain: its raw answer is checked, a
+    parsing error is an `UnusableAnswerError`, and the parsed value is the result.
+    """
 
     runnable: Runnable[Any, Any]
     """The model to call."""
@@ -513,18 +836,57 @@ class ModelCall:
     """Seconds to wait for the answer (``None``: no limit)."""
     what: str = "model"
     """Names the caller in timeout messages."""
+    max_output_tokens: int | None = None
+    """Output cap of the request (``max_tokens``, where the model has it)."""
+    structured: bool = False
+    """The runnable answers ``{"raw", "parsed", "parsing_error"}`` (structured output)."""
+
+    def _runnable(self) -> Runnable[Any, Any]:
+        return internal_model(
+            self.runnable, timeout=self.timeout, max_output_tokens=self.max_output_tokens
+        )
+
+    def _result(self, output: Any) -> Any:
+        if not self.structured or not isinstance(output, Mapping) or "raw" not in output:
+            check_answer(output)
+            return output
+        check_answer(output.get("raw"))
+        error = output.get("parsing_error")
+        if error is not None:
+            unusable = _unusable_from(error) if isinstance(error, Exception) else None
+            if unusable is not None:
+                raise unusable
+            msg = f"the structured answer did not parse ({type(error).__name__})"
+            raise MalformedAnswerError(msg)
+        return output.get("parsed")
 
     def run(self) -> Any:
         """``invoke`` (on a worker thread when there is a timeout)."""
-        return call_with_timeout(
-            lambda: self.runnable.invoke(self.input, self.config), self.timeout, what=self.what
-        )
+        runnable = self._runnable()
+        try:
+            output = call_with_timeout(
+                lambda: runnable.invoke(self.input, self.config), self.timeout, what=self.what
+            )
+        except Exception as exc:
+            unusable = _unusable_from(exc)
+            if unusable is None:
+                raise
+            raise unusable from exc
+        return self._result(output)
 
     async def arun(self) -> Any:
         """``await ainvoke`` (under ``asyncio.wait_for`` when there is a timeout)."""
-        return await await_with_timeout(
-            self.runnable.ainvoke(self.input, self.config), self.timeout, what=self.what
-        )
+        runnable = self._runnable()
+        try:
+            output = await await_with_timeout(
+                runnable.ainvoke(self.input, self.config), self.timeout, what=self.what
+            )
+        except Exception as exc:
+            unusable = _unusable_from(exc)
+            if unusable is None:
+                raise
+            raise unusable from exc
+        return self._result(output)
 
 
 @dataclass(frozen=True)

@@ -58,11 +58,13 @@ from langchain_histcompress._model_edge import (
     ModelCall,
     RetryPolicy,
     Steps,
+    UnusableAnswerError,
     arun_steps,
     internal_config,
     json_fenced_blocks,
     json_values,
     output_text,
+    report_failure,
     run_steps,
     strip_think,
 )
@@ -76,6 +78,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CONFIDENCE",
     "FACT_EXTRACTION_PROMPT_VERSION",
+    "FACT_EXTRACTION_RUN_NAME",
     "FACT_TYPES",
     "ExtractionReport",
     "ExtractionResult",
@@ -89,6 +92,7 @@ __all__ = [
     "apply_fact_ops",
     "build_extraction_prompt",
     "fact_id_for",
+    "fact_output_cap",
     "facts_from_state",
     "facts_to_state",
     "merge_facts",
@@ -123,7 +127,10 @@ call or its output failed, nothing written; ``skipped``: nothing to process, no 
 MAX_SUPERSEDED = 10
 """How many previous contents a fact keeps in ``supersedes`` (the newest ones)."""
 
-_MAX_BACKOFF = 30.0  # longest wait before a retry (also caps a server's retry-after)
+_MAX_BACKOFF = 30.0  # longest wait before a retry; a server asking for more ends the retries
+
+FACT_EXTRACTION_RUN_NAME = "histcompress_extract_facts"
+"""Run name of every fact-extraction call (visible in tracing)."""
 
 _UNCERTAIN_ALIASES = frozenset(
     {
@@ -1097,6 +1104,32 @@ class ExtractionResult:
         return self.update.writes() if self.update is not None else []
 
 
+def fact_output_cap(
+    max_ops: int, max_content_chars: int, max_output_tokens: int | Literal["auto"] | None = "auto"
+) -> int | None:
+    """The output cap of an extraction call: explicit, derived from the fact budget, or none.
+
+    ``"auto"`` allows ``max_ops`` operations of ``max_content_chars`` characters (about 4
+    per token) plus 48 tokens of JSON each, at most 4096 tokens.
+
+    Example:
+        >>> fact_output_cap(50, 500), fact_output_cap(10, 200), fact_output_cap(10, 200, None)
+        (4096, 980, None)
+    """
+    if max_output_tokens == "auto":
+        return min(4096, max_ops * (max_content_chars // 4 + 48))
+    if max_output_tokens is None:
+        return None
+    if (
+        isinstance(max_output_tokens, bool)
+        or not isinstance(max_output_tokens, int)
+        or max_output_tokens < 1
+    ):
+        msg = f"max_output_tokens must be 'auto', None or an int >= 1, got {max_output_tokens!r}"
+        raise ConfigurationError(msg)
+    return max_output_tokens
+
+
 @dataclass(frozen=True)
 class _Call:
     prompt: list[BaseMessage]
@@ -1110,15 +1143,23 @@ class FactExtractor:
     """Extract fact operations from new messages with a model and apply them.
 
     Sync `extract` and async `aextract` share everything but the model call. Transient
-    errors (timeouts, connection errors, 408/409/425/429/5xx) are retried up to
-    ``max_retries`` times (exponential backoff; a server's ``retry-after`` is honoured; no
-    wait exceeds 30 s); other errors and malformed output give a ``failed`` result that
-    changes nothing (or raise `SummarizationError` with ``raise_on_error=True``).
+    errors (timeouts, connection errors, 408/409/425/429/5xx) and unusable answers (empty,
+    malformed, refused, cut off at the output cap) are retried up to ``max_retries`` times
+    (exponential backoff for errors; a server's ``retry-after`` is honoured, and one asking
+    for more than 30 s ends the retries); other errors, and the last unusable answer, give a
+    ``failed`` result that changes nothing (or raise `SummarizationError` with
+    ``raise_on_error=True``). ``max_retries`` is the whole budget: the model's own client
+    retries are turned off for these calls, so one extraction costs at most
+    ``1 + max_retries`` requests.
 
     Args:
         model: A chat model (or any runnable taking messages and returning a message).
-        max_retries: Retries of transient errors (0 = one attempt).
+        max_retries: Retries after the first attempt (0 = one attempt).
         retry_backoff: Seconds before the first retry, doubled each time (0 = no wait).
+        timeout: Seconds to wait for one answer (``None``: no limit); see `Summarizer`.
+        max_output_tokens: Output cap of each call (``max_tokens``, where the model has
+            it); ``"auto"`` derives it from ``max_ops`` and ``max_content_chars`` (at most
+            4096, see `fact_output_cap`); ``None``: no cap.
         raise_on_error: Raise `SummarizationError` instead of returning ``failed``.
         max_prompt_facts: At most this many current facts are shown, the most relevant to
             the new messages first (BM25 unless ``fact_retriever`` is given).
@@ -1145,6 +1186,8 @@ class FactExtractor:
         *,
         max_retries: int = 2,
         retry_backoff: float = 0.5,
+        timeout: float | None = 60.0,
+        max_output_tokens: int | Literal["auto"] | None = "auto",
         raise_on_error: bool = False,
         max_prompt_facts: int = 100,
         max_ops: int = 50,
@@ -1180,6 +1223,12 @@ class FactExtractor:
         if not isinstance(retry_backoff, int | float) or retry_backoff < 0:
             msg = f"retry_backoff must be a number >= 0, got {retry_backoff!r}"
             raise ConfigurationError(msg)
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            msg = f"timeout must be a positive number of seconds or None, got {timeout!r}"
+            raise ConfigurationError(msg)
+        self.max_output_tokens = fact_output_cap(max_ops, max_content_chars, max_output_tokens)
         ttls: dict[str, timedelta] = {}
         for key, ttl in (ttl_by_type or {}).items():
             if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
@@ -1192,6 +1241,7 @@ class FactExtractor:
         self.model = model
         self.max_retries = max_retries
         self.retry_backoff = float(retry_backoff)
+        self.timeout = None if timeout is None else float(timeout)
         self.raise_on_error = raise_on_error
         self.max_prompt_facts = max_prompt_facts
         self.max_ops = max_ops
@@ -1260,6 +1310,7 @@ class FactExtractor:
     ) -> ExtractionResult:
         error_type = type(exc).__name__
         logger.warning("fact extraction failed (%s) after %d call(s)", error_type, attempts)
+        report_failure("extract_facts", error_type, attempts)
         if self.raise_on_error:
             msg = f"fact extraction failed: {what} ({error_type})"
             raise SummarizationError(msg) from exc
@@ -1273,18 +1324,15 @@ class FactExtractor:
         return ExtractionResult(report, call.facts)
 
     def _finish(self, call: _Call, output: object, attempts: int) -> ExtractionResult:
-        try:
-            ops, rejected = parse_extraction_output(
-                output,
-                shown_fact_ids=call.shown_ids,
-                message_ids=call.message_ids,
-                max_ops=self.max_ops,
-                max_content_chars=self.max_content_chars,
-                ttl_by_type=self.ttl_by_type,
-                now=call.now,
-            )
-        except _MalformedOutputError as exc:
-            return self._failed(call, exc, attempts, f"malformed output: {exc}")
+        ops, rejected = parse_extraction_output(  # _MalformedOutputError: see _steps
+            output,
+            shown_fact_ids=call.shown_ids,
+            message_ids=call.message_ids,
+            max_ops=self.max_ops,
+            max_content_chars=self.max_content_chars,
+            ttl_by_type=self.ttl_by_type,
+            now=call.now,
+        )
         rejected_dicts = tuple(r.to_dict() for r in rejected)
         if not ops and not rejected:
             report = ExtractionReport(
@@ -1295,6 +1343,7 @@ class FactExtractor:
             error = _InvalidOperationsError(f"all {len(rejected)} operations were rejected")
             if self.raise_on_error:
                 return self._failed(call, error, attempts, str(error))
+            report_failure("extract_facts", type(error).__name__, attempts)
             report = ExtractionReport(
                 status="failed",
                 rejected=rejected_dicts,
@@ -1342,22 +1391,41 @@ class FactExtractor:
         return ExtractionResult(report, update.facts, update, tuple(ops))
 
     def _steps(self, call: _Call, config: RunnableConfig | None) -> Steps[ExtractionResult]:
-        """Call, retry transient errors, apply: shared by `extract` and `aextract`."""
-        child = internal_config(config, call="extract_facts")
+        """Call, retry transient errors and unusable answers, apply: shared by both faces."""
+        child = internal_config(config, call="extract_facts", run_name=FACT_EXTRACTION_RUN_NAME)
         retry = self._retry
         attempt = 0
         while True:
             attempt += 1
+            request = ModelCall(
+                self.model,
+                call.prompt,
+                child,
+                timeout=self.timeout,
+                what="fact extractor",
+                max_output_tokens=self.max_output_tokens,
+            )
             try:
-                output = yield ModelCall(self.model, call.prompt, child)
+                output = yield request
+            except UnusableAnswerError as exc:
+                if attempt > self.max_retries:
+                    return self._failed(call, exc, attempt, f"unusable answer: {exc}")
+                logger.warning("fact extraction attempt %d: %s; retrying", attempt, exc.reason)
+                continue
             except Exception as exc:
                 delay = retry.delay(exc, attempt)
                 if delay is None:
-                    return self._failed(call, exc, attempt, "model call failed")
+                    why = retry.why_not(exc, attempt)
+                    return self._failed(call, exc, attempt, f"model call failed ({why})")
                 if delay:
                     yield retry.pause(delay)
                 continue
-            return self._finish(call, output, attempt)
+            try:
+                return self._finish(call, output, attempt)
+            except _MalformedOutputError as exc:
+                if attempt > self.max_retries:
+                    return self._failed(call, exc, attempt, f"malformed output: {exc}")
+                logger.warning("fact extraction attempt %d gave malformed output", attempt)
 
     # -- faces -----------------------------------------------------------------------
 

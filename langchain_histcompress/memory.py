@@ -177,8 +177,9 @@ class FactExtractionNode(GraphNode):
             config -> tenant parts (see `facts_namespace`).
         namespace_prefix: Store namespace prefix.
         raise_on_error: Raise `SummarizationError` when extraction fails.
-        max_retries: Retries of transient model errors.
+        max_retries: Retries of transient model errors and unusable answers.
         retry_backoff: Seconds before the first retry (doubled each time).
+        timeout: Seconds to wait for one extraction answer (``None``: no limit).
         ttl_by_type: Default lifetime of new facts per type.
         max_prompt_facts: At most this many current facts are shown to the model.
         extractor: A configured `FactExtractor` to use instead of building one from the
@@ -223,6 +224,7 @@ class FactExtractionNode(GraphNode):
         raise_on_error: bool = False,
         max_retries: int = 2,
         retry_backoff: float = 0.5,
+        timeout: float | None = 60.0,
         ttl_by_type: Mapping[str, timedelta] | None = None,
         max_prompt_facts: int = 100,
         extractor: FactExtractor | None = None,
@@ -238,6 +240,7 @@ class FactExtractionNode(GraphNode):
                 model,
                 max_retries=max_retries,
                 retry_backoff=retry_backoff,
+                timeout=timeout,
                 raise_on_error=raise_on_error,
                 ttl_by_type=ttl_by_type,
                 max_prompt_facts=max_prompt_facts,

@@ -20,7 +20,11 @@ documents are rendered with `langchain_histcompress.render.wrap_data`.
 
 Rephrasing is on the read path and fails *open*: a model error, a timeout, or empty,
 over-long, refused or garbled output yields the original question, and the reason is
-reported (``return_metadata=True``) and logged. The rephrasing call is tagged
+reported (``return_metadata=True``) and logged. It costs exactly one request: no retry (the
+model's own client retries are turned off for it too), ``DEFAULT_REPHRASE_TIMEOUT`` seconds
+at most unless configured, and its output is capped (``max_tokens``) at the longest accepted
+rephrasing's length in characters, so a cut-off answer (``finish_reason="length"``) falls
+back instead of being used. The rephrasing call is tagged
 ``langchain_histcompress:internal`` and ``nostream``: LangGraph's ``messages`` stream mode
 skips it, ``astream_events(..., exclude_tags=["langchain_histcompress:internal"])`` hides
 it, and a chain's own ``stream`` output never contains its tokens.
@@ -74,12 +78,16 @@ from langchain_histcompress._model_edge import (
     INTERNAL_TAGS,
     TIMEOUT_ERRORS,
     ModelCall,
+    RefusedAnswerError,
     Steps,
+    TruncatedAnswerError,
     Twin,
+    UnusableAnswerError,
     arun_steps,
     internal_config,
     is_refusal,
     output_text,
+    report_failure,
     run_steps,
     strip_think,
 )
@@ -89,6 +97,7 @@ from langchain_histcompress.rounds import ensure_ids, is_summary_message, split_
 
 __all__ = [
     "DEFAULT_RAG_SYSTEM_PROMPT",
+    "DEFAULT_REPHRASE_TIMEOUT",
     "REPHRASE_TAGS",
     "STANDALONE_QUESTION_PROMPT",
     "SUMMARY_AND_QUESTION_PROMPT",
@@ -117,8 +126,14 @@ RephraseStyle = Literal["standalone_question", "summary_and_question"]
 """Built-in rephrasing prompts: a standalone question, or a very brief summary of the
 conversation followed by the question."""
 
-FallbackReason = Literal["model_error", "timeout", "empty", "too_long", "garbage", "refusal"]
-"""Why the original question was used instead of the model's rephrasing."""
+FallbackReason = Literal[
+    "model_error", "timeout", "empty", "too_long", "garbage", "refusal", "truncated"
+]
+"""Why the original question was used instead of the model's rephrasing (``truncated``: the
+answer was cut off at the output cap)."""
+
+DEFAULT_REPHRASE_TIMEOUT = 10.0
+"""Seconds the rephrasing call may take before the original question is used."""
 
 REPHRASE_TAGS: tuple[str, ...] = INTERNAL_TAGS
 """Tags put on every rephrasing model call so its tokens never stream to the end user (the
@@ -649,6 +664,7 @@ class _Rephraser:
         )
 
     def fallback(self, plan: _Plan, reason: FallbackReason, error: str = "") -> RephraseOutput:
+        report_failure("rephrase", error or reason, 1)
         logger.warning(
             "history rephrasing fell back to the original question: %s%s",
             reason,
@@ -692,11 +708,18 @@ class _Rephraser:
             internal_config(config, call="rephrase", run_name=_REPHRASE_RUN_NAME),
             timeout=self.timeout,
             what="rephraser",
+            max_output_tokens=plan.limit,
         )
         try:
             raw = yield call
         except TIMEOUT_ERRORS:
             return self.fallback(plan, "timeout")
+        except TruncatedAnswerError:
+            return self.fallback(plan, "truncated")
+        except RefusedAnswerError:
+            return self.fallback(plan, "refusal")
+        except UnusableAnswerError as exc:
+            return self.fallback(plan, "garbage", exc.reason)
         except Exception as exc:
             return self.fallback(plan, "model_error", type(exc).__name__)
         return self.finish(plan, raw)
@@ -827,7 +850,7 @@ def create_history_rephraser(
     input_key: str = "input",
     history_key: str = "chat_history",
     summary_key: str | None = "summary",
-    timeout: float | None = None,
+    timeout: float | None = DEFAULT_REPHRASE_TIMEOUT,
     include_tool_messages: bool = False,
     max_message_chars: int | None = _DEFAULT_MAX_MESSAGE_CHARS,
 ) -> Runnable[dict[str, Any], str] | Runnable[dict[str, Any], RephraseOutput]:
@@ -860,7 +883,8 @@ def create_history_rephraser(
         input_key: Input key of the follow-up question.
         history_key: Input key of the history (messages before the question).
         summary_key: Input key of an optional running summary (``None``: never read).
-        timeout: Seconds to wait for the model before falling back (``None``: no limit).
+        timeout: Seconds to wait for the model before falling back (``None``: no limit);
+            default `DEFAULT_REPHRASE_TIMEOUT`.
         include_tool_messages: Show answered tool groups instead of dropping tool plumbing.
         max_message_chars: Per-message character cap in the rendered transcript.
 
@@ -989,7 +1013,7 @@ def create_compact_history_retriever(
     input_key: str = "input",
     history_key: str = "chat_history",
     summary_key: str | None = "summary",
-    timeout: float | None = None,
+    timeout: float | None = DEFAULT_REPHRASE_TIMEOUT,
     include_tool_messages: bool = False,
     max_message_chars: int | None = _DEFAULT_MAX_MESSAGE_CHARS,
 ) -> Runnable[dict[str, Any], CompactRetrievalOutput]:
@@ -1066,7 +1090,7 @@ def create_conversational_rag_chain(
     input_key: str = "input",
     history_key: str = "chat_history",
     summary_key: str | None = "summary",
-    timeout: float | None = None,
+    timeout: float | None = DEFAULT_REPHRASE_TIMEOUT,
     include_tool_messages: bool = False,
     max_message_chars: int | None = _DEFAULT_MAX_MESSAGE_CHARS,
 ) -> Runnable[dict[str, Any], ConversationalRagOutput]:
@@ -1215,7 +1239,7 @@ class HistoryRephraseNode(GraphNode):
         output_key: str = "standalone_question",
         summary_key: str | None = "summary",
         metadata_key: str | None = None,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_REPHRASE_TIMEOUT,
         include_tool_messages: bool = False,
         max_message_chars: int | None = _DEFAULT_MAX_MESSAGE_CHARS,
     ) -> None:

@@ -60,14 +60,17 @@ from langchain_histcompress._model_edge import (
     Pause,
     RetryPolicy,
     Steps,
+    UnusableAnswerError,
     arun_steps,
     describe_error,
     find_json_object,
     internal_config,
+    internal_model,
     is_refusal,
     is_transient_error,
     model_name,
     output_text,
+    report_failure,
     run_steps,
     strip_think,
 )
@@ -88,6 +91,7 @@ __all__ = [
     "build_summary_prompt",
     "is_transient_error",
     "parse_summary_output",
+    "summary_output_cap",
 ]
 
 logger = logging.getLogger(__name__)
@@ -785,6 +789,27 @@ def _render_content(content: dict[str, Any] | str, profile: SummaryProfile) -> s
 # --------------------------------------------------------------------------- calling
 
 
+def summary_output_cap(
+    max_summary_tokens: int, max_output_tokens: int | Literal["auto"] | None = "auto"
+) -> int | None:
+    """The output cap of a summarizer call: explicit, derived from the summary cap, or none.
+
+    ``"auto"`` gives ``max_summary_tokens * 1.5 + 64``: room for the JSON around the
+    summary and for tokenizer differences, while a runaway answer stops early (and is
+    retried) instead of being billed in full.
+
+    Example:
+        >>> summary_output_cap(128), summary_output_cap(128, 500), summary_output_cap(128, None)
+        (256, 500, None)
+    """
+    if max_output_tokens == "auto":
+        return max_summary_tokens + max_summary_tokens // 2 + 64
+    if max_output_tokens is None:
+        return None
+    _check_int("max_output_tokens", max_output_tokens, minimum=1)
+    return max_output_tokens
+
+
 @dataclass(frozen=True)
 class _Request:
     messages: tuple[BaseMessage, ...]
@@ -807,11 +832,20 @@ class Summarizer:
             invoke + robust parsing (not for ``"text"``).
         max_summary_tokens: Cap on the rendered summary's tokens (by ``token_counter``).
         token_counter: Token counter, model name or ``None`` (see `tokens.resolve_counter`).
-        max_retries: Retries after the first attempt (transient errors and unusable answers).
-        timeout: Seconds per model call (async: ``asyncio.wait_for``; sync: a worker thread);
+        max_retries: Retries after the first attempt (transient errors and unusable answers:
+            empty, refused, cut off, unparsable, over the cap). This is the whole budget: the
+            model's own client retries are turned off for these calls (see
+            `_model_edge.internal_model`), so one summary costs at most ``1 + max_retries``
+            requests.
+        timeout: Seconds per model call (async: ``asyncio.wait_for``; sync: a worker thread,
+            and OpenAI-style clients are told the same timeout so they drop the connection);
             ``None`` disables it.
         retry_backoff: First wait before retrying a transient error; doubles per retry.
-        max_backoff: Upper bound on one wait.
+        max_backoff: Upper bound on one wait; a server asking (``Retry-After``) for a longer
+            wait ends the retries.
+        max_output_tokens: Output cap of each call (``max_tokens``, where the model has it).
+            ``"auto"``: derived from ``max_summary_tokens`` (``1.5 x + 64``, room for the
+            JSON around the summary); ``None``: no cap. A cut-off answer is retried.
         instructions: Extra guidance appended to the system prompt.
         sleep: Sync sleep function (injectable for tests).
         async_sleep: Async sleep function (injectable for tests).
@@ -845,6 +879,7 @@ class Summarizer:
         timeout: float | None = 60.0,
         retry_backoff: float = 1.0,
         max_backoff: float = 30.0,
+        max_output_tokens: int | Literal["auto"] | None = "auto",
         instructions: str | None = None,
         sleep: Callable[[float], None] | None = None,
         async_sleep: Callable[[float], Awaitable[None]] | None = None,
@@ -874,9 +909,14 @@ class Summarizer:
             async_sleep=async_sleep or asyncio.sleep,
         )
         self._clock = clock or _utcnow
+        self.max_output_tokens = summary_output_cap(max_summary_tokens, max_output_tokens)
         self._runnable: Runnable[Any, Any] = model
+        self._structured_output = structured_output
         if structured_output:
-            self._runnable = self._structured(model, profile)
+            prepared = internal_model(
+                model, timeout=timeout, max_output_tokens=self.max_output_tokens
+            )
+            self._runnable = self._structured(prepared, profile)
 
     @staticmethod
     def _structured(model: Runnable[Any, Any], profile: SummaryProfile) -> Runnable[Any, Any]:
@@ -896,7 +936,7 @@ class Summarizer:
             msg = f"structured_output=True but {type(model).__name__} has no with_structured_output"
             raise ConfigurationError(msg)
         try:
-            runnable = factory(schema)
+            runnable = factory(schema, include_raw=True)
         except NotImplementedError as exc:
             msg = f"structured_output=True but {type(model).__name__} does not support it"
             raise ConfigurationError(msg) from exc
@@ -984,10 +1024,14 @@ class Summarizer:
         """Return the wait before retrying ``exc``, or raise `SummarizationError`."""
         delay = self._retry.delay(exc, attempt)
         if delay is None:
-            if not is_transient_error(exc):
+            why = self._retry.why_not(exc, attempt)
+            if why == "not retried":
                 msg = f"summarizer model failed ({describe_error(exc)}); not retried"
+            elif why.startswith("after"):
+                msg = f"summarizer model failed {why} ({describe_error(exc)})"
             else:
-                msg = f"summarizer model failed after {attempt} attempts ({describe_error(exc)})"
+                msg = f"summarizer model failed ({describe_error(exc)}): {why}"
+            report_failure("summarize", type(exc).__name__, attempt)
             raise SummarizationError(msg) from exc
         logger.warning(
             "summarizer attempt %d failed with %s; retrying in %.2f s",
@@ -997,9 +1041,12 @@ class Summarizer:
         )
         return self._retry.pause(delay)
 
-    def _after_bad_output(self, problem: _InvalidOutputError, attempt: int) -> str:
+    def _after_bad_output(
+        self, problem: _InvalidOutputError | UnusableAnswerError, attempt: int
+    ) -> str:
         """Return the rejection note for the next attempt, or raise `SummarizationError`."""
         if attempt > self.config.max_retries:
+            report_failure("summarize", "unusable_answer", attempt)
             msg = f"summarizer returned no usable summary after {attempt} attempts: {problem}"
             raise SummarizationError(msg)
         logger.warning("summarizer attempt %d gave an unusable answer: %s", attempt, problem)
@@ -1018,9 +1065,14 @@ class Summarizer:
                 run_config,
                 timeout=self.config.timeout,
                 what="summarizer",
+                max_output_tokens=self.max_output_tokens,
+                structured=self._structured_output,
             )
             try:
                 output = yield call
+            except UnusableAnswerError as problem:
+                rejection = self._after_bad_output(problem, attempt)
+                continue
             except Exception as exc:
                 yield self._after_error(exc, attempt)
                 continue

@@ -153,7 +153,12 @@ def test_retry_policy_backs_off_exponentially_up_to_the_cap() -> None:
 def test_retry_policy_honours_retry_after_within_the_cap() -> None:
     policy = RetryPolicy(max_retries=2, backoff=1.0, max_backoff=30.0)
     assert policy.delay(HTTPStatusError(429, {"retry-after": "7"}), 1) == 7.0
-    assert policy.delay(HTTPStatusError(429, {"retry-after": "999"}), 1) == 30.0
+    # a server asking for more than the cap is never retried early: the call gives up
+    assert policy.delay(HTTPStatusError(429, {"retry-after": "999"}), 1) is None
+    assert "longer than max_backoff" in policy.why_not(
+        HTTPStatusError(429, {"retry-after": "999"}), 1
+    )
+    assert policy.delay(HTTPStatusError(429, {"retry-after-ms": "7500"}), 1) == 7.5
     assert policy.delay(HTTPStatusError(429, {"retry-after": "0"}), 2) == 2.0  # never shorter
 
 
