@@ -20,6 +20,7 @@ off before its end.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import select
@@ -143,6 +144,13 @@ def _last_user(body: dict[str, Any]) -> str:
     return ""
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Clients that drop their connection (timeouts, cancels) are expected: no tracebacks."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return
+
+
 class OpenAIServer:
     """The server; use as a context manager or call `start` / `stop`."""
 
@@ -154,9 +162,11 @@ class OpenAIServer:
         self._scripts: dict[str, deque[Item]] = {}
         self._always: dict[str, Item] = {}
         self._stopping = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
 
     @property
     def port(self) -> int:
@@ -246,6 +256,9 @@ class OpenAIServer:
                     return
 
 
+_CALL_IDS = itertools.count(1)
+
+
 def _completion(request: Request, reply: Reply) -> tuple[dict[str, Any], dict[str, Any]]:
     """The assistant message and the usage of ``reply``."""
     message: dict[str, Any] = {
@@ -256,7 +269,7 @@ def _completion(request: Request, reply: Reply) -> tuple[dict[str, Any], dict[st
     if reply.tool_calls:
         message["tool_calls"] = [
             {
-                "id": f"call_{len(request.body.get('messages', []))}_{i}",
+                "id": f"call_{next(_CALL_IDS)}",
                 "type": "function",
                 "function": {"name": name, "arguments": json.dumps(args)},
             }
@@ -340,6 +353,23 @@ def _handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+                return
+            if fault.kind == "truncated_stream" and not request.streamed:
+                data = json.dumps(
+                    {
+                        "id": "chatcmpl-x",
+                        "choices": [{"message": {"content": "And how much does a room"}}],
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
                 return
             if fault.kind == "truncated_stream":
                 self.send_response(200)
