@@ -1,7 +1,10 @@
 """The ``histcompress`` command: ``bench`` (LoCoMo replay benchmark) and ``demo``.
 
 Exit codes: 0 on success, 2 on bad input (missing or malformed file, unknown strategy,
-model that cannot be created, unwritable output folder), with one line on stderr.
+model that cannot be created, unwritable output folder), with one line on stderr. ``bench``
+exits 1 when a strategy failed or any of its internal calls (summarize / extract / rephrase)
+gave up, after writing every report (which name the failures), unless
+``--tolerate-failures`` is given.
 
 Example:
     >>> main(["bench", "--data", "/no/such/file.json", "--no-plots"])
@@ -88,6 +91,18 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="measure overhead at 1k messages only and skip the counting figure",
     )
+    bench.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replay only the first N assistant turns of each conversation",
+    )
+    bench.add_argument(
+        "--tolerate-failures",
+        action="store_true",
+        help="exit 0 even when internal calls failed (the reports still count them)",
+    )
     commands.add_parser(
         "demo",
         help="replay the bundled long conversation offline (see `histcompress demo --help`)",
@@ -112,6 +127,8 @@ def _bench(args: argparse.Namespace) -> int:
             return _fail("--strategies lists no strategy name")
     try:
         extra = {} if args.summary_tokens is None else {"summary_tokens": args.summary_tokens}
+        if args.max_turns is not None:
+            extra["max_turns"] = args.max_turns
         config = BenchConfig(
             data=tuple(Path(p) for p in args.data),
             strategies=names,
@@ -141,7 +158,23 @@ def _bench(args: argparse.Namespace) -> int:
     sys.stdout.write(format_table(result) + "\n\n")
     for kind, path in written.items():
         sys.stdout.write(f"{kind}: {path}\n")
-    return 0
+    return _bench_exit_code(result.failed_strategies(), tolerate=args.tolerate_failures)
+
+
+def _bench_exit_code(failed: Sequence[str], *, tolerate: bool) -> int:
+    """1 when strategies had failures (unless tolerated), else 0.
+
+    Example:
+        >>> _bench_exit_code(["facts"], tolerate=False), _bench_exit_code([], tolerate=False)
+        (1, 0)
+    """
+    if not failed or tolerate:
+        return 0
+    sys.stderr.write(
+        f"{_PROG}: internal model calls failed in: {', '.join(failed)} "
+        "(see the reports; --tolerate-failures exits 0)\n"
+    )
+    return 1
 
 
 def _demo(argv: list[str]) -> int:

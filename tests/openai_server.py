@@ -54,7 +54,7 @@ class Reply:
     finish_reason: str | None = None  # default: "tool_calls" with calls, else "stop"
     prompt_tokens: int | None = None  # default: estimated from the request
     completion_tokens: int | None = None
-    cached_tokens: int = 0
+    cached_tokens: int | None = None  # default: half the prompt, in 128-token steps
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,11 @@ class Request:
             for m in self.body.get("messages", [])
             if m.get("role") in ("system", "developer")
         )
+
+    @property
+    def last_user(self) -> str:
+        """Text of the last user message."""
+        return _last_user(self.body)
 
     @property
     def streamed(self) -> bool:
@@ -154,7 +159,7 @@ class _QuietServer(ThreadingHTTPServer):
 class OpenAIServer:
     """The server; use as a context manager or call `start` / `stop`."""
 
-    def __init__(self, responder: Callable[[Request], Reply] = auto_reply) -> None:
+    def __init__(self, responder: Callable[[Request], Item] = auto_reply) -> None:
         self.responder = responder
         self.requests: list[Request] = []
         self.disconnects = 0
@@ -211,7 +216,9 @@ class OpenAIServer:
             return sum(1 for r in self.requests if r.lane == lane)
 
     def reset(self) -> None:
+        """Forget requests, scripts and faults; answer with `auto_reply` again."""
         with self._lock:
+            self.responder = auto_reply
             self.requests.clear()
             self._scripts.clear()
             self._always.clear()
@@ -289,7 +296,11 @@ def _completion(request: Request, reply: Reply) -> tuple[dict[str, Any], dict[st
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": reply.cached_tokens},
+        "prompt_tokens_details": {
+            "cached_tokens": reply.cached_tokens
+            if reply.cached_tokens is not None
+            else prompt // 256 * 128
+        },
         "completion_tokens_details": {"reasoning_tokens": 0},
     }
     return message, usage
@@ -461,7 +472,7 @@ def _handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
 
 
 @contextlib.contextmanager
-def serving(responder: Callable[[Request], Reply] = auto_reply) -> Iterator[OpenAIServer]:
+def serving(responder: Callable[[Request], Item] = auto_reply) -> Iterator[OpenAIServer]:
     """Run a server for the duration of the block."""
     server = OpenAIServer(responder).start()
     try:

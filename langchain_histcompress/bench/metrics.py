@@ -71,6 +71,15 @@ class ModelCall:
     """Wall time from the call's start to its end or error."""
     failed: bool = False
     """The call raised."""
+    reported: bool = False
+    """The token figures are the provider's own (``usage_metadata``), not counted."""
+    cached_tokens: int = 0
+    """Input tokens the provider served from its prompt cache
+    (``usage_metadata["input_token_details"]["cache_read"]``)."""
+    estimated_prompt_tokens: int | None = None
+    """tiktoken count of the prompt, beside a reported figure (ledgers with ``estimate``)."""
+    estimated_completion_tokens: int | None = None
+    """tiktoken count of the answer, beside a reported figure (ledgers with ``estimate``)."""
 
     @property
     def billed(self) -> int:
@@ -96,9 +105,14 @@ class UsageLedger(BaseCallbackHandler):
 
     run_inline = True
 
-    def __init__(self, counter: TiktokenCounter) -> None:
-        """Meter with ``counter`` when a model reports no usage."""
+    def __init__(self, counter: TiktokenCounter, *, estimate: bool = False) -> None:
+        """Meter with ``counter`` when a model reports no usage.
+
+        With ``estimate`` every call is also counted with ``counter`` when the model does
+        report usage (to show the provider's figures beside the estimate; it costs time).
+        """
         self.counter = counter
+        self.estimate = estimate
         self._lock = threading.Lock()
         self._open: dict[UUID, tuple[float, list[BaseMessage]]] = {}
         self._calls: list[ModelCall] = []
@@ -131,6 +145,7 @@ class UsageLedger(BaseCallbackHandler):
         with self._lock:
             start, prompt = self._open.pop(run_id, (end, []))
         prompt_tokens = completion_tokens = -1
+        cached = 0
         texts: list[str] = []
         for generations in response.generations:
             for generation in generations:
@@ -144,12 +159,28 @@ class UsageLedger(BaseCallbackHandler):
                         completion_tokens = max(completion_tokens, 0) + usage.get(
                             "output_tokens", 0
                         )
+                        details = usage.get("input_token_details") or {}
+                        cached += int(details.get("cache_read", 0) or 0)
+        reported = prompt_tokens >= 0
+        estimated_prompt = estimated_completion = None
+        if self.estimate or prompt_tokens < 0:
+            estimated_prompt = self.counter.count_messages(prompt)
+            estimated_completion = sum(self.counter.count_text(t) for t in texts)
         if prompt_tokens < 0:
-            prompt_tokens = self.counter.count_messages(prompt)
+            prompt_tokens = estimated_prompt or 0
         if completion_tokens < 0:
-            completion_tokens = sum(self.counter.count_text(t) for t in texts)
+            completion_tokens = estimated_completion or 0
+        call = ModelCall(
+            prompt_tokens,
+            completion_tokens,
+            end - start,
+            reported=reported,
+            cached_tokens=cached,
+            estimated_prompt_tokens=estimated_prompt if reported else None,
+            estimated_completion_tokens=estimated_completion if reported else None,
+        )
         with self._lock:
-            self._calls.append(ModelCall(prompt_tokens, completion_tokens, end - start))
+            self._calls.append(call)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """Record a failed call (its time still counts as model time)."""

@@ -22,6 +22,7 @@ from langchain_histcompress.errors import ConfigurationError
 
 __all__ = [
     "DEFINITIONS",
+    "INTERNAL_CALLS_DEFINITION",
     "format_table",
     "result_to_dict",
     "write_json",
@@ -140,7 +141,91 @@ def format_table(result: BenchResult, conversation: str | None = None) -> str:
     out += [line(r) for r in rows]
     errors = [e for s in result.strategies if (e := _row(result, s, conversation)[1])]
     out += [f"failed: {e}" for e in errors]
+    if conversation is None:
+        out += ["", _internal_calls_text(result)]
     return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- internal calls
+
+INTERNAL_CALLS_DEFINITION = (
+    "Per strategy, over every conversation: internal calls that gave up after their retries "
+    "(the strategy went on without them), requests sent to the internal model and how many "
+    "raised, then input / output / cached-input tokens as the provider reported them "
+    "(usage_metadata) beside the tiktoken estimate of the same requests"
+)
+"""What the internal-calls table shows."""
+
+_INTERNAL_HEADER = (
+    "strategy",
+    "failures",
+    "requests",
+    "failed req",
+    "in",
+    "out",
+    "cached in",
+    "tiktoken in",
+    "tiktoken out",
+)
+
+
+def _internal_calls_rows(result: BenchResult) -> list[list[str]]:
+    rows = []
+    for strategy in result.strategies:
+        f = result.internal_calls(strategy)
+        rows.append(
+            [
+                strategy,
+                f"{f.failures:,}",
+                f"{f.requests:,}",
+                f"{f.failed_requests:,}",
+                _tokens(f.prompt_tokens),
+                _tokens(f.completion_tokens),
+                _tokens(f.cached_tokens) if f.reported_requests else "-",
+                _tokens(f.estimated_prompt_tokens),
+                _tokens(f.estimated_completion_tokens),
+            ]
+        )
+    return rows
+
+
+def _internal_calls_text(result: BenchResult) -> str:
+    rows = [list(_INTERNAL_HEADER), *_internal_calls_rows(result)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_INTERNAL_HEADER))]
+    lines = [
+        "  ".join(
+            f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    failed = result.failed_strategies()
+    verdict = (
+        f"INTERNAL CALL FAILURES in: {', '.join(failed)} (their figures are not trustworthy)"
+        if failed
+        else "internal calls: no failures"
+    )
+    return "\n".join(["internal calls", *lines, verdict])
+
+
+def _internal_calls_markdown(result: BenchResult) -> list[str]:
+    header = list(_INTERNAL_HEADER)
+    lines = ["## Internal calls", "", f"{INTERNAL_CALLS_DEFINITION}.", ""]
+    lines += [
+        "| " + " | ".join(header) + " |",
+        "| :--- | " + " | ".join("---:" for _ in header[1:]) + " |",
+        *["| " + " | ".join(r) + " |" for r in _internal_calls_rows(result)],
+        "",
+    ]
+    failed = result.failed_strategies()
+    if failed:
+        lines += [
+            f"**Internal call failures in: {', '.join(failed)}.** Their figures do not "
+            "describe a healthy run.",
+            "",
+        ]
+    return lines
 
 
 def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -237,6 +322,8 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
             }
             for s in result.strategies
         },
+        "internal_calls": {s: asdict(result.internal_calls(s)) for s in result.strategies},
+        "failed_strategies": result.failed_strategies(),
         "per_conversation": per_conversation,
         "turns": turns,
         "overhead": [asdict(o) for o in result.overhead],
@@ -285,6 +372,7 @@ def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = (
     lines += [f"- failed: {e}" for e in failures]
     if failures:
         lines.append("")
+    lines += _internal_calls_markdown(result)
     lines += ["## Strategies", ""]
     lines += [f"- `{s}`: {specs[s].description if s in specs else ''}" for s in result.strategies]
     lines.append("")

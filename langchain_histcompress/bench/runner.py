@@ -26,13 +26,14 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from langchain_histcompress._model_edge import InternalFailure, recording_failures
 from langchain_histcompress.bench.locomo import LocomoConversation, find_locomo_files, load_locomo
 from langchain_histcompress.bench.metrics import (
     OverheadFigure,
@@ -65,6 +66,7 @@ __all__ = [
     "BASELINE",
     "BenchConfig",
     "BenchResult",
+    "InternalCallFigures",
     "ProgressBar",
     "StrategyRun",
     "make_chat_model",
@@ -113,6 +115,9 @@ class BenchConfig:
     """Budget of the contexts assembled by ``ContextBuilder`` (facts and hybrid strategies)."""
     counting: bool = True
     """Also measure incremental token counting on a 100k-message history."""
+    max_turns: int | None = None
+    """Replay at most this many assistant turns per conversation (``None``: all); recall is
+    then scored on the shortened history."""
 
     def __post_init__(self) -> None:
         """Validate sizes and budgets."""
@@ -130,6 +135,13 @@ class BenchConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 msg = f"{name} must be an integer >= 1, got {value!r}"
                 raise ConfigurationError(msg)
+        if self.max_turns is not None and (
+            isinstance(self.max_turns, bool)
+            or not isinstance(self.max_turns, int)
+            or self.max_turns < 1
+        ):
+            msg = f"max_turns must be None or an integer >= 1, got {self.max_turns!r}"
+            raise ConfigurationError(msg)
         if self.overhead_sizes is not None and any(s < 10 for s in self.overhead_sizes):
             msg = f"overhead_sizes must all be >= 10, got {self.overhead_sizes!r}"
             raise ConfigurationError(msg)
@@ -168,6 +180,33 @@ class StrategyRun:
     """Per-question recall details."""
     error: str | None = None
     """Why the run failed, if it did (figures then stop at the failing turn)."""
+    failures: tuple[InternalFailure, ...] = ()
+    """Internal calls (summarize / extract / rephrase) that gave up during the run: their
+    strategy then went on without them (stale summary, missing facts, raw question)."""
+
+
+@dataclass(frozen=True)
+class InternalCallFigures:
+    """What one strategy's internal calls did, over every conversation."""
+
+    failures: int
+    """Internal calls that gave up (after their retries)."""
+    requests: int
+    """Requests sent to the internal model (retries included)."""
+    failed_requests: int
+    """Requests that raised (a retried one counts each time)."""
+    reported_requests: int
+    """Requests whose token usage the provider reported."""
+    prompt_tokens: int
+    """Input tokens of every request (the provider's figure when reported)."""
+    completion_tokens: int
+    """Output tokens of every request (the provider's figure when reported)."""
+    cached_tokens: int
+    """Input tokens the provider served from its cache (reported requests)."""
+    estimated_prompt_tokens: int | None
+    """tiktoken count of the reported requests' inputs (``None``: none reported/estimated)."""
+    estimated_completion_tokens: int | None
+    """tiktoken count of the reported requests' outputs."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +258,36 @@ class BenchResult:
         if not runs or any(r is None or r.error or r.recall is None for r in runs):
             return None
         return summarize_recall(q for r in runs if r is not None for q in r.questions)
+
+    def internal_calls(self, strategy: str) -> InternalCallFigures:
+        """Failures and token usage of ``strategy``'s internal calls, over all conversations."""
+        runs = [r for r in self.runs if r.strategy == strategy]
+        calls = [c for r in runs for t in r.turns for c in t.internal_calls]
+        reported = [c for c in calls if c.reported]
+        estimated = [c for c in reported if c.estimated_prompt_tokens is not None]
+        return InternalCallFigures(
+            failures=sum(len(r.failures) for r in runs),
+            requests=len(calls),
+            failed_requests=sum(1 for c in calls if c.failed),
+            reported_requests=len(reported),
+            prompt_tokens=sum(c.prompt_tokens for c in calls),
+            completion_tokens=sum(c.completion_tokens for c in calls),
+            cached_tokens=sum(c.cached_tokens for c in reported),
+            estimated_prompt_tokens=(
+                sum(c.estimated_prompt_tokens or 0 for c in estimated) if estimated else None
+            ),
+            estimated_completion_tokens=(
+                sum(c.estimated_completion_tokens or 0 for c in estimated) if estimated else None
+            ),
+        )
+
+    def failed_strategies(self) -> list[str]:
+        """Strategies whose run failed or whose internal calls gave up, in report order."""
+        return [
+            s
+            for s in self.strategies
+            if self.internal_calls(s).failures or any(r.error for r in self.runs if r.strategy == s)
+        ]
 
     def overhead_ms(self, strategy: str, size: int) -> float | None:
         """Median overhead per turn at ``size`` messages."""
@@ -323,8 +392,9 @@ def _metered(model: BaseChatModel, ledger: UsageLedger) -> BaseChatModel:
     return model.model_copy(update={"callbacks": [*callbacks, ledger]})
 
 
-def _assistant_turns(conversation: LocomoConversation) -> int:
-    return sum(1 for t in conversation.turns if not t.from_user)
+def _assistant_turns(conversation: LocomoConversation, limit: int | None = None) -> int:
+    turns = sum(1 for t in conversation.turns if not t.from_user)
+    return turns if limit is None else min(turns, limit)
 
 
 def replay_strategy(
@@ -334,14 +404,49 @@ def replay_strategy(
     counter: TiktokenCounter,
     ledger: UsageLedger,
     on_turn: Callable[[], None] | None = None,
+    max_turns: int | None = None,
 ) -> StrategyRun:
-    """Replay ``conversation`` through ``strategy``, then score recall (errors are recorded)."""
+    """Replay ``conversation`` through ``strategy``, then score recall.
+
+    Errors are recorded in the run, and so are the internal calls that gave up
+    (`StrategyRun.failures`). ``max_turns`` stops the replay after that many assistant turns.
+    """
+    with recording_failures() as failures:
+        run = _replay(
+            strategy,
+            conversation,
+            counter=counter,
+            ledger=ledger,
+            on_turn=on_turn,
+            max_turns=max_turns,
+        )
+    if failures:
+        logger.warning(
+            "strategy %s: %d internal call(s) gave up on %s",
+            strategy.name,
+            len(failures),
+            conversation.name,
+        )
+    return replace(run, failures=tuple(failures))
+
+
+def _replay(
+    strategy: Strategy,
+    conversation: LocomoConversation,
+    *,
+    counter: TiktokenCounter,
+    ledger: UsageLedger,
+    on_turn: Callable[[], None] | None,
+    max_turns: int | None,
+) -> StrategyRun:
     strategy.reset()
     history: list[BaseMessage] = [conversation.system_message()]
     turns: list[TurnRecord] = []
     try:
         for message in conversation.messages():
             if isinstance(message, AIMessage):
+                if max_turns is not None and len(turns) >= max_turns:
+                    break
                 snapshot = tuple(history)
                 mark = ledger.mark()
                 start = time.perf_counter()
@@ -428,12 +533,12 @@ def run_benchmark(
         real_model = make_chat_model(config.model)
     counter = TiktokenCounter("gpt-4o-mini", cache_size=1_048_576)
     notes = [f"strategy {n!r} is not installed" for n in config.strategies if n not in names]
-    replay_units = sum(_assistant_turns(c) for c in conversations) * len(names)
+    replay_units = sum(_assistant_turns(c, config.max_turns) for c in conversations) * len(names)
     overhead_units = len(names) * len(config.sizes) * (config.overhead_turns + 1)
     bar = ProgressBar(replay_units + overhead_units + 1, progress)
     runs: list[StrategyRun] = []
     for conversation in conversations:
-        ledger = UsageLedger(counter)
+        ledger = UsageLedger(counter, estimate=real_model is not None)
         internal = real_model or ReplayChatModel(
             conversation=conversation, counter=counter, summary_token_cap=config.summary_tokens
         )
@@ -451,10 +556,15 @@ def run_benchmark(
             bar.advance(0, label)
             strategy = build_strategy(name, env)
             run = replay_strategy(
-                strategy, conversation, counter=counter, ledger=ledger, on_turn=bar.advance
+                strategy,
+                conversation,
+                counter=counter,
+                ledger=ledger,
+                on_turn=bar.advance,
+                max_turns=config.max_turns,
             )
             done = len(run.turns)
-            bar.advance(_assistant_turns(conversation) - done)
+            bar.advance(_assistant_turns(conversation, config.max_turns) - done)
             runs.append(run)
     overhead = _overhead(config, names, conversations[0], counter, bar)
     counting = None

@@ -36,7 +36,14 @@ from langchain_histcompress.errors import SummarizationError
 from langchain_histcompress.facts import fact_output_cap
 from langchain_histcompress.summary import summary_output_cap
 from tests.fakes import Sleeps
-from tests.openai_server import Fault, OpenAIServer, Reply, retry_after_forms
+from tests.openai_server import (
+    Fault,
+    OpenAIServer,
+    Reply,
+    Request,
+    auto_reply,
+    retry_after_forms,
+)
 
 LOCOMO_26 = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "locomo" / "26.json"
 
@@ -413,3 +420,90 @@ def test_system_prompt_reaches_the_server_unchanged(server: OpenAIServer) -> Non
     answering = chat(server)
     answering.invoke([SystemMessage("Be brief."), HumanMessage("hi")])
     assert server.requests[0].system == "Be brief."
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def _locomo_or_skip() -> Path:
+    if not LOCOMO_26.is_file():
+        pytest.skip(f"LoCoMo data not found at {LOCOMO_26} (see ../shared/data/locomo/README.md)")
+    return LOCOMO_26
+
+
+@pytest.fixture
+def openai_env(server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> OpenAIServer:
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url())
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    return server
+
+
+def test_bench_counts_internal_failures_and_fails(
+    openai_env: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from langchain_histcompress.cli import main
+
+    data = _locomo_or_skip()
+
+    def extraction_unauthorized(request: Request) -> Reply | Fault:
+        if "JSON array of operations" in request.last_user:
+            return Fault(status=401)
+        return auto_reply(request)
+
+    openai_env.responder = extraction_unauthorized
+    out = tmp_path / "bench"
+    code = main(
+        [
+            "bench",
+            "--model",
+            "openai:gpt-4o-mini",
+            "--data",
+            str(data),
+            "--strategies",
+            "facts,round_compression",
+            "--quick",
+            "--max-turns",
+            "12",
+            "--no-plots",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 1  # a strategy whose internal calls failed fails the run
+    table = capsys.readouterr().out
+    assert "INTERNAL CALL FAILURES in: facts" in table
+    assert "Internal call failures in: facts" in (out / "bench.md").read_text()
+    report = json.loads((out / "bench.json").read_text())
+    assert report["failed_strategies"] == ["facts"]
+    facts, rounds = report["internal_calls"]["facts"], report["internal_calls"]["round_compression"]
+    assert facts["failures"] >= 1
+    assert facts["failed_requests"] == facts["requests"] == facts["failures"]  # 401: no retry
+    assert rounds["failures"] == 0
+    # the provider's own usage, cached input included, beside the tiktoken estimate
+    assert rounds["reported_requests"] == rounds["requests"] > 0
+    assert rounds["cached_tokens"] > 0
+    assert rounds["estimated_prompt_tokens"] > 0
+    assert rounds["prompt_tokens"] != rounds["estimated_prompt_tokens"]
+    summarizer_requests = [r for r in openai_env.requests if "ConversationSummary" in r.last_user]
+    assert summarizer_requests
+    assert all(
+        not r.streamed and r.body.get("max_completion_tokens", r.body.get("max_tokens"))
+        for r in summarizer_requests
+    )
+
+
+def test_demo_runs_against_the_local_server(
+    openai_env: OpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from langchain_histcompress.cli import main
+
+    assert main(["demo", "--model", "openai:gpt-4o-mini", "--turns", "12", "--quiet"]) == 0
+    assert "savings" in capsys.readouterr().out
+    internal = [
+        r
+        for r in openai_env.requests
+        if r.body.get("max_completion_tokens", r.body.get("max_tokens"))
+    ]
+    assert any("ConversationSummary" in r.last_user for r in internal)
+    assert any("JSON array of operations" in r.last_user for r in internal)
+    assert {r.headers.get("x-stainless-retry-count") for r in openai_env.requests} == {"0"}
