@@ -54,6 +54,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
+from datetime import timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, cast
 
@@ -323,8 +324,8 @@ def retry_after(exc: BaseException, *, now: float | None = None) -> float | None
             when = parsedate_to_datetime(text)
         except (TypeError, ValueError, IndexError):
             return None
-        if when.tzinfo is None:
-            return None
+        if when.tzinfo is None:  # HTTP dates are always GMT
+            when = when.replace(tzinfo=timezone.utc)
         current = time.time() if now is None else now
         return max(0.0, when.timestamp() - current)
     return seconds if seconds >= 0 else None

@@ -29,12 +29,10 @@ from langchain_histcompress import (
     RoundCompressionNode,
     RoundCompressor,
     Summarizer,
+    _model_edge,
     create_history_rephraser,
 )
-from langchain_histcompress import _model_edge
 from langchain_histcompress.errors import SummarizationError
-from langchain_histcompress.facts import fact_output_cap
-from langchain_histcompress.summary import summary_output_cap
 from tests.fakes import Sleeps
 from tests.openai_server import (
     Fault,
@@ -196,7 +194,7 @@ def test_sync_timeouts_drop_the_connection_and_free_their_threads(server: OpenAI
     summ, _ = summarizer(server, timeout=0.2, max_retries=0)
     extractor = FactExtractor(chat(server), timeout=0.2, max_retries=0)
     for _ in range(3):
-        with pytest.raises(SummarizationError, match="no answer within 0.2 s|Timeout"):
+        with pytest.raises(SummarizationError, match=r"no answer within 0\.2 s|Timeout"):
             summ.summarize(CONVERSATION)
         assert extractor.extract(CONVERSATION).report.error_type in (
             "ModelTimeoutError",
@@ -257,6 +255,9 @@ def test_structured_output_retries_an_unusable_answer(server: OpenAIServer) -> N
 
 
 def test_internal_calls_carry_an_output_cap(server: OpenAIServer) -> None:
+    from langchain_histcompress.facts import fact_output_cap
+    from langchain_histcompress.summary import summary_output_cap
+
     summ, _ = summarizer(server, max_summary_tokens=128)
     summ.summarize(CONVERSATION)
     FactExtractor(chat(server), max_ops=10, max_content_chars=200).extract(CONVERSATION)

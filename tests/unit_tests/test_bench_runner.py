@@ -95,7 +95,9 @@ def test_table_json_markdown_and_plots(result: BenchResult, tmp_path: Path) -> N
     lines = table.splitlines()
     assert lines[0].split()[:3] == ["strategy", "calls", "internal"]
     assert "ms@40" in lines[0]
-    assert [line.split()[0] for line in lines[2:]] == list(result.strategies)
+    strategies = len(result.strategies)
+    assert [line.split()[0] for line in lines[2 : 2 + strategies]] == list(result.strategies)
+    assert "internal calls: no failures" in lines
     written = write_reports(result, tmp_path / "out")
     data = json.loads(written["json"].read_text("utf-8"))
     assert data["conversations"] == ["t1", "t2"]

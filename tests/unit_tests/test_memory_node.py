@@ -147,7 +147,7 @@ def check_forty_turn_state(values: dict[str, Any], script: FortyTurnScript) -> N
 def test_forty_turn_graph_sync() -> None:
     script = FortyTurnScript()
     extraction = ScriptedChatModel(script=[script], repeat_last=True)
-    graph = build_graph(extraction, checkpointer=InMemorySaver())
+    graph = build_graph(extraction, checkpointer=InMemorySaver(), max_retries=0)
     cfg = config("t1")
     statuses = {}
     for i in range(1, 41):
@@ -170,7 +170,7 @@ def test_forty_turn_graph_sync() -> None:
 async def test_forty_turn_graph_async() -> None:
     script = FortyTurnScript()
     extraction = ScriptedChatModel(script=[script], repeat_last=True)
-    graph = build_graph(extraction, checkpointer=InMemorySaver())
+    graph = build_graph(extraction, checkpointer=InMemorySaver(), max_retries=0)
     cfg = config("t-async")
     for i in range(1, 41):
         result = await graph.ainvoke(turn(i), cfg)
@@ -289,7 +289,7 @@ def test_failure_writes_nothing_and_keeps_the_cursor() -> None:
     model = ScriptedChatModel(
         script=[ops({"op": "ADD", "content": "one"}), "garbage"], repeat_last=True
     )
-    node = FactExtractionNode(model, batch_rounds=1)
+    node = FactExtractionNode(model, batch_rounds=1, max_retries=0)
     update = node.invoke(node_state(*rounds(3)))
     assert model.calls == 2
     assert update["facts_processed_through"] == "a1"  # stopped at the failed batch

@@ -569,3 +569,123 @@ def test_model_call_carries_the_internal_config_to_the_model() -> None:
     assert set(INTERNAL_TAGS) <= set(seen[0]["tags"])
     assert "user" in seen[0]["tags"]
     assert seen[0]["metadata"]["histcompress_call"] == "probe"
+
+
+# --------------------------------------------------------------------------- retry budget & answers
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"retry-after-ms": "junk", "retry-after": "3"}, 3.0),
+        ({"retry-after": "Thu, 01 Jan 1970 00:02:00 GMT"}, 20.0),
+        ({"retry-after": "Thu, 01 Jan 1970 00:00:10 GMT"}, 0.0),  # already past
+        ({"retry-after": "-4"}, None),
+        ({"retry-after": "Thu, 01 Jan 1970 00:02:00"}, 20.0),
+        ({"retry-after": "not a date"}, None),
+    ],
+)
+def test_retry_after_reads_every_form(headers: dict[str, str], expected: float | None) -> None:
+    assert retry_after(HTTPStatusError(429, headers), now=100.0) == expected
+
+
+def _message(**kwargs: Any) -> AIMessage:
+    return AIMessage(kwargs.pop("content", "text"), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        (_message(response_metadata={"finish_reason": "length"}), _model_edge.TruncatedAnswerError),
+        (
+            _message(response_metadata={"stop_reason": "max_tokens"}),
+            _model_edge.TruncatedAnswerError,
+        ),
+        (
+            _message(content="", additional_kwargs={"refusal": "No."}),
+            _model_edge.RefusedAnswerError,
+        ),
+        (_message(content=[{"type": "refusal", "refusal": "No."}]), _model_edge.RefusedAnswerError),
+        (
+            _message(response_metadata={"finish_reason": "content_filter"}),
+            _model_edge.RefusedAnswerError,
+        ),
+        (
+            _message(
+                response_metadata={"finish_reason": "stop"}, additional_kwargs={"refusal": None}
+            ),
+            None,
+        ),
+        ("plain text", None),
+    ],
+)
+def test_check_answer(message: object, error: type[Exception] | None) -> None:
+    if error is None:
+        _model_edge.check_answer(message)
+    else:
+        with pytest.raises(error):
+            _model_edge.check_answer(message)
+
+
+def test_internal_model_turns_off_client_retries_and_streaming() -> None:
+    from langchain_openai import ChatOpenAI
+
+    model = ChatOpenAI(
+        model="gpt-4o-mini", api_key="sk-test", max_retries=4, streaming=True, max_tokens=100
+    )
+    copy = _model_edge.internal_model(model, timeout=3.0, max_output_tokens=500)
+    assert isinstance(copy, ChatOpenAI)
+    assert (copy.root_client.max_retries, copy.root_async_client.max_retries) == (0, 0)
+    assert copy.root_client.timeout == 3.0
+    assert copy.client is not model.client
+    assert (copy.streaming, copy.disable_streaming, copy.max_tokens) == (False, True, 100)
+    assert (model.root_client.max_retries, model.streaming, model.disable_streaming) == (
+        4,
+        True,
+        False,
+    )
+    bound = _model_edge.internal_model(model.bind(temperature=0), max_output_tokens=50)
+    assert bound.bound.max_tokens == 50  # type: ignore[attr-defined]
+    assert bound.kwargs == {"temperature": 0}  # type: ignore[attr-defined]
+    plain = RunnableLambda(lambda x: x)
+    assert _model_edge.internal_model(plain, timeout=1.0) is plain
+
+
+def test_model_call_turns_unusable_answers_into_typed_errors() -> None:
+    cut = GenericFakeChatModel(
+        messages=iter([AIMessage("And how", response_metadata={"finish_reason": "length"})])
+    )
+    with pytest.raises(_model_edge.TruncatedAnswerError):
+        ModelCall(cut, "q").run()
+
+    def garbled(_: Any) -> Any:
+        raise json.JSONDecodeError("bad", "{", 0)
+
+    with pytest.raises(_model_edge.MalformedAnswerError):
+        ModelCall(RunnableLambda(garbled), "q").run()
+    raw = AIMessage("{")
+    structured = RunnableLambda(
+        lambda _: {"raw": raw, "parsed": None, "parsing_error": ValueError("x")}
+    )
+    with pytest.raises(_model_edge.MalformedAnswerError, match="did not parse"):
+        ModelCall(structured, "q", structured=True).run()
+    good = RunnableLambda(lambda _: {"raw": raw, "parsed": {"a": 1}, "parsing_error": None})
+    assert ModelCall(good, "q", structured=True).run() == {"a": 1}
+
+
+def test_failures_are_recorded_per_context() -> None:
+    with _model_edge.recording_failures() as outer:
+        with _model_edge.recording_failures() as inner:
+            summarizer = summary.Summarizer(
+                GenericFakeChatModel(messages=iter([])),
+                token_counter="approximate",
+                max_retries=0,
+            )
+            with pytest.raises(SummarizationError):
+                summarizer.summarize([HumanMessage("hi", id="h1")])
+        _model_edge.report_failure("rephrase", "timeout", 1)
+    assert [f.call for f in inner] == ["summarize"]
+    assert [f.call for f in outer] == ["summarize", "rephrase"]
+    _model_edge.report_failure("rephrase", "timeout", 1)  # nobody records now
+    assert len(outer) == 2
