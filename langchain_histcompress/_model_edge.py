@@ -864,30 +864,32 @@ class ModelCall:
     def run(self) -> Any:
         """``invoke`` (on a worker thread when there is a timeout)."""
         runnable = self._runnable()
-        try:
+        with _typed_unusable_answers():
             output = call_with_timeout(
                 lambda: runnable.invoke(self.input, self.config), self.timeout, what=self.what
             )
-        except Exception as exc:
-            unusable = _unusable_from(exc)
-            if unusable is None:
-                raise
-            raise unusable from exc
         return self._result(output)
 
     async def arun(self) -> Any:
         """``await ainvoke`` (under ``asyncio.wait_for`` when there is a timeout)."""
         runnable = self._runnable()
-        try:
+        with _typed_unusable_answers():
             output = await await_with_timeout(
                 runnable.ainvoke(self.input, self.config), self.timeout, what=self.what
             )
-        except Exception as exc:
-            unusable = _unusable_from(exc)
-            if unusable is None:
-                raise
-            raise unusable from exc
         return self._result(output)
+
+
+@contextmanager
+def _typed_unusable_answers() -> Iterator[None]:
+    """Re-raise a client error that stands for an unusable answer as `UnusableAnswerError`."""
+    try:
+        yield
+    except Exception as exc:
+        unusable = _unusable_from(exc)
+        if unusable is None:
+            raise
+        raise unusable from exc
 
 
 @dataclass(frozen=True)
