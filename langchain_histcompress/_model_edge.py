@@ -758,8 +758,10 @@ def call_with_timeout(call: Callable[[], T], timeout: float | None, *, what: str
     """Run ``call`` and wait at most ``timeout`` seconds for it (``None``: no limit).
 
     With a timeout the call runs on a worker thread (`submit_to_worker`); a call that hangs
-    keeps its worker until it returns, and its result is discarded. Exceptions of the call
-    propagate unchanged.
+    keeps its worker until it returns, and its result is discarded. A thread cannot be
+    stopped from outside, so `ModelCall` also gives OpenAI-style clients the same timeout
+    (`internal_model`): their own read timeout closes the connection and frees the worker.
+    Exceptions of the call propagate unchanged.
 
     Raises:
         ModelTimeoutError: No answer within ``timeout`` (``what`` names the caller).

@@ -245,8 +245,9 @@ def test_a_cut_off_answer_is_never_used(server: OpenAIServer) -> None:
     assert (update.attempts, update.summary.text) == (2, "The user plans a trip.")
 
 
-def test_structured_output_retries_an_unusable_answer(server: OpenAIServer) -> None:
-    server.script(Reply('{"ConversationSummary": '), Reply(GOOD_SUMMARY))
+@pytest.mark.parametrize("unusable", ["Sure, here it is.", '{"ConversationSummary": '])
+def test_structured_output_retries_an_unusable_answer(server: OpenAIServer, unusable: str) -> None:
+    server.script(Reply(unusable), Reply(GOOD_SUMMARY))
     summ, _ = summarizer(server, structured_output=True)
     update = summ.summarize(CONVERSATION)
     assert update.attempts == 2
