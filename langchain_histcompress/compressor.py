@@ -627,7 +627,9 @@ class RoundCompressor:
         max_retries: Retries after the first attempt (transient errors, unusable answers).
         timeout: Seconds per summarizer call (``None``: no limit).
         retry_backoff: First wait before retrying a transient error (doubles per retry).
-        max_backoff: Upper bound on one wait.
+        max_backoff: Upper bound on one wait (a longer ``Retry-After`` ends the retries).
+        max_output_tokens: Output cap of each summarizer call (see `Summarizer`; ``None``
+            for none, e.g. for reasoning models whose hidden reasoning counts against it).
         instructions: Extra guidance for the summarizer's system prompt.
         validate_input: Raise `InvalidHistoryError` for histories that break the provider
             shape (orphan tool results, unanswered calls, duplicate ids...).
@@ -676,6 +678,7 @@ class RoundCompressor:
         timeout: float | None = 60.0,
         retry_backoff: float = 1.0,
         max_backoff: float = 30.0,
+        max_output_tokens: int | Literal["auto"] | None = "auto",
         instructions: str | None = None,
         validate_input: bool = True,
         sleep: Callable[[float], None] | None = None,
@@ -716,6 +719,7 @@ class RoundCompressor:
             timeout=timeout,
             retry_backoff=retry_backoff,
             max_backoff=max_backoff,
+            max_output_tokens=max_output_tokens,
             instructions=instructions,
             sleep=sleep,
             async_sleep=async_sleep,
