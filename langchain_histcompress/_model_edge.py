@@ -230,7 +230,19 @@ TIMEOUT_ERRORS: tuple[type[BaseException], ...] = (
 
 
 class ModelTimeoutError(TimeoutError):
-    """A model call gave no answer within its timeout."""
+    """A model call gave no answer within its timeout.
+
+    Attributes:
+        abandoned: The request was given up for good (async: cancelled; sync: its worker
+            finished, e.g. the client closed the connection). ``False`` when a sync call is
+            still running on its worker thread: it may yet be answered and billed, so it is
+            never retried (that would send and bill it twice).
+    """
+
+    def __init__(self, message: str, *, abandoned: bool = True) -> None:
+        """Record the message and whether the request was abandoned."""
+        super().__init__(message)
+        self.abandoned = abandoned
 
 
 def _status_code(exc: BaseException) -> int | None:
@@ -352,7 +364,9 @@ class RetryPolicy:
     ``n <= max_retries``, the wait is ``backoff * 2 ** (n - 1)`` (at most ``max_backoff``),
     raised to the server's `retry_after` hint when that is longer. A hint longer than
     ``max_backoff`` is never cut short: the call gives up instead (retrying before the
-    server allows only buys another rejection).
+    server allows only buys another rejection). A sync timeout whose request could not be
+    stopped (`ModelTimeoutError.abandoned` is false) is not retried either: the request may
+    still be answered and billed, and a retry would send it twice.
 
     Example:
         >>> policy = RetryPolicy(max_retries=2, backoff=1.0, max_backoff=3.0)
@@ -398,6 +412,8 @@ class RetryPolicy:
         """
         if not is_transient_error(exc) or attempt > self.max_retries:
             return None
+        if isinstance(exc, ModelTimeoutError) and not exc.abandoned:
+            return None
         wait = min(self.backoff * 2.0 ** (attempt - 1), self.max_backoff)
         hinted = retry_after(exc)
         if hinted is not None:
@@ -410,6 +426,11 @@ class RetryPolicy:
         """Why `delay` gave ``None`` after ``attempt`` (for error messages)."""
         if not is_transient_error(exc):
             return "not retried"
+        if isinstance(exc, ModelTimeoutError) and not exc.abandoned:
+            return (
+                "the timed-out request could not be stopped (it may still be answered and "
+                "billed); not retried, so it is never sent twice"
+            )
         hinted = retry_after(exc)
         if hinted is not None and hinted > self.max_backoff and attempt <= self.max_retries:
             return (
@@ -723,8 +744,13 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
     os.register_at_fork(after_in_child=_WORKERS.reset)
 
 
-def _no_answer(what: str, timeout: float) -> ModelTimeoutError:
-    return ModelTimeoutError(f"{what} gave no answer within {timeout} s")
+def _abandon_grace(timeout: float) -> float:
+    """Seconds a sync call may take to end after its timeout (at most 1 s)."""
+    return min(timeout, 1.0)
+
+
+def _no_answer(what: str, timeout: float, *, abandoned: bool = True) -> ModelTimeoutError:
+    return ModelTimeoutError(f"{what} gave no answer within {timeout} s", abandoned=abandoned)
 
 
 def submit_to_worker(call: Callable[[], T]) -> concurrent.futures.Future[T]:
@@ -757,11 +783,14 @@ def submit_to_worker(call: Callable[[], T]) -> concurrent.futures.Future[T]:
 def call_with_timeout(call: Callable[[], T], timeout: float | None, *, what: str = "model") -> T:
     """Run ``call`` and wait at most ``timeout`` seconds for it (``None``: no limit).
 
-    With a timeout the call runs on a worker thread (`submit_to_worker`); a call that hangs
-    keeps its worker until it returns, and its result is discarded. A thread cannot be
+    With a timeout the call runs on a worker thread (`submit_to_worker`). A thread cannot be
     stopped from outside, so `ModelCall` also gives OpenAI-style clients the same timeout
     (`internal_model`): their own read timeout closes the connection and frees the worker.
-    Exceptions of the call propagate unchanged.
+    After the timeout the call gets a short grace (at most 1 s) to end: an answer arriving
+    then is used; an error ending it means the request was abandoned; a call still running
+    after it keeps its worker until it returns (its result is discarded) and the
+    `ModelTimeoutError` says so (``abandoned=False``). Exceptions of the call propagate
+    unchanged.
 
     Raises:
         ModelTimeoutError: No answer within ``timeout`` (``what`` names the caller).
@@ -778,7 +807,10 @@ def call_with_timeout(call: Callable[[], T], timeout: float | None, *, what: str
     except concurrent.futures.TimeoutError:
         if future.done():
             raise
-        raise _no_answer(what, timeout) from None
+    concurrent.futures.wait([future], _abandon_grace(timeout))
+    if future.done() and future.exception() is None:
+        return future.result()  # answered during the grace: billed anyway, so use it
+    raise _no_answer(what, timeout, abandoned=future.done()) from None
 
 
 async def await_with_timeout(

@@ -191,18 +191,16 @@ def _busy_workers() -> int:
 
 def test_sync_timeouts_drop_the_connection_and_free_their_threads(server: OpenAIServer) -> None:
     server.always(Fault("hang"))
-    summ, _ = summarizer(server, timeout=0.2, max_retries=0)
+    summ, _ = summarizer(server, timeout=0.2, max_retries=1)
     extractor = FactExtractor(chat(server), timeout=0.2, max_retries=0)
     for _ in range(3):
-        with pytest.raises(SummarizationError, match=r"no answer within 0\.2 s|Timeout"):
+        # the timed-out request was dropped by the client, so retrying it is safe
+        with pytest.raises(SummarizationError, match=r"after 2 attempts"):
             summ.summarize(CONVERSATION)
-        assert extractor.extract(CONVERSATION).report.error_type in (
-            "ModelTimeoutError",
-            "APITimeoutError",
-        )
-    assert server.count() == 6
+        assert extractor.extract(CONVERSATION).report.error_type == "ModelTimeoutError"
+    assert server.count() == 9
     # the client closed every hung request: the provider stops generating (and billing)
-    assert server.wait_for_disconnects(6) == 6
+    assert server.wait_for_disconnects(9) == 9
     deadline = time.monotonic() + 10
     while _busy_workers() > _model_edge._WORKERS.max_idle and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -384,17 +384,37 @@ async def test_permanent_errors_fail_at_once(mode: str, error: Exception) -> Non
     assert sleeps.waits == []
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_hang_past_timeout_is_retried(mode: str) -> None:
+async def test_hang_past_timeout_is_retried_once_cancelled() -> None:
     model = ScriptedSummarizer(script=[Hang(30.0), summary_json("ok")])
     summarizer, sleeps = make(model, timeout=0.05)
     try:
-        update = await run(summarizer, mode, CONVERSATION)
+        update = await run(summarizer, "async", CONVERSATION)
     finally:
         model.release.set()
     assert update.summary.text == "ok"
     assert update.attempts == 2
     assert len(sleeps.waits) == 1
+
+
+def test_a_sync_hang_that_cannot_be_stopped_is_never_sent_twice() -> None:
+    model = ScriptedSummarizer(script=[Hang(30.0), summary_json("ok")])
+    summarizer, sleeps = make(model, timeout=0.05)
+    try:
+        with pytest.raises(SummarizationError, match="could not be stopped"):
+            summarizer.summarize(CONVERSATION)
+    finally:
+        model.release.set()
+    assert (model.calls, sleeps.waits) == (1, [])
+
+
+def test_a_sync_answer_just_after_the_timeout_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langchain_histcompress import _model_edge
+
+    monkeypatch.setattr(_model_edge, "_abandon_grace", lambda timeout: 30.0)
+    model = ScriptedSummarizer(script=[Hang(0.3, summary_json("late"))])
+    summarizer, _ = make(model, timeout=0.05)
+    assert summarizer.summarize(CONVERSATION).summary.text == "late"
+    assert model.calls == 1
 
 
 @pytest.mark.parametrize("mode", MODES)
