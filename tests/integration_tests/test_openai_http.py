@@ -290,6 +290,18 @@ def test_malformed_and_cut_bodies_are_retried(server: OpenAIServer, fault: Fault
     assert server.count() == 2
 
 
+def test_a_streaming_summarizer_never_takes_a_cut_stream_for_a_summary(
+    server: OpenAIServer,
+) -> None:
+    server.script(Fault("truncated_stream"), Reply("The user plans a trip."))
+    summ = Summarizer(
+        chat(server, streaming=True), profile="text", token_counter="approximate", timeout=5.0
+    )
+    update = summ.summarize(CONVERSATION)
+    assert (update.attempts, update.summary.text) == (2, "The user plans a trip.")
+    assert not any(r.streamed for r in server.requests)  # internal calls never stream
+
+
 def test_empty_content_is_retried(server: OpenAIServer) -> None:
     server.script(Reply(""), Reply(GOOD_SUMMARY))
     summ, _ = summarizer(server)
@@ -356,6 +368,9 @@ def test_node_in_a_streamed_graph_reports_internal_usage(server: OpenAIServer) -
         assert usage["input_tokens"] > 0
         assert "cache_read" in usage.get("input_token_details", {})
     assert not any(r.streamed for r in server.requests if r.lane == "summarizer")
+    answers = [r for r in server.requests if r.lane == "answer"]
+    assert answers and all(r.streamed for r in answers)  # the answering model did stream
+    assert all(r.body["stream_options"] == {"include_usage": True} for r in answers)
 
 
 def test_middleware_in_create_agent_with_real_tools(server: OpenAIServer) -> None:
