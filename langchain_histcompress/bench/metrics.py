@@ -140,10 +140,13 @@ class UsageLedger(BaseCallbackHandler):
             self._open[run_id] = (time.perf_counter(), messages[0] if messages else [])
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
-        """Record the call's usage and duration."""
-        end = time.perf_counter()
+        """Record the call's usage and duration.
+
+        The ledger's own counting is timed as part of the call, so metering never shows as
+        library overhead.
+        """
         with self._lock:
-            start, prompt = self._open.pop(run_id, (end, []))
+            start, prompt = self._open.pop(run_id, (time.perf_counter(), []))
         prompt_tokens = completion_tokens = -1
         cached = 0
         texts: list[str] = []
@@ -173,7 +176,7 @@ class UsageLedger(BaseCallbackHandler):
         call = ModelCall(
             prompt_tokens,
             completion_tokens,
-            end - start,
+            time.perf_counter() - start,
             reported=reported,
             cached_tokens=cached,
             estimated_prompt_tokens=estimated_prompt if reported else None,
