@@ -73,7 +73,9 @@ from langchain_histcompress.rounds import (
     HistoryViolation,
     Round,
     ensure_ids,
+    is_pinned,
     is_summary_message,
+    repair_history,
     split_rounds,
     split_units,
     validate_history,
@@ -93,6 +95,7 @@ __all__ = [
     "CompressionChunk",
     "CompressionPlan",
     "CompressionResult",
+    "OnInvalidHistory",
     "Placement",
     "RoundCompressor",
     "TriggerReason",
@@ -112,6 +115,12 @@ appended to a copy of the preamble's last system message."""
 
 TriggerReason = Literal["rounds", "tokens", "idle_gap", "oversized_round"]
 """Why a compression was planned."""
+
+OnInvalidHistory = Literal["repair", "raise"]
+"""What `RoundCompressor` does with a history a provider would reject (see
+`~langchain_histcompress.rounds`): compress it and send a repaired view, or raise."""
+
+_ON_INVALID = ("repair", "raise")
 
 _PLACEMENTS = ("system_message", "append_to_system")
 _TIMESTAMP_KEYS = ("timestamp", "created_at")
@@ -138,6 +147,14 @@ class _Parts:
     tail_covered: frozenset[str] | None = None
     """When located with a cursor: the covered ids known to sit in the tail (every other
     covered id belongs to the skipped prefix). ``None`` when the prefix was scanned."""
+    system_at: tuple[int, ...] = ()
+    """Indexes of the system messages of the skipped prefix ``messages[lead_end:tail_start]``
+    (pinned messages, and stale summary messages that the current summary replaces)."""
+
+    @property
+    def pinned(self) -> list[BaseMessage]:
+        """The pinned messages of the skipped prefix, in order: shown after the summary."""
+        return [m for m in map(self.messages.__getitem__, self.system_at) if is_pinned(m)]
 
     @property
     def lead(self) -> list[BaseMessage]:
@@ -154,9 +171,13 @@ class _Parts:
 class _Cursor:
     """Where the uncovered tail of one history starts for one summary (a cache, verified).
 
-    Histories grow at the end, so the tail of a summary stays where it was found: the next
-    call checks the ids at ``start - 1`` and ``start`` (O(1)) instead of scanning the covered
-    prefix, and falls back to the scan when they differ (messages removed or replaced).
+    Histories grow at the end, so the tail of a summary stays where it was found. The next
+    call checks the ids at ``start - 1`` and ``start``, then that the skipped prefix holds the
+    very message objects seen when the cursor was made: one list comparison, which compares
+    object pointers at C speed and reads no message (about a millisecond per million
+    messages). Only when the objects differ (a deserialized copy) are the prefix ids checked
+    against the coverage. A message removed, inserted or replaced by one with a new id
+    anywhere in the prefix therefore always sends the call back to the scan.
     """
 
     covered: frozenset[str]
@@ -169,6 +190,10 @@ class _Cursor:
     """Id of ``messages[start - 1]`` (``None`` when the tail starts right after the lead)."""
     tail_covered: frozenset[str]
     """Covered ids found at or after ``start`` (older tool groups folded out of a round)."""
+    prefix: list[BaseMessage]
+    """The skipped prefix ``messages[lead_end:start]`` (references to the message objects)."""
+    system_at: tuple[int, ...] = ()
+    """Indexes in the history of the prefix's system messages (never covered)."""
 
 
 _CURSOR_KEY = "compressor_cursor"
@@ -202,11 +227,12 @@ def _check_types(messages: Sequence[BaseMessage], start: int) -> None:
 
 
 def _first_uncovered(messages: Sequence[BaseMessage], start: int, covered: frozenset[str]) -> int:
-    """Index of the first message from ``start`` on that is neither covered nor a summary.
+    """Index of the first message from ``start`` on that is neither covered nor a system message.
 
-    Whole chunks of covered messages are skipped at C speed (one superset test per chunk);
-    only the chunk holding the answer (or a stale summary message) is walked message by
-    message.
+    System messages in the conversation are pinned (never covered) and summary messages are
+    replaced, so neither starts the tail. Whole chunks of covered messages are skipped at C
+    speed (one superset test per chunk); only the chunk holding the answer (or a system
+    message) is walked message by message.
     """
     end = len(messages)
     while start < end:
@@ -215,7 +241,7 @@ def _first_uncovered(messages: Sequence[BaseMessage], start: int, covered: froze
             start = stop
             continue
         while start < stop and (
-            messages[start].id in covered or is_summary_message(messages[start])
+            messages[start].id in covered or isinstance(messages[start], SystemMessage)
         ):
             start += 1
         if start < stop:
@@ -232,12 +258,18 @@ def _cursor(summary: RunningSummary) -> _Cursor | None:
 
 
 def _verified_cursor(
-    messages: Sequence[BaseMessage], summary: RunningSummary, lead_end: int
+    messages: Sequence[BaseMessage],
+    summary: RunningSummary,
+    lead_end: int,
+    *,
+    spot_check: bool = False,
 ) -> _Cursor | None:
-    """The summary's cursor when it still matches ``messages`` (O(1)), else ``None``.
+    """The summary's cursor when it still matches ``messages``, else ``None``.
 
-    Checks the ids at the tail start and just before it, and that the first and the middle
-    message of the skipped prefix are covered (or summary messages).
+    Checks the ids at the tail start and just before it, then that the skipped prefix is the
+    same message objects (or, for copies, that every prefix id is covered or was uncovered
+    there before); a cursor matched by ids is refreshed with the new objects. With
+    ``spot_check`` only the ids around the tail start are checked (a hint, not a proof).
     """
     cursor = _cursor(summary)
     start = cursor.start if cursor is not None else -1
@@ -246,19 +278,34 @@ def _verified_cursor(
     if _message_id(messages, start) != cursor.start_id:
         return None
     before = _message_id(messages, start - 1) if start > lead_end else None
-    if before != cursor.before_id:
+    known = cursor.prefix
+    if before != cursor.before_id or start - lead_end != len(known):
         return None
-    for index in {lead_end, (lead_end + start) // 2}:
-        if index < start and not _skippable(messages[index], summary.covered_ids):
-            return None
-    return cursor
-
-
-def _skippable(message: object, covered: frozenset[str]) -> bool:
-    """Whether a prefix message may be skipped: covered, or a package summary message."""
-    if not isinstance(message, BaseMessage):
-        return False
-    return message.id in covered or is_summary_message(message)
+    if spot_check or not known:
+        return cursor
+    prefix = list(messages[lead_end:start])
+    # Same objects at both ends: compare the whole prefix as lists (pointer comparisons at C
+    # speed; an equal copy of a message also matches). Else check the ids one by one.
+    if prefix[0] is known[0] and prefix[-1] is known[-1] and prefix == known:
+        return cursor
+    try:
+        ids = list(map(_get_id, prefix))
+    except AttributeError:  # not a message: the scan names it
+        return None
+    covered = summary.covered_ids
+    if cursor.system_at:
+        systems = {i - lead_end for i in cursor.system_at}
+        matches = all(
+            isinstance(prefix[i], SystemMessage) if i in systems else ids[i] in covered
+            for i in range(len(prefix))
+        )
+    else:
+        matches = covered.issuperset(ids)
+    if not matches:
+        return None
+    refreshed = replace(cursor, prefix=prefix)
+    _memo(summary)[_CURSOR_KEY] = refreshed
+    return refreshed
 
 
 def _remember(summary: RunningSummary, parts: _Parts) -> None:
@@ -273,7 +320,22 @@ def _remember(summary: RunningSummary, parts: _Parts) -> None:
         start_id=start_id,
         before_id=_message_id(messages, start - 1) if start > lead_end else None,
         tail_covered=frozenset(m.id for m in parts.tail if m.id is not None and m.id in covered),
+        prefix=list(messages[lead_end:start]),
+        system_at=parts.system_at,
     )
+
+
+def _systems_between(
+    messages: Sequence[BaseMessage], start: int, stop: int, covered: frozenset[str]
+) -> tuple[int, ...]:
+    """Indexes of the system messages of ``messages[start:stop]`` (covered chunks skipped)."""
+    found: list[int] = []
+    while start < stop:
+        end = min(start + _SCAN_CHUNK, stop)
+        if not covered.issuperset(map(_get_id, messages[start:end])):
+            found.extend(i for i in range(start, end) if isinstance(messages[i], SystemMessage))
+        start = end
+    return tuple(found)
 
 
 def _locate(
@@ -281,13 +343,14 @@ def _locate(
     summary: RunningSummary | None,
     *,
     known_start: int | None = None,
+    known_systems: tuple[int, ...] = (),
 ) -> _Parts:
     """Split ``messages`` for ``summary``, reading only the lead and the uncovered tail.
 
-    The covered prefix is skipped with the summary's cursor when it still matches (O(1)),
-    else by a scan, from ``known_start`` when given (the tail start of an earlier summary
-    whose coverage ``summary`` extends); the scan's result becomes the summary's cursor.
-    Every message read is type-checked first.
+    The covered prefix is skipped with the summary's cursor when it still matches, else by a
+    scan, from ``known_start`` when given (the tail start of an earlier summary whose
+    coverage ``summary`` extends; ``known_systems`` indexes the system messages before it); the
+    scan's result becomes the summary's cursor. Every message read is type-checked first.
 
     Raises:
         ConfigurationError: A message that is read is not a ``BaseMessage``.
@@ -297,18 +360,25 @@ def _locate(
     cursor = None
     if summary is not None and covered:
         cursor = _verified_cursor(messages, summary, lead_end)
+    systems: tuple[int, ...] = ()
     if cursor is not None:
         start = cursor.start
+        systems = cursor.system_at
     else:
         start = lead_end if known_start is None else max(lead_end, known_start)
     _check_types(messages, start)
     if covered and cursor is None:
         # Skip the covered prefix, then step back to the start of its round so the tail is
         # made of whole rounds (and whole tool groups).
+        scan_from = start
         start = _first_uncovered(messages, start, covered)
         if start < len(messages):
             while start > lead_end and not isinstance(messages[start], HumanMessage):
                 start -= 1
+        if start >= scan_from:
+            systems = (*known_systems, *_systems_between(messages, scan_from, start, covered))
+        else:  # the tail starts before the known start: collect again
+            systems = _systems_between(messages, lead_end, start, covered)
     tail = [m for m in messages[start:] if not is_summary_message(m)]
     parts = _Parts(
         messages,
@@ -316,6 +386,7 @@ def _locate(
         start,
         tail,
         tail_covered=cursor.tail_covered if cursor is not None else None,
+        system_at=systems,
     )
     if summary is not None and covered and cursor is None:
         _remember(summary, parts)
@@ -335,7 +406,9 @@ def _with_ids(
     lead_end = _lead_end(messages)
     start = lead_end
     if summary is not None and summary.covered_ids:
-        cursor = _verified_cursor(messages, summary, lead_end)
+        # A hint is enough: the compressor verifies the prefix and names a message without
+        # an id that a stale hint made this miss.
+        cursor = _verified_cursor(messages, summary, lead_end, spot_check=True)
         if cursor is not None:
             start = cursor.start
     try:
@@ -376,10 +449,12 @@ def _visible(messages: Sequence[BaseMessage], covered: frozenset[str]) -> list[B
 
 
 def _pending(tail: Sequence[BaseMessage], covered: frozenset[str]) -> list[Round]:
+    """The tail's rounds with their uncovered messages; rounds with nothing left to fold
+    (every message covered or pinned) are not pending."""
     out: list[Round] = []
     for round_ in split_rounds(tail).rounds:
         kept = _visible(round_.messages, covered)
-        if kept:
+        if any(not is_pinned(m) for m in kept):
             out.append(Round(tuple(kept)))
     return out
 
@@ -391,7 +466,8 @@ def pending_rounds(
 
     The system preamble and package summary messages are never part of a round. A round
     partly folded (older tool groups of an oversized round) appears with its remaining
-    messages.
+    messages; a round whose only uncovered messages are pinned system messages (see
+    `rounds.is_pinned`) is not pending.
 
     Args:
         messages: The full original history.
@@ -442,8 +518,13 @@ def view(
     No model call. The preamble messages are the caller's own objects (byte-identical); with
     ``placement="append_to_system"`` the last one is replaced by a *copy* with the summary
     appended (its provenance under ``additional_kwargs["histcompress_summary"]``). Earlier
-    summary messages found in ``messages`` are replaced by ``summary``. Without a summary the
-    history is returned as is (as a new list).
+    summary messages found in ``messages`` are replaced by ``summary``. System messages
+    inside the conversation are pinned: those before the uncovered part follow the summary,
+    in order. Without a summary the history is returned as it is (as a new list).
+
+    The view is what a model receives, so it always obeys the provider rules: a history
+    that breaks them is repaired as `rounds.repair_history` describes (logged; the caller's
+    list is never changed).
 
     Args:
         messages: The full original history.
@@ -462,7 +543,7 @@ def view(
     """
     _check_placement(placement)
     if summary is None:
-        return list(messages)
+        return repair_history(messages).messages
     return _view(_locate(messages, summary), summary, placement)
 
 
@@ -472,12 +553,18 @@ def _view(
     placement: Placement,
     system: Sequence[BaseMessage] = (),
 ) -> list[BaseMessage]:
-    """The view of located ``parts``; ``system`` messages go before the history's own lead."""
+    """The view of located ``parts``; ``system`` messages go before the history's own lead.
+
+    Pinned messages of the skipped prefix follow the summary; the result is repaired when it
+    breaks the provider rules (see `rounds.repair_history`).
+    """
     preamble = [*system, *parts.preamble]
-    return [
+    shown = [
         *_with_summary(preamble, summary, placement),
+        *parts.pinned,
         *_visible(parts.tail, summary.covered_ids),
     ]
+    return repair_history(shown).messages
 
 
 def _to_datetime(value: object) -> datetime | None:
@@ -631,8 +718,12 @@ class RoundCompressor:
         max_output_tokens: Output cap of each summarizer call (see `Summarizer`; ``None``
             for none, e.g. for reasoning models whose hidden reasoning counts against it).
         instructions: Extra guidance for the summarizer's system prompt.
-        validate_input: Raise `InvalidHistoryError` for histories that break the provider
-            shape (orphan tool results, unanswered calls, duplicate ids...).
+        on_invalid_history: What to do with a history a provider would reject (see the
+            accepted-history rule in `~langchain_histcompress.rounds`): ``"repair"``
+            (default) compresses it and repairs the view (logged, see
+            `rounds.repair_history`); ``"raise"`` raises `InvalidHistoryError` before any
+            model call. Histories providers accept (reused call ids across steps, answered
+            invalid tool calls, system messages inside the conversation) are never errors.
         sleep: Sync sleep used between retries (injectable for tests).
         async_sleep: Async sleep used between retries.
         clock: Returns the current time for summaries' ``created_at``.
@@ -680,7 +771,7 @@ class RoundCompressor:
         max_backoff: float = 30.0,
         max_output_tokens: int | Literal["auto"] | None = "auto",
         instructions: str | None = None,
-        validate_input: bool = True,
+        on_invalid_history: OnInvalidHistory = "repair",
         sleep: Callable[[float], None] | None = None,
         async_sleep: Callable[[float], Awaitable[None]] | None = None,
         clock: Callable[[], datetime] | None = None,
@@ -692,6 +783,9 @@ class RoundCompressor:
         _check_optional_int("compression_threshold_tokens", compression_threshold_tokens, 1)
         _check_optional_int("max_round_tokens", max_round_tokens, 1)
         _check_placement(placement)
+        if on_invalid_history not in _ON_INVALID:
+            msg = f"on_invalid_history must be one of {list(_ON_INVALID)}, got {on_invalid_history!r}"
+            raise ConfigurationError(msg)
         if idle_gap is not None and (
             not isinstance(idle_gap, timedelta) or idle_gap <= timedelta(0)
         ):
@@ -704,7 +798,6 @@ class RoundCompressor:
             ("structured_output", structured_output),
             ("enabled", enabled),
             ("compress_on_rounds", compress_on_rounds),
-            ("validate_input", validate_input),
         ):
             if not isinstance(flag, bool):
                 msg = f"{name} must be a bool, got {flag!r}"
@@ -735,7 +828,7 @@ class RoundCompressor:
         self.timestamp_getter = timestamp_getter or message_timestamp
         self.max_round_tokens = max_round_tokens
         self.max_calls_per_compress = max_calls_per_compress
-        self.validate_input = validate_input
+        self.on_invalid_history: OnInvalidHistory = on_invalid_history
 
     @property
     def token_counter(self) -> TokenCounter:
@@ -754,11 +847,13 @@ class RoundCompressor:
     # ----------------------------------------------------------------- planning (pure)
 
     def _check_input(self, messages: Sequence[BaseMessage], summary: object) -> _Parts:
-        """Check types, ids and (optionally) shape; return the history split for planning.
+        """Check types, ids and shape; return the history split for planning.
 
         Only the preamble and the uncovered tail are read and checked (covered messages are
         never shown again; once a summary's tail is known they are not even read), plus a
-        check that no tail message reuses the id of a covered prefix message.
+        check that no tail message reuses the id of a covered prefix message. Duplicate
+        message ids are always an error (coverage is recorded by id); other violations only
+        with ``on_invalid_history="raise"`` (else the view repairs them).
         """
         if summary is not None and not isinstance(summary, RunningSummary):
             msg = f"summary must be a RunningSummary or None, got {type(summary).__name__}"
@@ -773,22 +868,21 @@ class RoundCompressor:
                     "messages by id (give every message an id, e.g. with rounds.ensure_ids)"
                 )
                 raise ConfigurationError(msg)
-        if self.validate_input:
-            in_prefix = _prefix_ids(parts, summary)
-            lead = parts.lead
-            violations = [
-                replace(v, index=v.index - len(lead) + offset) if v.index >= len(lead) else v
-                for v in validate_history([*lead, *tail])
-            ]
-            violations += [
-                HistoryViolation(
-                    "duplicate_message_id", index, m.id, f"message id {m.id!r} repeats"
-                )
-                for index, m in enumerate(tail, start=offset)
-                if m.id is not None and in_prefix(m.id)
-            ]
-            if violations:
-                raise InvalidHistoryError(sorted(violations, key=lambda v: v.index))
+        strict = self.on_invalid_history == "raise"
+        in_prefix = _prefix_ids(parts, summary)
+        lead = parts.lead
+        violations = [
+            replace(v, index=v.index - len(lead) + offset) if v.index >= len(lead) else v
+            for v in validate_history([*lead, *tail])
+            if strict or v.kind == "duplicate_message_id"
+        ]
+        violations += [
+            HistoryViolation("duplicate_message_id", index, m.id, f"message id {m.id!r} repeats")
+            for index, m in enumerate(tail, start=offset)
+            if m.id is not None and in_prefix(m.id)
+        ]
+        if violations:
+            raise InvalidHistoryError(sorted(violations, key=lambda v: v.index))
         return parts
 
     def _costs(self, rounds: Sequence[Round]) -> list[int]:
@@ -847,6 +941,8 @@ class RoundCompressor:
         for unit, cost in zip(units[start:-1], costs[start:-1], strict=True):
             if remaining <= limit:
                 break
+            if is_pinned(unit[0]):  # stays in the view; its tokens remain
+                continue
             folded.extend(unit)
             remaining -= cost
         if not folded:
@@ -863,7 +959,8 @@ class RoundCompressor:
             summary: The current summary (``None`` before the first compression).
 
         Raises:
-            InvalidHistoryError: ``validate_input`` is on and the history is malformed.
+            InvalidHistoryError: Two messages share an id, or ``on_invalid_history="raise"``
+                and the history breaks the provider rules.
             ConfigurationError: A message has no id, or ``summary`` has the wrong type.
 
         Example:
@@ -902,7 +999,7 @@ class RoundCompressor:
             reasons.append("idle_gap")
         chunks = [
             CompressionChunk(
-                tuple(m for r in pending[start : min(start + step, due)] for m in r.messages),
+                tuple(m for r in pending[start : min(start + step, due)] for m in r.foldable),
                 rounds=min(step, due - start),
             )
             for start in range(0, due, step)
@@ -961,10 +1058,15 @@ class RoundCompressor:
             )
         final = updates[-1].summary if updates else summary
         if final is None:
-            messages = list(parts.messages)
+            messages = repair_history(parts.messages).messages
         else:
             if final is not summary:  # coverage only grew: the new tail starts no earlier
-                parts = _locate(parts.messages, final, known_start=parts.tail_start)
+                parts = _locate(
+                    parts.messages,
+                    final,
+                    known_start=parts.tail_start,
+                    known_systems=parts.system_at,
+                )
             messages = _view(parts, final, self.placement)
         return CompressionResult(
             messages=messages,
@@ -998,7 +1100,8 @@ class RoundCompressor:
         Raises:
             SummarizationError: A summarizer call failed after bounded retries (no result;
                 the caller keeps its previous summary).
-            InvalidHistoryError: ``validate_input`` is on and the history is malformed.
+            InvalidHistoryError: Two messages share an id, or ``on_invalid_history="raise"``
+                and the history breaks the provider rules.
             ConfigurationError: A message has no id.
         """
         if not self.enabled:

@@ -528,14 +528,16 @@ def test_caller_config_is_forwarded_and_not_mutated() -> None:
 # --------------------------------------------------------------------------- bad input / config
 
 
-def test_invalid_history_is_rejected_before_any_call() -> None:
+def test_invalid_history_raises_only_when_asked() -> None:
     model = ScriptedSummarizer()
     bad = [*history(5), ToolMessage("x", tool_call_id="nope", id="orphan")]
     with pytest.raises(InvalidHistoryError, match="orphan_tool_result"):
-        compressor(model).compress(bad)
+        compressor(model, on_invalid_history="raise").compress(bad)
     assert model.calls == 0
-    result = compressor(model, validate_input=False).compress(bad)
-    assert result.compressed and "orphan" in {m.id for m in result.messages}
+    result = compressor(model).compress(bad)  # default: compress, repair the view
+    assert result.compressed and "orphan" not in {m.id for m in result.messages}
+    assert validate_history(result.messages) == []
+    assert bad[-1].id == "orphan"  # the caller's history is untouched
 
 
 def test_messages_without_ids_are_rejected() -> None:
@@ -560,6 +562,7 @@ def test_messages_without_ids_are_rejected() -> None:
         ({"idle_gap": timedelta(0)}, "idle_gap"),
         ({"timestamp_getter": 3}, "timestamp_getter"),
         ({"enabled": "yes"}, "enabled"),
+        ({"on_invalid_history": "ignore"}, "on_invalid_history"),
         ({"profile": "nope"}, "profile"),
         ({"timeout": -1}, "timeout"),
     ],
@@ -598,7 +601,7 @@ def test_repr_shows_settings_not_content() -> None:
 
 
 def test_only_the_uncovered_tail_is_shape_checked() -> None:
-    c = compressor()
+    c = compressor(on_invalid_history="raise")
     summary = RunningSummary(content="x", text="x", covered_ids=frozenset({"h0", "a0", "orphan"}))
     early_orphan = [
         SYSTEM,

@@ -55,15 +55,21 @@ class Probe(list[BaseMessage]):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.reads: set[int] = set()
+        self.prefix_copies: list[tuple[int, int]] = []
         self.iterated = False
 
     def reset(self) -> None:
         self.reads.clear()
+        self.prefix_copies.clear()
         self.iterated = False
 
     def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
         if isinstance(key, slice):
-            self.reads.update(range(*key.indices(len(self))))
+            start, stop, step = key.indices(len(self))
+            if start <= 1 < stop < len(self) and step == 1:  # the cursor's pointer check
+                self.prefix_copies.append((start, stop))
+            else:
+                self.reads.update(range(start, stop, step))
         else:
             self.reads.add(key if key >= 0 else len(self) + key)
         return super().__getitem__(key)
@@ -118,9 +124,13 @@ def clone(summary: RunningSummary | None) -> RunningSummary | None:
 
 def assert_tail_only(probe: Probe, end: int, window: int) -> None:
     """Only the newest ``window`` positions were read, plus at most three O(1) spot checks
-    (the lead scan's stop and the cursor's checks of the prefix's first and middle message).
+    (the lead scan's stop and the cursor's checks around the tail start), and at most one
+    copy of the covered prefix per cursor check or new cursor (the cursor compares object
+    pointers, reading no message): a turn checks once per face hook and records one new
+    cursor when it compresses.
     """
     assert not probe.iterated
+    assert len(probe.prefix_copies) <= 3, probe.prefix_copies
     far = {i for i in probe.reads if i < end - window}
     assert len(far) <= 3, sorted(far)[:10]
 
