@@ -393,6 +393,26 @@ def _locate(
     return parts
 
 
+def _summary_detached(messages: Sequence[BaseMessage], summary: RunningSummary | None) -> bool:
+    """Whether ``summary`` covers messages but none of them is in ``messages`` any more.
+
+    That happens when the conversation was replaced (``RemoveMessage(id=REMOVE_ALL_MESSAGES)``
+    in LangGraph) while the summary was kept; faces that keep covered messages in place
+    (non-destructive) then drop the summary instead of showing it with a new conversation.
+    O(1) when the summary's cursor shows a covered message just before the tail.
+    """
+    if summary is None or not summary.covered_ids:
+        return False
+    covered = summary.covered_ids
+    hint = _verified_cursor(messages, summary, _lead_end(messages), spot_check=True)
+    if hint is not None and hint.before_id is not None and hint.before_id in covered:
+        return False  # the message before the tail (its id just checked) is covered
+    parts = _locate(messages, summary)
+    if parts.tail_start - parts.lead_end > len(parts.system_at):
+        return False  # the skipped prefix holds at least one covered message
+    return not any(m.id in covered for m in parts.tail)
+
+
 def _with_ids(
     messages: Sequence[BaseMessage], summary: RunningSummary | None
 ) -> Sequence[BaseMessage]:

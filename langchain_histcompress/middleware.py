@@ -21,6 +21,14 @@ message itself never re-enters the conversation, so there is no summary of a sum
 ``destructive=True`` also removes the covered messages from state, one ``RemoveMessage(id=...)``
 per covered id.
 
+Every history ``create_agent`` produces is accepted (tool call ids reused across steps, invalid
+tool calls answered by tool messages, system messages injected mid-conversation: see
+`~langchain_histcompress.rounds`), and the request the model receives always obeys the provider
+rules: a broken history is repaired in the request (logged), never in state. With
+``on_error="skip"`` no package error stops the agent: the model answers with the stored summary.
+When none of the messages the summary covers is in state any more (the thread was cleared with
+``RemoveMessage(id=REMOVE_ALL_MESSAGES)``), the non-destructive middleware drops the summary.
+
 Example:
     >>> from langchain.agents import create_agent
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -61,17 +69,18 @@ from langchain_histcompress.compressor import (
     CompressionResult,
     RoundCompressor,
     _locate,
+    _summary_detached,
     _view,
     _with_ids,
 )
 from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.errors import ConfigurationError, HistCompressError
 from langchain_histcompress.nodes import (
     OnError,
     summary_from_state,
     summary_to_state,
 )
-from langchain_histcompress.rounds import ensure_ids
+from langchain_histcompress.rounds import ensure_ids, repair_history
 from langchain_histcompress.summary import RunningSummary
 
 try:  # langchain >= 1.3: keep internal model calls out of the agent's v2 message stream
@@ -112,8 +121,9 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         compressor: The `RoundCompressor` deciding what to fold and calling the summarizer.
         destructive: Also remove the covered messages from state (``RemoveMessage`` per
             covered id; the remove-all sentinel is never used).
-        on_error: ``"raise"`` (default): a `SummarizationError` propagates and no state
-            changes. ``"skip"``: log a warning and answer with the stored summary.
+        on_error: ``"raise"`` (default): a package error (`HistCompressError`, e.g.
+            `SummarizationError`) propagates and no state changes. ``"skip"``: log a
+            warning and answer with the stored summary (without it when it cannot be read).
         context_builder: Assemble the request under a token budget instead of sending the
             plain view (the system prompt counts against the budget; tool schemas do not).
 
@@ -181,15 +191,19 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
 
     def _inputs(
         self, state: RoundCompressionState
-    ) -> tuple[Sequence[BaseMessage], Sequence[BaseMessage], RunningSummary | None]:
+    ) -> tuple[Sequence[BaseMessage], Sequence[BaseMessage], RunningSummary | None, bool]:
         originals: Sequence[BaseMessage] = state["messages"]
         summary = summary_from_state(state, SUMMARY_KEY)
-        return originals, _with_ids(originals, summary), summary
+        messages = _with_ids(originals, summary)
+        if not self.destructive and _summary_detached(messages, summary):
+            logger.info("none of the summarized messages is in state; starting a new summary")
+            return originals, messages, None, True
+        return originals, messages, summary, False
 
     def _update(
-        self, originals: Sequence[BaseMessage], result: CompressionResult
+        self, originals: Sequence[BaseMessage], result: CompressionResult, dropped: bool
     ) -> dict[str, Any] | None:
-        update: dict[str, Any] = {}
+        update: dict[str, Any] = {SUMMARY_KEY: None} if dropped else {}
         if result.compressed and result.summary is not None:
             update[SUMMARY_KEY] = summary_to_state(result.summary)
         if self.destructive and result.summary is not None:
@@ -201,13 +215,12 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
                 update["messages"] = removals
         return update or None
 
-    def _skipped(self, error: SummarizationError, summary: RunningSummary | None) -> None:
+    def _skipped(self, error: HistCompressError) -> None:
         if self.on_error == "raise":
             raise error
         logger.warning(
-            "round compression failed (%s); answering with the stored summary (version %s)",
+            "round compression failed (%s); answering with the stored summary",
             type(error).__name__,
-            summary.version if summary is not None else None,
         )
 
     def before_model(
@@ -220,27 +233,28 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
             objects in destructive mode), else ``None``.
 
         Raises:
-            SummarizationError: The summarizer failed and ``on_error="raise"``.
+            HistCompressError: The summarizer failed (`SummarizationError`) or the stored
+                summary cannot be read, and ``on_error="raise"``.
         """
-        originals, messages, summary = self._inputs(state)
         try:
+            originals, messages, summary, dropped = self._inputs(state)
             result = self.compressor.compress(messages, summary, config=_internal_config())
-        except SummarizationError as error:
-            self._skipped(error, summary)
+        except HistCompressError as error:
+            self._skipped(error)
             return None
-        return self._update(originals, result)
+        return self._update(originals, result, dropped)
 
     async def abefore_model(
         self, state: RoundCompressionState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async `before_model` (the summarizer is awaited)."""
-        originals, messages, summary = self._inputs(state)
         try:
+            originals, messages, summary, dropped = self._inputs(state)
             result = await self.compressor.acompress(messages, summary, config=_internal_config())
-        except SummarizationError as error:
-            self._skipped(error, summary)
+        except HistCompressError as error:
+            self._skipped(error)
             return None
-        return self._update(originals, result)
+        return self._update(originals, result, dropped)
 
     # -- wrap_model_call: the model sees the compressed view ---------------------------
 
@@ -249,11 +263,33 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
 
         The system message stays byte-identical unless the compressor's placement is
         ``"append_to_system"`` (then a copy carries the summary). Without a summary and a
-        context builder the request is returned unchanged.
+        context builder the request is returned unchanged, or with its messages repaired
+        when they break the provider rules (see `rounds.repair_history`).
+
+        Raises:
+            HistCompressError: The stored summary cannot be read, or the context builder
+                cannot fit the request, and ``on_error="raise"`` (with ``"skip"`` the
+                request goes out without the summary, repaired if needed).
         """
+        try:
+            return self._compressed_request(request)
+        except HistCompressError as error:
+            self._skipped(error)
+            fixed = repair_history(request.messages)
+            if not fixed.repaired:
+                return request
+            return request.override(messages=cast("list[AnyMessage]", fixed.messages))
+
+    def _compressed_request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         summary = summary_from_state(request.state, SUMMARY_KEY)
+        if summary is not None and not self.destructive:
+            if _summary_detached(_with_ids(request.messages, summary), summary):
+                summary = None
         if summary is None and self.context_builder is None:
-            return request
+            fixed = repair_history(request.messages)
+            if not fixed.repaired:
+                return request
+            return request.override(messages=cast("list[AnyMessage]", fixed.messages))
         system = request.system_message
         lead: list[BaseMessage] = [system] if system is not None else []
         if self.context_builder is not None:

@@ -28,10 +28,26 @@ one ``RemoveMessage(id=...)`` per covered id (never the remove-all sentinel); th
 plus the stored summary still represent the whole conversation, because the summary records
 exactly which ids it covers.
 
-A `SummarizationError` from the summarizer re-raises by default: LangGraph then applies none
-of the node's writes, so the checkpointed state is exactly what it was before the run. With
-``on_error="skip"`` the node logs a warning, keeps the stored summary and writes a view built
-from it, and the graph goes on.
+A package error (`SummarizationError` from the summarizer, `InvalidHistoryError`,
+`ConfigurationError` for an unreadable stored summary...) re-raises by default: LangGraph then
+applies none of the node's writes, so the checkpointed state is exactly what it was before the
+run. With ``on_error="skip"`` the node logs a warning, keeps the stored summary and writes a
+view built from it (without it when it cannot be read), and the graph goes on. Histories a
+provider would reject are not errors: the view is repaired (see `rounds.repair_history`).
+
+When none of the messages the stored summary covers is in state any more (the conversation was
+replaced with ``RemoveMessage(id=REMOVE_ALL_MESSAGES)``), a non-destructive node drops the
+summary (writes ``None``) instead of showing it with the new conversation. A destructive node
+removes covered messages itself, so it cannot tell: write ``{"running_summary": None}`` with the
+remove-all update.
+
+**Streaming.** The summary never reaches ``stream_mode="messages"``: the summarizer's calls are
+tagged ``nostream``, and inside a graph the node returns its update as
+``Command(update=[(key, value), ...])``, whose messages LangGraph's messages stream does not
+report (it reports messages a node returns in a dict or list). Only the answering model's
+messages stream. ``stream_mode="updates"`` shows the node's writes (``running_summary`` and the
+view under ``model_input``, summary message included) and ``"values"`` the whole state: both
+are state, not chat; filter with `rounds.is_summary_message` if you render them.
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -73,6 +89,7 @@ from typing import Annotated, Any, Literal
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.message import add_messages
+from langgraph.types import Command
 from pydantic import ValidationError
 from typing_extensions import NotRequired, Required
 
@@ -80,11 +97,12 @@ from langchain_histcompress._graph_node import GraphNode
 from langchain_histcompress.compressor import (
     CompressionResult,
     RoundCompressor,
+    _summary_detached,
     _with_ids,
     view,
 )
 from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.errors import ConfigurationError, HistCompressError
 from langchain_histcompress.memory import FactsState
 from langchain_histcompress.rounds import ensure_ids
 from langchain_histcompress.summary import (
@@ -106,8 +124,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 OnError = Literal["raise", "skip"]
-"""What a compression face does when the summarizer fails: re-raise `SummarizationError`
-(state untouched), or log a warning and go on with the stored summary."""
+"""What a compression face does when the package raises (the summarizer failed, the stored
+summary cannot be read...): re-raise (state untouched), or log a warning and go on with the
+stored summary."""
 
 _ON_ERROR: tuple[str, ...] = ("raise", "skip")
 
@@ -389,9 +408,10 @@ class RoundCompressionNode(GraphNode):
             context_builder=...)``, which builds its own context and ignores the view.
         destructive: Also remove the covered messages from state, one
             ``RemoveMessage(id=...)`` per covered id.
-        on_error: ``"raise"`` (default): a `SummarizationError` propagates and the graph
-            applies none of the node's writes. ``"skip"``: log a warning, keep the stored
-            summary and write the view built from it.
+        on_error: ``"raise"`` (default): a package error (`HistCompressError`, e.g.
+            `SummarizationError`) propagates and the graph applies none of the node's
+            writes. ``"skip"``: log a warning, keep the stored summary and write the view
+            built from it.
         name: Run name of the node (also its default node name in a graph).
 
     Raises:
@@ -516,17 +536,27 @@ class RoundCompressionNode(GraphNode):
 
     def _inputs(
         self, state: Any
-    ) -> tuple[Sequence[BaseMessage], Sequence[BaseMessage], RunningSummary | None]:
+    ) -> tuple[Sequence[BaseMessage], Sequence[BaseMessage], RunningSummary | None, bool]:
+        """The state's messages (as stored, and with ids), its summary, and whether the
+        summary was dropped because its conversation is gone."""
         originals = _state_messages(state, self.messages_key, check=False)
         summary = summary_from_state(state, self.summary_key)
-        return originals, _with_ids(originals, summary), summary
+        messages = _with_ids(originals, summary)
+        if not self.destructive and _summary_detached(messages, summary):
+            logger.info(
+                "none of the %d summarized messages is in state; starting a new summary",
+                len(summary.covered_ids) if summary is not None else 0,
+            )
+            return originals, messages, None, True
+        return originals, messages, summary, False
 
     def _update(
         self,
         originals: Sequence[BaseMessage],
         result: CompressionResult,
+        dropped: bool,
     ) -> dict[str, Any]:
-        update: dict[str, Any] = {}
+        update: dict[str, Any] = {self.summary_key: None} if dropped else {}
         if result.compressed and result.summary is not None:
             update[self.summary_key] = summary_to_state(result.summary)
         if self.output_key is not None:
@@ -540,14 +570,10 @@ class RoundCompressionNode(GraphNode):
                 update[self.messages_key] = removals
         return update
 
-    def _skipped(
-        self,
-        error: SummarizationError,
-        messages: Sequence[BaseMessage],
-        summary: RunningSummary | None,
-    ) -> dict[str, Any]:
+    def _skipped(self, error: HistCompressError, state: Any) -> dict[str, Any]:
         if self.on_error == "raise":
             raise error
+        summary = _readable_summary(state, self.summary_key)
         logger.warning(
             "round compression failed (%s); keeping the stored summary (version %s)",
             type(error).__name__,
@@ -555,20 +581,43 @@ class RoundCompressionNode(GraphNode):
         )
         if self.output_key is None:
             return {}
-        return {self.output_key: self.compressor.view(messages, summary)}
-
-    def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        originals, messages, summary = self._inputs(state)
         try:
+            messages = _with_ids(_state_messages(state, self.messages_key), summary)
+            if not self.destructive and _summary_detached(messages, summary):
+                summary = None
+            return {self.output_key: self.compressor.view(messages, summary)}
+        except HistCompressError as again:  # the messages themselves are unusable
+            logger.warning("no view could be built either (%s)", type(again).__name__)
+            return {}
+
+    @staticmethod
+    def _deliver(update: dict[str, Any], config: RunnableConfig) -> dict[str, Any] | Command[Any]:
+        """The update as returned: inside a graph, a ``Command`` whose update is a list of
+        pairs, so the summary in the view never reaches ``stream_mode="messages"``."""
+        if update and "langgraph_node" in (config.get("metadata") or {}):
+            return Command(update=list(update.items()))
+        return update
+
+    def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any] | Command[Any]:
+        try:
+            originals, messages, summary, dropped = self._inputs(state)
             result = self.compressor.compress(messages, summary, config=config)
-        except SummarizationError as error:
-            return self._skipped(error, messages, summary)
-        return self._update(originals, result)
+        except HistCompressError as error:
+            return self._deliver(self._skipped(error, state), config)
+        return self._deliver(self._update(originals, result, dropped), config)
 
-    async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        originals, messages, summary = self._inputs(state)
+    async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any] | Command[Any]:
         try:
+            originals, messages, summary, dropped = self._inputs(state)
             result = await self.compressor.acompress(messages, summary, config=config)
-        except SummarizationError as error:
-            return self._skipped(error, messages, summary)
-        return self._update(originals, result)
+        except HistCompressError as error:
+            return self._deliver(self._skipped(error, state), config)
+        return self._deliver(self._update(originals, result, dropped), config)
+
+
+def _readable_summary(state: Any, key: str) -> RunningSummary | None:
+    """The stored summary, or ``None`` when there is none or it cannot be read."""
+    try:
+        return summary_from_state(state, key)
+    except HistCompressError:
+        return None
