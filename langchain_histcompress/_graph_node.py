@@ -7,14 +7,18 @@ turns them into one Runnable, so ``graph.invoke`` runs the first and ``graph.ain
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any
+from typing import Any, Generic
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from typing_extensions import TypeVar
 
 __all__ = ["GraphNode"]
 
+Update = TypeVar("Update", default=dict[str, Any])
+"""What a node body returns: the state update (a dict, or a LangGraph ``Command``)."""
 
-class GraphNode(Runnable[Any, Any]):
+
+class GraphNode(Runnable[Any, Update], Generic[Update]):
     """Base of the package's graph nodes: a sync and an async body behind one Runnable.
 
     A body returns the state update: a dict, or a LangGraph ``Command`` carrying it.
@@ -22,22 +26,22 @@ class GraphNode(Runnable[Any, Any]):
 
     def _bind_body(self, name: str) -> None:
         """Build the Runnable that dispatches to `_run` / `_arun` (call once, in ``__init__``)."""
-        self._body: Runnable[Any, Any] = RunnableLambda(
-            self._run, afunc=self._arun, name=name
-        )
+        self._body: Runnable[Any, Update] = RunnableLambda(self._run, afunc=self._arun, name=name)
 
     @abstractmethod
-    def _run(self, state: Any, config: RunnableConfig) -> Any:
+    def _run(self, state: Any, config: RunnableConfig) -> Update:
         """Compute the state update, calling models synchronously."""
 
     @abstractmethod
-    async def _arun(self, state: Any, config: RunnableConfig) -> Any:
+    async def _arun(self, state: Any, config: RunnableConfig) -> Update:
         """Compute the state update, awaiting model calls."""
 
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Update:
         """Run the node on a state and return the state update."""
         return self._body.invoke(input, config, **kwargs)
 
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Update:
         """Async `invoke`: the node's model calls are awaited."""
         return await self._body.ainvoke(input, config, **kwargs)

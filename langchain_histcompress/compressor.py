@@ -469,8 +469,10 @@ def _visible(messages: Sequence[BaseMessage], covered: frozenset[str]) -> list[B
 
 
 def _pending(tail: Sequence[BaseMessage], covered: frozenset[str]) -> list[Round]:
-    """The tail's rounds with their uncovered messages; rounds with nothing left to fold
-    (every message covered or pinned) are not pending."""
+    """The tail's rounds with their uncovered messages.
+
+    Rounds with nothing left to fold (every message covered or pinned) are not pending.
+    """
     out: list[Round] = []
     for round_ in split_rounds(tail).rounds:
         kept = _visible(round_.messages, covered)
@@ -804,7 +806,9 @@ class RoundCompressor:
         _check_optional_int("max_round_tokens", max_round_tokens, 1)
         _check_placement(placement)
         if on_invalid_history not in _ON_INVALID:
-            msg = f"on_invalid_history must be one of {list(_ON_INVALID)}, got {on_invalid_history!r}"
+            msg = (
+                f"on_invalid_history must be one of {list(_ON_INVALID)}, got {on_invalid_history!r}"
+            )
             raise ConfigurationError(msg)
         if idle_gap is not None and (
             not isinstance(idle_gap, timedelta) or idle_gap <= timedelta(0)

@@ -36,8 +36,12 @@ current round's tool results, then the summary, then facts and retrieved turns (
 turns can also be ranked together by an
 `~langchain_histcompress.retrieval.EvidenceRetriever`), then older rounds. Cuts fall only
 between rounds and tool groups are never split, so the output always passes
-`~langchain_histcompress.rounds.validate_history` (checked on the final list; orphan tool
-results at the head of a trimmed history are dropped). The result never exceeds
+`~langchain_histcompress.rounds.validate_history` (checked on the final list). Every history
+providers accept is accepted (see `~langchain_histcompress.rounds`); a history they would
+reject is first repaired with `~langchain_histcompress.rounds.repair_history` (logged; e.g.
+tool results answering no call, such as those at the head of a trimmed history, are left
+out). System messages inside the conversation are pinned: those of older rounds left out
+are still sent, right after the data message. The result never exceeds
 ``max_context_tokens`` as counted by the token counter (also checked on the final list).
 Work per call grows with what is sent, not with the length of the history (plus linear
 scans to split rounds and to look up each message in the retrievers' incremental indexes;
@@ -72,7 +76,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 import operator
 import threading
@@ -104,7 +107,9 @@ from langchain_histcompress.rounds import (
     SUMMARY_SOURCE,
     Round,
     ensure_ids,
+    is_pinned,
     is_summary_message,
+    repair_history,
     split_rounds,
     split_units,
     validate_history,
@@ -279,23 +284,6 @@ def _data_message(data: _Data, data_format: DataFormat = "compact") -> SystemMes
     content = "\n".join(sections)
     digest = hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
     return SystemMessage(content, id=f"histcompress-context-{digest}", additional_kwargs=kwargs)
-
-
-def _drop_leading_orphans(rounds: list[Round]) -> list[Round]:
-    """Drop tool results of a head round (before any human message) that answer no call.
-
-    Such orphans appear when a history was trimmed from the front.
-    """
-    if not rounds or rounds[0].human is not None:
-        return rounds
-    head = rounds[0].messages
-    violations = validate_history(head)
-    orphans = {v.index for v in violations if v.kind == "orphan_tool_result"}
-    if not orphans:
-        return rounds
-    logger.debug("context: dropping %d leading orphan tool results", len(orphans))
-    kept = tuple(m for i, m in enumerate(head) if i not in orphans)
-    return [Round(kept), *rounds[1:]] if kept else rounds[1:]
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
@@ -624,9 +612,6 @@ class ContextBuilder:
     def _body(prepared: _Prepared, rounds: Sequence[Round]) -> list[BaseMessage]:
         """The messages of ``rounds`` (the older rounds, without the current one), with ids."""
         size = sum(len(r.messages) for r in prepared.rounds[len(rounds) :])
-        if rounds and rounds[0] is not prepared.rounds[0]:  # head orphans were dropped
-            flat = itertools.chain.from_iterable(r.messages for r in rounds)
-            return [prepared.ided(m) for m in flat]
         return prepared.body[: len(prepared.body) - size]
 
     def _prepare(self, messages: Sequence[BaseMessage]) -> _Prepared:
@@ -781,22 +766,24 @@ class ContextBuilder:
             The messages and a report of what they contain.
 
         Raises:
-            InvalidHistoryError: The part of ``messages`` that would be sent breaks the
-                provider shape (orphan tool results in a trimmed head are dropped instead).
+            InvalidHistoryError: Two messages of the output share an id.
             BudgetError: The preamble and the latest question alone exceed the budget.
         """
         now = now or datetime.now(timezone.utc)
-        prepared = self._prepare(messages)
+        prepared = self._prepare(repair_history(messages).messages)
         ided = prepared.ided if prepared.by_object is not None else _same
         preamble = list(prepared.preamble)
         if summary is not None:
             preamble = [m for m in preamble if not is_summary_message(m)]
-        rounds = _drop_leading_orphans(list(prepared.rounds))
+        rounds = list(prepared.rounds)
         current: Round | None = None
         if rounds and rounds[-1].human is not None:
             current = rounds.pop()
         head = [current.messages[0]] if current is not None else []
-        base = self.token_counter([*preamble, *head]) if preamble or head else 0
+        # pinned messages of older rounds are sent even when their round is left out
+        pinned = [(i, m) for i, r in enumerate(rounds) for m in r.messages if is_pinned(m)]
+        fixed = [*preamble, *(m for _, m in pinned), *head]
+        base = self.token_counter(fixed) if fixed else 0
         limit = self.max_context_tokens
         if base > limit:
             msg = (
@@ -836,9 +823,11 @@ class ContextBuilder:
         def compose(data: _Data, kept: int) -> tuple[list[BaseMessage], int]:
             data_message = _data_message(data, self.data_format)
             current_part = [*head, *(m for unit in tail for m in unit)]
+            omitted = len(rounds) - kept
             out = [
                 *preamble,
                 *([data_message] if data_message else []),
+                *(m for i, m in pinned if i < omitted),
                 *win.messages(kept),
                 *current_part,
             ]
@@ -886,7 +875,7 @@ class ContextBuilder:
         data, kept, out, total = plan
 
         violations = validate_history(out, allow_in_flight=True)
-        if violations:
+        if violations:  # pragma: no cover - cuts keep whole units of a repaired history
             raise InvalidHistoryError(violations)
         if len(rounds) - kept:
             logger.debug("context: %d older rounds left out", len(rounds) - kept)

@@ -282,9 +282,12 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
 
     def _compressed_request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         summary = summary_from_state(request.state, SUMMARY_KEY)
-        if summary is not None and not self.destructive:
-            if _summary_detached(_with_ids(request.messages, summary), summary):
-                summary = None
+        if (
+            summary is not None
+            and not self.destructive
+            and _summary_detached(_with_ids(request.messages, summary), summary)
+        ):
+            summary = None
         if summary is None and self.context_builder is None:
             fixed = repair_history(request.messages)
             if not fixed.repaired:

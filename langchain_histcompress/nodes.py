@@ -391,7 +391,7 @@ def _check_key(label: str, value: object) -> str:
     return value
 
 
-class RoundCompressionNode(GraphNode):
+class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
     """LangGraph node that folds due rounds into a running summary kept in graph state.
 
     Add it with ``graph.add_node("compress", node)`` before the model node; it runs under
@@ -537,8 +537,11 @@ class RoundCompressionNode(GraphNode):
     def _inputs(
         self, state: Any
     ) -> tuple[Sequence[BaseMessage], Sequence[BaseMessage], RunningSummary | None, bool]:
-        """The state's messages (as stored, and with ids), its summary, and whether the
-        summary was dropped because its conversation is gone."""
+        """The state's messages (as stored, and with ids) and summary.
+
+        The flag says whether the stored summary was dropped because none of its messages is
+        in state any more.
+        """
         originals = _state_messages(state, self.messages_key, check=False)
         summary = summary_from_state(state, self.summary_key)
         messages = _with_ids(originals, summary)
@@ -592,8 +595,11 @@ class RoundCompressionNode(GraphNode):
 
     @staticmethod
     def _deliver(update: dict[str, Any], config: RunnableConfig) -> dict[str, Any] | Command[Any]:
-        """The update as returned: inside a graph, a ``Command`` whose update is a list of
-        pairs, so the summary in the view never reaches ``stream_mode="messages"``."""
+        """The update as returned to the caller.
+
+        Inside a graph it is a ``Command`` whose update is a list of pairs, so the summary in
+        the view never reaches ``stream_mode="messages"``.
+        """
         if update and "langgraph_node" in (config.get("metadata") or {}):
             return Command(update=list(update.items()))
         return update

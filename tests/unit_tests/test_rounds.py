@@ -4,7 +4,6 @@ import copy
 import logging
 
 import pytest
-
 from hypothesis import given, settings
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
@@ -106,8 +105,13 @@ def test_what_providers_accept_is_valid() -> None:
 
 
 def test_a_result_pairs_only_with_its_own_step() -> None:
-    msgs = [HumanMessage("q"), _call("c1"), ToolMessage("r", tool_call_id="c1"),
-            AIMessage("x"), ToolMessage("late", tool_call_id="c1")]
+    msgs = [
+        HumanMessage("q"),
+        _call("c1"),
+        ToolMessage("r", tool_call_id="c1"),
+        AIMessage("x"),
+        ToolMessage("late", tool_call_id="c1"),
+    ]
     [violation] = validate_history(msgs)
     assert (violation.kind, violation.index) == ("orphan_tool_result", 4)
     assert [len(u) for u in split_units(msgs)] == [1, 2, 1, 1]
@@ -144,11 +148,15 @@ def test_repair_makes_every_broken_shape_provider_valid(caplog: pytest.LogCaptur
     assert validate_history(fixed.messages, allow_in_flight=False) == []
     assert [m.id for m in fixed.dropped] == ["stray", "dup"]
     assert {m.id for m in msgs if isinstance(m, HumanMessage)} <= {m.id for m in fixed.messages}
-    placeholders = [m for m in fixed.messages if m.additional_kwargs.get("lc_source") == REPAIR_SOURCE]
+    placeholders = [
+        m for m in fixed.messages if m.additional_kwargs.get("lc_source") == REPAIR_SOURCE
+    ]
     assert [m.tool_call_id for m in placeholders] == ["c2", "c3"]  # type: ignore[attr-defined]
     assert [m.id for m in fixed.messages[2:5]] == ["r1", placeholders[0].id, "h2"]
     repaired_ai = fixed.messages[5]
-    assert repaired_ai.content == "kept text" and [c["id"] for c in repaired_ai.tool_calls] == ["ok"]
+    assert repaired_ai.content == "kept text" and [c["id"] for c in repaired_ai.tool_calls] == [
+        "ok"
+    ]
     assert "orphan_tool_result=1" in caplog.text and "stray" not in caplog.text
 
 
