@@ -16,7 +16,7 @@ from langchain_core.messages import (
 from langchain_core.messages.utils import count_tokens_approximately
 
 from langchain_histcompress.context import BuiltContext, ContextBuilder, is_context_message
-from langchain_histcompress.errors import BudgetError, ConfigurationError, InvalidHistoryError
+from langchain_histcompress.errors import BudgetError, ConfigurationError
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.retrieval import BM25TurnRetriever, EvidenceRetriever
 from langchain_histcompress.rounds import SUMMARY_SOURCE, is_summary_message, validate_history
@@ -246,7 +246,7 @@ def test_current_round_tool_groups_are_kept_whole_newest_first() -> None:
     assert COUNTER(out) <= full - 20
 
 
-def test_leading_orphans_dropped_other_violations_raise() -> None:
+def test_broken_histories_are_repaired_not_rejected() -> None:
     history_ = [
         SystemMessage("sys"),
         ToolMessage("orphan", tool_call_id="gone", id="o1"),
@@ -255,8 +255,8 @@ def test_leading_orphans_dropped_other_violations_raise() -> None:
     out = builder().build(history_)
     assert [m.id for m in out] == [None, "h"]
     broken = [HumanMessage("hi", id="h"), ToolMessage("orphan", tool_call_id="gone", id="o1")]
-    with pytest.raises(InvalidHistoryError):
-        builder().build(broken)
+    assert [m.id for m in builder().build(broken)] == ["h"]
+    assert broken[-1].id == "o1"
 
 
 def test_context_messages_fed_back_are_ignored() -> None:
