@@ -12,6 +12,12 @@ users should use the package's graph nodes instead.
   stay there, the summary lives in a side `SummaryStore`. Its guarantees are weaker (see
   the class).
 
+Every history providers accept is stored and compressed as it is (tool call ids reused across
+steps, answered invalid tool calls, system messages added mid-conversation, which stay pinned
+in the view: see `~langchain_histcompress.rounds`). ``messages`` always obeys the provider
+rules: a stored history they would reject is shown repaired (`rounds.repair_history`, logged),
+never changed in storage.
+
 Compression failures (model errors, timeouts, garbage answers, a lost connection during
 the summary commit) never lose messages: the appended messages are committed *before* the
 summarizer runs, and a failed compression changes no stored summary. By default the
@@ -419,7 +425,7 @@ class CompressingChatMessageHistory(_CompressingHistoryBase):
         self, uncovered: Sequence[BaseMessage], summary: RunningSummary | None
     ) -> list[BaseMessage]:
         if summary is None:
-            return list(uncovered)
+            return view(uncovered)  # a broken history comes back repaired
         if self.compressor is not None:
             return self.compressor.view(uncovered, summary)
         return view(uncovered, summary)
@@ -652,7 +658,7 @@ class CompressingHistoryAdapter(_CompressingHistoryBase):
         self, originals: list[BaseMessage], summary: RunningSummary | None
     ) -> list[BaseMessage]:
         if summary is None:
-            return originals
+            return view(originals)  # a broken history comes back repaired
         assert self.compressor is not None
         return self.compressor.view(self._with_ids(originals), summary)
 

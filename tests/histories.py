@@ -1,8 +1,16 @@
-"""Hypothesis strategies that generate chat histories as groups (shared by property tests)."""
+"""Hypothesis strategies that generate chat histories as groups (shared by property tests).
+
+`history` builds the classic shapes; with ``wild=True`` (or `wild_history`) it also builds
+everything providers accept or that real threads contain: tool call ids reused across
+steps, invalid tool calls answered by tool messages, system messages in the middle of the
+conversation, stray tool messages (answering nothing), empty contents and content-block
+lists.
+"""
 
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from hypothesis import strategies as st
 from langchain_core.messages import (
@@ -24,30 +32,81 @@ def _id(prefix: str) -> str:
     return f"{prefix}-{next(_counter)}"
 
 
+_REUSED = ("call-reused-1", "call-reused-2")
+"""Call ids that wild tool groups draw again and again (ids repeat across steps)."""
+
+
 @st.composite
-def tool_group(draw: st.DrawFn, *, in_flight: bool = False) -> list[BaseMessage]:
-    """An AI message with k parallel tool calls and its k results in random order."""
+def content(draw: st.DrawFn, *, wild: bool = False) -> str | list[str | dict[str, Any]]:
+    """Message content: text, or (wild) often empty or a list of content blocks."""
+    if not wild:
+        return draw(text)
+    return draw(
+        st.sampled_from(["", " "])
+        | text
+        | st.lists(
+            st.builds(lambda t: {"type": "text", "text": t}, text) | text, min_size=1, max_size=3
+        )
+    )
+
+
+@st.composite
+def tool_group(
+    draw: st.DrawFn, *, in_flight: bool = False, wild: bool = False
+) -> list[BaseMessage]:
+    """An AI message with k parallel tool calls and its k results in random order.
+
+    Wild groups may reuse call ids of earlier steps and make some calls invalid (arguments
+    that did not parse), answered by tool messages like the others.
+    """
     k = draw(st.integers(min_value=1, max_value=4))
-    calls = [{"name": f"tool_{i}", "args": {"x": draw(text)}, "id": _id("call")} for i in range(k)]
-    ai = AIMessage(draw(text), tool_calls=calls, id=_id("ai"))
+    ids: list[str] = []
+    for _ in range(k):
+        reuse = wild and draw(st.booleans())
+        fresh = [i for i in _REUSED if i not in ids]
+        ids.append(draw(st.sampled_from(fresh)) if reuse and fresh else _id("call"))
+    invalid = [wild and draw(st.integers(0, 3)) == 0 for _ in range(k)]
+    calls = [
+        {"name": f"tool_{i}", "args": {"x": draw(text)}, "id": ids[i]}
+        for i in range(k)
+        if not invalid[i]
+    ]
+    bad = [
+        {"name": f"tool_{i}", "args": '{"x": ', "id": ids[i], "error": "invalid JSON"}
+        for i in range(k)
+        if invalid[i]
+    ]
+    ai = AIMessage(
+        draw(content(wild=wild)), tool_calls=calls, invalid_tool_calls=bad, id=_id("ai")
+    )
     if in_flight:
         return [ai]
     results: list[BaseMessage] = [
-        ToolMessage(draw(text), tool_call_id=c["id"], id=_id("tool")) for c in calls
+        ToolMessage(draw(content(wild=wild)), tool_call_id=i, id=_id("tool")) for i in ids
     ]
     order = draw(st.permutations(range(k)))
     return [ai, *[results[i] for i in order]]
 
 
 @st.composite
-def round_(draw: st.DrawFn) -> list[BaseMessage]:
-    """A human message, then plain AI messages and tool groups."""
-    out: list[BaseMessage] = [HumanMessage(draw(text), id=_id("human"))]
+def round_(draw: st.DrawFn, *, wild: bool = False) -> list[BaseMessage]:
+    """A human message, then plain AI messages and tool groups.
+
+    Wild rounds may also hold system messages (reminders an app injects) and stray tool
+    messages that answer no call.
+    """
+    out: list[BaseMessage] = [HumanMessage(draw(content(wild=wild)), id=_id("human"))]
+    kinds = ["group", "ai", "system", "stray"] if wild else ["group", "ai"]
     for _ in range(draw(st.integers(min_value=0, max_value=4))):
-        if draw(st.booleans()):
-            out += draw(tool_group())
+        kind = draw(st.sampled_from(kinds))
+        if kind == "group":
+            out += draw(tool_group(wild=wild))
+        elif kind == "ai":
+            out.append(AIMessage(draw(content(wild=wild)), id=_id("ai")))
+        elif kind == "system":
+            out.append(SystemMessage(draw(text) or "reminder", id=_id("sys")))
         else:
-            out.append(AIMessage(draw(text), id=_id("ai")))
+            out.append(ToolMessage(draw(text), tool_call_id=_id("stray"), id=_id("stray")))
     return out
 
 
@@ -59,10 +118,11 @@ def history(
     max_rounds: int = 12,
     allow_leading_tools: bool = True,
     allow_in_flight: bool = True,
+    wild: bool = False,
 ) -> list[BaseMessage]:
     """A whole history: optional system preamble, optional leading orphan tool messages,
     rounds, optionally an in-flight tool call at the tail. Always ends in a round that
-    contains the latest human message."""
+    contains the latest human message. ``wild`` adds the shapes of the module docstring."""
     out: list[BaseMessage] = []
     if draw(st.booleans()):
         out.append(SystemMessage(draw(text) or "system", id=_id("sys")))
@@ -72,7 +132,12 @@ def history(
             for _ in range(draw(st.integers(1, 2)))
         ]
     for _ in range(draw(st.integers(min_value=min_rounds, max_value=max_rounds))):
-        out += draw(round_())
+        out += draw(round_(wild=wild))
     if allow_in_flight and draw(st.booleans()):
-        out += draw(tool_group(in_flight=True))
+        out += draw(tool_group(in_flight=True, wild=wild))
     return out
+
+
+def wild_history(**kwargs: Any) -> st.SearchStrategy[list[BaseMessage]]:
+    """`history` with every accepted and every broken-but-real shape (``wild=True``)."""
+    return history(wild=True, **kwargs)
