@@ -76,9 +76,7 @@ def tool_group(
         for i in range(k)
         if invalid[i]
     ]
-    ai = AIMessage(
-        draw(content(wild=wild)), tool_calls=calls, invalid_tool_calls=bad, id=_id("ai")
-    )
+    ai = AIMessage(draw(content(wild=wild)), tool_calls=calls, invalid_tool_calls=bad, id=_id("ai"))
     if in_flight:
         return [ai]
     results: list[BaseMessage] = [

@@ -374,13 +374,15 @@ def via_middleware(history: list[BaseMessage], checker: Checker, model: Scripted
     middleware.compressor = compressor(model)
     _Recorded.load(history)
     messages: list[BaseMessage] = []
+    summary = None
     try:
         for message in history[1:]:
             if not isinstance(message, HumanMessage):
                 continue
             before = answering.calls
-            state = agent.invoke({"messages": [*messages, HumanMessage(message.content)]})
-            messages = state["messages"]
+            turn = {"messages": [*messages, HumanMessage(message.content)]}
+            state = agent.invoke({**turn, "running_summary": summary})
+            messages, summary = state["messages"], state.get("running_summary")
             checker.history = [history[0], *messages]
             for prompt in answering.prompts[before:]:
                 checker.check(prompt, len(checker.history))

@@ -194,7 +194,9 @@ def test_context_builder_and_reducers_on_wild_histories(messages: list[BaseMessa
 
 
 def call(*ids: str) -> AIMessage:
-    return AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": i} for i in ids], id=f"ai-{ids}")
+    return AIMessage(
+        "", tool_calls=[{"name": "f", "args": {}, "id": i} for i in ids], id=f"ai-{ids}"
+    )
 
 
 def agent_rounds(n: int, *, prefix: str = "") -> list[BaseMessage]:
@@ -203,7 +205,9 @@ def agent_rounds(n: int, *, prefix: str = "") -> list[BaseMessage]:
     for i in range(n):
         out += [
             HumanMessage(f"q{i}", id=f"{prefix}h{i}"),
-            AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "call-1"}], id=f"{prefix}c{i}"),
+            AIMessage(
+                "", tool_calls=[{"name": "f", "args": {}, "id": "call-1"}], id=f"{prefix}c{i}"
+            ),
             ToolMessage(f"r{i}", tool_call_id="call-1", id=f"{prefix}t{i}"),
             AIMessage(f"a{i}", id=f"{prefix}a{i}"),
         ]
@@ -232,7 +236,12 @@ def test_reused_call_ids_and_invalid_calls_compress() -> None:
 
 def test_mid_conversation_system_message_is_pinned_and_compression_continues() -> None:
     reminder = SystemMessage("Reminder: never share passwords.", id="reminder")
-    history = [SystemMessage("policy", id="s"), *agent_rounds(1), reminder, *agent_rounds(5, prefix="x")]
+    history = [
+        SystemMessage("policy", id="s"),
+        *agent_rounds(1),
+        reminder,
+        *agent_rounds(5, prefix="x"),
+    ]
     result = make(on_invalid_history="raise").compress(history)
     assert result.summary is not None and "reminder" not in result.summary.covered_ids
     assert {"h0", "xh0"} <= result.summary.covered_ids
