@@ -17,6 +17,13 @@ Rules every setting keeps:
   ``covered_ids`` (the exact ids sent to the summarizer), never both.
 * Compression is pure: ``compress`` returns a new view and summary and never changes its inputs;
   on a model failure it raises `SummarizationError` and the caller's state is untouched.
+* Every history providers accept is valid input (the rule is in `~langchain_histcompress.rounds`):
+  tool call ids reused across steps, invalid tool calls answered by tool messages, system
+  messages inside the conversation. Those system messages are pinned: never folded, shown
+  verbatim (after the summary once the rest of their round is folded).
+* The view always obeys the provider rules: a broken history (a stray tool result, a call left
+  unanswered) is compressed as it is and its view repaired, logged (`rounds.repair_history`);
+  ``on_invalid_history="raise"`` raises `InvalidHistoryError` instead.
 
 Other triggers cut at the same round boundaries: ``compression_threshold_tokens`` (the
 uncompressed part is too large), ``idle_gap`` (the user came back after a pause: everything before
@@ -28,9 +35,10 @@ the view and the next ``compress`` continues.
 
 Work per call follows the uncovered tail, not the history: once a summary has been used with a
 history, it privately remembers (by object identity, never in its data) where that history's
-uncovered tail starts, and later calls on the grown history check that spot with a few id
-comparisons instead of reading the covered prefix. When the check fails (messages removed or
-replaced, another history) the prefix is scanned again. Covered prefix messages are then not
+uncovered tail starts, and later calls on the grown history check that spot (the ids around
+it, then one pointer comparison of the covered prefix against the message objects seen
+before, which reads no message) instead of scanning the covered prefix. When the check fails
+(messages removed, inserted or replaced, another history) the prefix is scanned again. Covered prefix messages are then not
 read at all, so they are not type-checked either.
 
 Example:
@@ -249,6 +257,12 @@ def _first_uncovered(messages: Sequence[BaseMessage], start: int, covered: froze
     return end
 
 
+def _slice(messages: Sequence[BaseMessage], start: int, stop: int) -> list[BaseMessage]:
+    """``messages[start:stop]`` as a list (one copy of the pointers, however it is given)."""
+    part = messages[start:stop]
+    return part if type(part) is list else list(part)
+
+
 def _cursor(summary: RunningSummary) -> _Cursor | None:
     memo = _existing_memo(summary)
     found = memo.get(_CURSOR_KEY) if memo is not None else None
@@ -283,7 +297,7 @@ def _verified_cursor(
         return None
     if spot_check or not known:
         return cursor
-    prefix = list(messages[lead_end:start])
+    prefix = _slice(messages, lead_end, start)
     # Same objects at both ends: compare the whole prefix as lists (pointer comparisons at C
     # speed; an equal copy of a message also matches). Else check the ids one by one.
     if prefix[0] is known[0] and prefix[-1] is known[-1] and prefix == known:
@@ -320,7 +334,7 @@ def _remember(summary: RunningSummary, parts: _Parts) -> None:
         start_id=start_id,
         before_id=_message_id(messages, start - 1) if start > lead_end else None,
         tail_covered=frozenset(m.id for m in parts.tail if m.id is not None and m.id in covered),
-        prefix=list(messages[lead_end:start]),
+        prefix=_slice(messages, lead_end, start),
         system_at=parts.system_at,
     )
 
