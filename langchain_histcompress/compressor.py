@@ -78,6 +78,7 @@ from langchain_histcompress._model_edge import submit_to_worker
 from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
 from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import (
+    ACCEPTED_KINDS,
     HistoryViolation,
     Round,
     ensure_ids,
@@ -912,7 +913,7 @@ class RoundCompressor:
         violations = [
             replace(v, index=v.index - len(lead) + offset) if v.index >= len(lead) else v
             for v in validate_history([*lead, *tail])
-            if strict or v.kind == "duplicate_message_id"
+            if (strict and v.kind not in ACCEPTED_KINDS) or v.kind == "duplicate_message_id"
         ]
         violations += [
             HistoryViolation("duplicate_message_id", index, m.id, f"message id {m.id!r} repeats")

@@ -22,6 +22,10 @@ and every history that LangGraph's ``add_messages``, LangChain's ``create_agent`
   away by compression, and kept verbatim in the view at its position among the messages
   shown (after the summary when the rest of its round was folded). See `is_pinned`.
 * Empty contents and content-block lists are ordinary messages.
+* ``create_agent`` keeps an invalid call unanswered in its state (it answers it in each model
+  request instead), so an unanswered invalid call is accepted too; views answer it the same
+  way (see the repair policy) and `validate_history` reports it with its own kind,
+  ``unanswered_invalid_tool_calls``, so strict callers can tell it from a real violation.
 
 Only a history a provider would reject is reported by `validate_history`: a tool result
 that answers no call of its step (``orphan_tool_result``), a second result for one call
@@ -32,8 +36,9 @@ one message sharing an id (``duplicate_tool_call_id``), plus two messages sharin
 
 **The repair policy.** A face never makes a thread unusable: the view a model receives goes
 through `repair_history`, which leaves valid histories untouched (the same list content,
-the same objects) and otherwise makes the smallest provider-valid change, logged as a
-warning (violation kinds and counts, never content):
+the same objects) and otherwise makes the smallest provider-valid change, logged (violation
+kinds and counts, never content; a warning, except for the unanswered invalid calls
+``create_agent`` leaves in state, logged at debug level):
 
 * a stray tool result (orphan or duplicate) is left out of the view; it stays in the record
   (state, storage), and is folded into the summary with its round like any message;
@@ -64,6 +69,7 @@ from langchain_core.messages import (
 )
 
 __all__ = [
+    "ACCEPTED_KINDS",
     "REPAIR_SOURCE",
     "HistoryViolation",
     "RepairedHistory",
@@ -90,6 +96,7 @@ REPAIR_SOURCE = "langchain_histcompress.repair"
 ViolationKind = Literal[
     "orphan_tool_result",
     "unanswered_tool_calls",
+    "unanswered_invalid_tool_calls",
     "duplicate_tool_result",
     "duplicate_tool_call_id",
     "missing_tool_call_id",
@@ -97,7 +104,12 @@ ViolationKind = Literal[
 ]
 """What `validate_history` reports (see the module docstring for each kind)."""
 
+ACCEPTED_KINDS: frozenset[ViolationKind] = frozenset({"unanswered_invalid_tool_calls"})
+"""Kinds `validate_history` reports for histories that are still accepted input (what
+``create_agent`` produces): views repair them, strict checks ignore them."""
+
 _PLACEHOLDER = "[no result was recorded for this tool call]"
+_INVALID = "[this tool call was not run: its arguments could not be parsed]"
 
 
 @dataclass(frozen=True)
@@ -349,6 +361,7 @@ class _Step:
         self.index = -1
         self.pending: Counter[str] = Counter()
         self.answered: set[str] = set()
+        self.invalid: set[str] = set()
 
     def open(
         self,
@@ -357,6 +370,7 @@ class _Step:
         add: Callable[[ViolationKind, int, str], None],
     ) -> None:
         self.index, self.pending, self.answered = index, Counter(), set()
+        self.invalid = {str(c["id"]) for c in message.invalid_tool_calls if c.get("id")}
         for call in _calls(message):
             call_id = call.get("id")
             if not call_id:
@@ -374,11 +388,15 @@ class _Step:
         return "duplicate_tool_result" if call_id in self.answered else "orphan_tool_result"
 
     def close(self, add: Callable[[ViolationKind, int, str], None]) -> None:
-        if self.pending:
+        valid = sorted(i for i in self.pending if i not in self.invalid)
+        invalid = sorted(i for i in self.pending if i in self.invalid)
+        if valid:
+            add("unanswered_tool_calls", self.index, f"tool calls {valid} have no result")
+        if invalid:
             add(
-                "unanswered_tool_calls",
+                "unanswered_invalid_tool_calls",
                 self.index,
-                f"tool calls {sorted(self.pending)} have no result",
+                f"invalid tool calls {invalid} have no result",
             )
         self.pending = Counter()
         self.answered = set()
@@ -389,6 +407,7 @@ _REPAIRED_KINDS = frozenset(
         "orphan_tool_result",
         "duplicate_tool_result",
         "unanswered_tool_calls",
+        "unanswered_invalid_tool_calls",
         "missing_tool_call_id",
         "duplicate_tool_call_id",
     }
@@ -453,13 +472,15 @@ def repair_history(
         if isinstance(message, AIMessage):
             if kinds & {"missing_tool_call_id", "duplicate_tool_call_id"}:
                 message = _without_bad_calls(message)
-            if "unanswered_tool_calls" in kinds:
+            if kinds & {"unanswered_tool_calls", "unanswered_invalid_tool_calls"}:
                 owed.extend((message, c) for c in _calls(message))
         out.append(message)
     if not allow_in_flight:
         settle()
     counts = Counter(v.kind for v in violations)
-    logger.warning(
+    expected = all(v.kind in ACCEPTED_KINDS for v in violations)
+    logger.log(
+        logging.DEBUG if expected else logging.WARNING,
         "repaired a provider-invalid history for the model view: %s",
         ", ".join(f"{kind}={n}" for kind, n in sorted(counts.items())),
     )
@@ -469,8 +490,9 @@ def repair_history(
 def _placeholder(ai: BaseMessage, call: dict[str, Any]) -> ToolMessage:
     call_id = str(call["id"])
     digest = hashlib.sha256(f"{ai.id}\x00{call_id}".encode()).hexdigest()[:24]
+    invalid = "error" in call or isinstance(call.get("args"), str)
     return ToolMessage(
-        _PLACEHOLDER,
+        _INVALID if invalid else _PLACEHOLDER,
         tool_call_id=call_id,
         name=call.get("name") or None,
         id=f"hc-repair-{digest}",

@@ -53,7 +53,7 @@ from langchain_histcompress.summary import RunningSummary
 from tests.fakes import ScriptedSummarizer, StreamingChatModel
 from tests.histories import wild_history
 
-WILD = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+WILD = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 _sessions = itertools.count()
 
 
@@ -399,3 +399,36 @@ def test_messages_stream_shows_only_the_answering_model(mode: str) -> None:
     assert {meta["langgraph_node"] for _, meta in events} == {"model"}
     assert all(m.type in ("ai", "AIMessageChunk") for m, _ in events)
     assert not any("Summary" in str(m.content) for m, _ in events)
+
+
+def test_create_agent_thread_with_invalid_tool_calls_keeps_working() -> None:
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+
+    from tests.fakes import ScriptedChatModel
+
+    @tool
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return f"{city}: sunny"
+
+    class Agent(ScriptedChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    def answer(prompt: list[BaseMessage]) -> AIMessage:
+        if prompt[-1].type == "human":  # a malformed call first, answered by the agent
+            bad = {"name": "lookup", "args": '{"city": ', "id": "call-1", "error": "bad JSON"}
+            return AIMessage("", invalid_tool_calls=[bad])
+        return AIMessage("It is sunny.")
+
+    model = Agent(default=answer)
+    middleware = RoundCompressionMiddleware(make(on_invalid_history="raise"))
+    agent = create_agent(model, tools=[lookup], middleware=[middleware])
+    state: dict[str, Any] = {"messages": []}
+    for turn in range(5):
+        state = agent.invoke({**state, "messages": [*state["messages"], HumanMessage(f"q{turn}")]})
+    assert [m.type for m in state["messages"][1:3]] == ["ai", "tool"]  # the call was answered
+    assert state["running_summary"]["version"] >= 2
+    for prompt in model.prompts:
+        assert validate_history(prompt, allow_in_flight=False) == []

@@ -187,3 +187,13 @@ def test_generated_histories_without_orphans_are_valid(msgs: list) -> None:
     split = split_rounds(msgs)
     assert list(split.preamble) + split.body == msgs
     assert [m for u in split_units(split.body) for m in u] == split.body
+
+
+def test_an_invalid_call_left_unanswered_is_accepted_and_answered_in_views() -> None:
+    bad = {"name": "f", "args": "{", "id": "bad", "error": "json"}
+    state = [HumanMessage("q"), AIMessage("", invalid_tool_calls=[bad]), HumanMessage("again")]
+    [violation] = validate_history(state)  # what create_agent keeps in its state
+    assert violation.kind == "unanswered_invalid_tool_calls"
+    fixed = repair_history(state)
+    assert validate_history(fixed.messages) == []
+    assert "not run" in str(fixed.messages[2].content)
