@@ -38,8 +38,8 @@ history, it privately remembers (by object identity, never in its data) where th
 uncovered tail starts, and later calls on the grown history check that spot (the ids around
 it, then one pointer comparison of the covered prefix against the message objects seen
 before, which reads no message) instead of scanning the covered prefix. When the check fails
-(messages removed, inserted or replaced, another history) the prefix is scanned again. Covered prefix messages are then not
-read at all, so they are not type-checked either.
+(messages removed, inserted or replaced, another history) the prefix is scanned again. Covered
+prefix messages are not read at all, so they are not type-checked either.
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
