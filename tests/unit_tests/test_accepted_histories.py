@@ -432,3 +432,19 @@ def test_create_agent_thread_with_invalid_tool_calls_keeps_working() -> None:
     assert state["running_summary"]["version"] >= 2
     for prompt in model.prompts:
         assert validate_history(prompt, allow_in_flight=False) == []
+
+
+def test_context_builder_keeps_the_system_messages_of_rounds_it_leaves_out() -> None:
+    reminder = SystemMessage("Reminder: answer in French.", id="reminder")
+    history = [
+        SystemMessage("policy", id="s"),
+        *agent_rounds(1),
+        reminder,
+        *agent_rounds(8, prefix="x"),
+    ]
+    builder = ContextBuilder(max_context_tokens=150, token_counter=count_tokens_approximately)
+    built = builder.assemble(history)
+    assert built.omitted_rounds > 0
+    out = built.messages
+    assert out[0].id == "s" and reminder in out and out[-1].id == "xa7"
+    assert validate_history(out) == []
