@@ -59,6 +59,7 @@ import logging
 import math
 import operator
 from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
@@ -67,6 +68,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from langchain_histcompress._model_edge import submit_to_worker
+from langchain_histcompress.coverage import covers_all
 from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
 from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import (
@@ -159,7 +161,7 @@ class _Cursor:
     prefix, and falls back to the scan when they differ (messages removed or replaced).
     """
 
-    covered: frozenset[str]
+    covered: AbstractSet[str]
     """The summary's ``covered_ids`` object when recorded (identity-checked)."""
     start: int
     """Index of the tail's first message."""
@@ -201,7 +203,7 @@ def _check_types(messages: Sequence[BaseMessage], start: int) -> None:
             raise ConfigurationError(msg)
 
 
-def _first_uncovered(messages: Sequence[BaseMessage], start: int, covered: frozenset[str]) -> int:
+def _first_uncovered(messages: Sequence[BaseMessage], start: int, covered: AbstractSet[str]) -> int:
     """Index of the first message from ``start`` on that is neither covered nor a summary.
 
     Whole chunks of covered messages are skipped at C speed (one superset test per chunk);
@@ -211,7 +213,7 @@ def _first_uncovered(messages: Sequence[BaseMessage], start: int, covered: froze
     end = len(messages)
     while start < end:
         stop = min(start + _SCAN_CHUNK, end)
-        if covered.issuperset(map(_get_id, messages[start:stop])):
+        if covers_all(covered, map(_get_id, messages[start:stop])):
             start = stop
             continue
         while start < stop and (
@@ -254,7 +256,7 @@ def _verified_cursor(
     return cursor
 
 
-def _skippable(message: object, covered: frozenset[str]) -> bool:
+def _skippable(message: object, covered: AbstractSet[str]) -> bool:
     """Whether a prefix message may be skipped: covered, or a package summary message."""
     if not isinstance(message, BaseMessage):
         return False
@@ -359,7 +361,7 @@ def _prefix_ids(parts: _Parts, summary: RunningSummary | None) -> Callable[[str]
     return set(map(_get_id, parts.messages[parts.lead_end : parts.tail_start])).__contains__
 
 
-def _visible(messages: Sequence[BaseMessage], covered: frozenset[str]) -> list[BaseMessage]:
+def _visible(messages: Sequence[BaseMessage], covered: AbstractSet[str]) -> list[BaseMessage]:
     """``messages`` minus whole units whose every message is covered.
 
     A unit only partly covered (a summary record that does not match this history) is shown
@@ -375,7 +377,7 @@ def _visible(messages: Sequence[BaseMessage], covered: frozenset[str]) -> list[B
     ]
 
 
-def _pending(tail: Sequence[BaseMessage], covered: frozenset[str]) -> list[Round]:
+def _pending(tail: Sequence[BaseMessage], covered: AbstractSet[str]) -> list[Round]:
     out: list[Round] = []
     for round_ in split_rounds(tail).rounds:
         kept = _visible(round_.messages, covered)
