@@ -74,7 +74,7 @@ from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import (
     HistoryViolation,
     Round,
-    ensure_ids,
+    _IdentifiedMessages,
     is_summary_message,
     split_rounds,
     split_units,
@@ -331,8 +331,9 @@ def _with_ids(
 
     Returned as given (no copy) when every message compression will read (the uncovered tail,
     found with the summary's cursor; else every non-preamble message) has an id. Otherwise the
-    non-preamble messages get deterministic ids with `rounds.ensure_ids` (copies; the preamble
-    stays the caller's own objects). A non-message is left for the compressor to report.
+    non-preamble messages get deterministic ids as with `rounds.ensure_ids`, given lazily to
+    the messages compression reads (copies; the preamble stays the caller's own objects). A
+    non-message is left for the compressor to report.
     """
     lead_end = _lead_end(messages)
     start = lead_end
@@ -341,12 +342,14 @@ def _with_ids(
         if cursor is not None:
             start = cursor.start
     try:
-        complete = None not in map(_get_id, messages[start:])
+        # A grown history without ids misses one at its end: no need to scan it then.
+        complete = bool(messages) and _get_id(messages[-1]) is not None
+        complete = complete and None not in map(_get_id, messages[start:])
     except AttributeError:  # not a message: the compressor names it
         return messages
     if complete:
         return messages
-    return [*messages[:lead_end], *ensure_ids(messages)[lead_end:]]
+    return _IdentifiedMessages(messages, lead_end)
 
 
 def _prefix_ids(parts: _Parts, summary: RunningSummary | None) -> Callable[[str], bool]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -36,11 +37,11 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 
-from langchain_histcompress.bench.metrics import UsageLedger, extended_history
+from langchain_histcompress.bench.metrics import extended_history
 from langchain_histcompress.bench.strategies import StrategyEnv, build_strategy
 from langchain_histcompress.coverage import CoveredIds
 from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.rounds import split_rounds
+from langchain_histcompress.rounds import ensure_ids, split_rounds
 from langchain_histcompress.summary import RunningSummary
 from langchain_histcompress.tokens import TiktokenCounter
 
@@ -48,6 +49,7 @@ __all__ = [
     "FACES",
     "RETRIEVAL_FACES",
     "FaceOverhead",
+    "ModelClock",
     "face_overhead_table",
     "measure_face",
     "measure_faces",
@@ -93,6 +95,62 @@ class _Face(ABC):
     @abstractmethod
     def turn(self, history: Sequence[BaseMessage]) -> bool:
         """Handle the next turn; return whether it compressed (model calls count anyway)."""
+
+
+class ModelClock:
+    """Time spent inside an internal model's ``invoke`` / ``ainvoke``.
+
+    LangChain's own call machinery is included, so a face's overhead excludes all of it.
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
+        >>> clock = ModelClock()
+        >>> model = clock.timed(FakeListChatModel(responses=["hi"]))
+        >>> _ = model.invoke("hello")
+        >>> clock.calls, clock.seconds > 0
+        (1, True)
+    """
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.seconds = 0.0
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def _add(self, seconds: float) -> None:
+        with self._lock:
+            self.seconds += seconds
+            self.calls += 1
+
+    def reading(self) -> tuple[float, int]:
+        """Seconds and calls so far."""
+        with self._lock:
+            return self.seconds, self.calls
+
+    def timed(self, model: BaseChatModel) -> BaseChatModel:
+        """A copy of ``model`` whose calls are timed on this clock."""
+        clock = self
+        base = type(model)
+
+        class Timed(base):  # type: ignore[valid-type,misc]
+            def invoke(self, *args: Any, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return super().invoke(*args, **kwargs)
+                finally:
+                    clock._add(time.perf_counter() - start)
+
+            async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return await super().ainvoke(*args, **kwargs)
+                finally:
+                    clock._add(time.perf_counter() - start)
+
+        Timed.__name__ = base.__name__
+        copy = model.model_copy()
+        copy.__class__ = Timed
+        return copy
 
 
 @dataclass(frozen=True)
@@ -153,17 +211,17 @@ class _Compressor(_Face):
 class _Node(_Face):
     """`RoundCompressionNode` on a state dict, its update applied as LangGraph would."""
 
-    def __init__(self, env: _Env, *, ids: bool) -> None:
+    def __init__(self, env: _Env) -> None:
         from langchain_histcompress.nodes import RoundCompressionNode
 
         self.node = RoundCompressionNode(_round_compressor(env))
-        self.ids = ids
         self.state: dict[str, Any] = {}
 
     def warm(self, history: Sequence[BaseMessage]) -> None:
         from langchain_histcompress.nodes import summary_to_state
 
-        summary = _warm_summary(self.node.compressor, history) if self.ids else None
+        # Without ids the node reads the ids `ensure_ids` gives (position and content).
+        summary = _warm_summary(self.node.compressor, ensure_ids(history))
         self.state = {"running_summary": summary_to_state(summary) if summary else None}
         self.turn(history)
 
@@ -238,8 +296,8 @@ class _Strategy(_Face):
 FACES: dict[str, FaceFactory] = {
     "summarization_reducer": _Reducer,
     "summarization_reducer_no_ids": _Reducer,
-    "compression_node": lambda env: _Node(env, ids=True),
-    "compression_node_no_ids": lambda env: _Node(env, ids=False),
+    "compression_node": _Node,
+    "compression_node_no_ids": _Node,
     "round_compression": lambda env: _Compressor(_round_compressor(env)),
     "thread_summary": lambda env: _Compressor(
         _round_compressor(
@@ -270,7 +328,7 @@ def measure_face(
     history: Sequence[BaseMessage],
     size: int,
     *,
-    ledger: UsageLedger,
+    clock: ModelClock,
     turns: int,
 ) -> FaceOverhead:
     """Time ``turns`` turns of ``face`` once the history holds ``size`` messages.
@@ -283,7 +341,7 @@ def measure_face(
         name: Its name, for the figure.
         history: A long history (see `extended_history`), longer than ``size``.
         size: History size at which to measure.
-        ledger: The internal model's ledger (its time is subtracted).
+        clock: The internal model's clock (its time is subtracted; a call marks a fold).
         turns: Turns to time.
 
     Raises:
@@ -298,13 +356,13 @@ def measure_face(
     folded: list[bool] = []
     for position in positions[1 : turns + 1]:
         prefix = history[:position]
-        mark = ledger.mark()
+        model_before, calls_before = clock.reading()
         start = time.perf_counter()
         compressed = face.turn(prefix)
         elapsed = time.perf_counter() - start
-        calls = ledger.since(mark)
-        samples.append(max(0.0, elapsed - sum(c.seconds for c in calls)) * 1000)
-        folded.append(compressed or bool(calls))
+        model_after, calls_after = clock.reading()
+        samples.append(max(0.0, elapsed - (model_after - model_before)) * 1000)
+        folded.append(compressed or calls_after > calls_before)
     fold = [s for s, f in zip(samples, folded, strict=True) if f]
     plain = [s for s, f in zip(samples, folded, strict=True) if not f]
     return FaceOverhead(
@@ -328,8 +386,6 @@ def measure_faces(
     faces: Sequence[str] | None = None,
     model: BaseChatModel | None = None,
     counter: TiktokenCounter | None = None,
-    env: StrategyEnv | None = None,
-    ledger: UsageLedger | None = None,
     on_figure: Callable[[FaceOverhead], None] | None = None,
 ) -> list[FaceOverhead]:
     """Measure every face (or ``faces``) at every size on ``base`` extended to the largest.
@@ -339,11 +395,9 @@ def measure_faces(
         sizes: History sizes.
         turns: Turns timed per face and size (the same for every face).
         faces: Names of `FACES` to measure (default: all).
-        model: The internal model (summarizer / extractor); metered through ``ledger``.
+        model: The internal model (summarizer / extractor), timed by a `ModelClock`.
             Default: a model answering every call with a fixed summary.
         counter: Token counter shared by the faces (default: ``gpt-4o-mini``'s).
-        env: The environment of the strategy-based faces (default: from ``model``).
-        ledger: The ledger ``model`` reports to (default: a new one, attached to ``model``).
         on_figure: Called with each figure as it is measured (progress).
 
     Raises:
@@ -355,13 +409,9 @@ def measure_faces(
         msg = f"unknown faces {unknown}; known: {sorted(FACES)}"
         raise ConfigurationError(msg)
     counter = counter or TiktokenCounter("gpt-4o-mini", cache_size=1_048_576)
-    if ledger is None:
-        ledger = UsageLedger(counter)
-        internal = model or GenericFakeChatModel(messages=_fixed_summaries())
-        model = internal.model_copy(update={"callbacks": [ledger]})
-    assert model is not None
-    strategies = env or StrategyEnv(counter=counter, model=model)
-    shared = _Env(counter, model, strategies)
+    clock = ModelClock()
+    timed = clock.timed(model or GenericFakeChatModel(messages=_fixed_summaries()))
+    shared = _Env(counter, timed, StrategyEnv(counter=counter, model=timed))
     history = extended_history(base, max(sizes) + 2 * (turns + 2) + 4 * len(base) // 3 + 50)
     plain_history: list[BaseMessage] | None = None
     figures: list[FaceOverhead] = []
@@ -373,7 +423,7 @@ def measure_faces(
                 grown = plain_history
             try:
                 figure = measure_face(
-                    FACES[name](shared), name, grown, size, ledger=ledger, turns=turns
+                    FACES[name](shared), name, grown, size, clock=clock, turns=turns
                 )
             except Exception as exc:
                 logger.warning("overhead of %s at %d failed: %s", name, size, type(exc).__name__)
