@@ -100,26 +100,19 @@ def test_thread_summary_folds_read_only_the_new_round(monkeypatch: pytest.Monkey
         compressor = thread_summarizer(
             ScriptedSummarizer(), token_counter=count_tokens_approximately, timeout=None
         )
-        state: dict[str, RunningSummary | None] = {"summary": None}
-
-        def warm(history: list[BaseMessage], c: RoundCompressor = compressor) -> None:
-            covered = [str(m.id) for m in history[1:-2]]
-            state["summary"] = RunningSummary(content="x", text="x", covered_ids=covered)
-            c.compress(history, state["summary"])
-
-        def turn(probe: Probe, c: RoundCompressor = compressor) -> None:
-            result = c.compress(probe, state["summary"])
-            assert result.compressed
-            state["summary"] = result.summary
-
+        history = grown(rounds)
+        start = turn_ends(rounds)[0] - 2
+        covered = [str(m.id) for m in history[1 : start - 2]]
+        summary = RunningSummary(content="x", text="x", covered_ids=covered)
+        summary = compressor.compress(history[:start], summary).summary
         with monkeypatch.context() as patch:
-            history = grown(rounds)
-            warm(history[: turn_ends(rounds)[0] - 2])
             _NoFullRead(patch)
             out = []
             for end in turn_ends(rounds):
                 probe = Probe(history[:end])
-                turn(probe)
+                result = compressor.compress(probe, summary)
+                assert result.compressed
+                summary = result.summary
                 out.append(len(far_reads(probe, end, 40)))
             reads[rounds] = out
     assert reads[SHORT] == reads[LONG]
@@ -194,7 +187,9 @@ def test_rephrase_node_reads_only_its_window() -> None:
     reads = {}
     for rounds in (SHORT, LONG):
         node = HistoryRephraseNode(GenericFakeChatModel(messages=_answers()))
-        reads[rounds] = per_turn(rounds, lambda h: None, lambda p: node.invoke({"messages": p}))
+        reads[rounds] = per_turn(
+            rounds, lambda h: None, lambda p, node=node: node.invoke({"messages": p})
+        )
     assert reads[SHORT] == reads[LONG]
     assert max(reads[LONG]) <= 2  # the preamble's end, looking for a summary there
 
