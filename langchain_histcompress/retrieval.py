@@ -694,8 +694,14 @@ def _extends(messages: Sequence[BaseMessage], previous: list[BaseMessage]) -> bo
     known = len(previous)
     if messages[0] is not previous[0] or messages[known - 1] is not previous[-1]:
         return False
-    head = messages[:known]
-    return (head if isinstance(head, list) else list(head)) == previous
+    if not isinstance(messages, list):
+        return list(messages[:known]) == previous
+    # Lists of equal length compare identical references as pointers, without touching the
+    # objects (a slice of ``messages`` would touch every one of them).
+    previous.extend(messages[known:])
+    same = previous == messages
+    del previous[known:]
+    return same
 
 
 DEFAULT_MAX_TERM_POSTINGS = 2_000

@@ -400,8 +400,17 @@ class _Counted:
         Messages match when identical, or equal as values (then their counts are equal).
         """
         mine = self.messages
-        n = min(len(mine), len(messages))
-        if _as_list(messages[:n]) == (mine if n == len(mine) else mine[:n]):
+        known = len(mine)
+        n = min(known, len(messages))
+        if isinstance(messages, list) and len(messages) >= known:
+            # Compare lists of equal length: identical references are compared as pointers,
+            # without touching the objects (a slice would touch every one of them).
+            mine.extend(messages[known:])
+            same = mine == messages
+            del mine[known:]
+            if same:
+                return known
+        elif _as_list(messages[:n]) == (mine if n == known else mine[:n]):
             return n
         start = 0
         while start < n:  # find the first chunk that differs, then the message

@@ -23,13 +23,14 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ __all__ = [
     "measure_face",
     "measure_faces",
     "plot_face_overhead",
+    "write_face_reports",
 ]
 
 logger = logging.getLogger(__name__)
@@ -505,3 +507,36 @@ def plot_face_overhead(figures: Sequence[FaceOverhead], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     return path
+
+
+def write_face_reports(
+    figures: Sequence[FaceOverhead], out_dir: Path, *, plots: bool = True
+) -> dict[str, Path]:
+    """Write the faces' figures: ``faces.json``, ``faces.md`` and the log-log plot.
+
+    Returns:
+        ``{"faces:json": ..., "faces:markdown": ..., "plot:face_overhead": ...}`` (nothing
+        when ``figures`` is empty).
+    """
+    if not figures:
+        return {}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {"faces:json": out_dir / "faces.json", "faces:markdown": out_dir / "faces.md"}
+    written["faces:json"].write_text(
+        json.dumps([asdict(f) for f in figures], indent=1) + "\n", encoding="utf-8"
+    )
+    text = [
+        "# Library overhead per face",
+        "",
+        "Mean wall time of the package's own work per turn (internal model calls excluded), "
+        "over a fixed number of turns at each history size; folding turns (an internal model "
+        "call or a compression) and the others are averaged apart.",
+        "",
+        face_overhead_table(figures),
+        "",
+    ]
+    if plots:
+        written["plot:face_overhead"] = plot_face_overhead(figures, out_dir / "face_overhead.png")
+        text += ["![overhead per face](face_overhead.png)", ""]
+    written["faces:markdown"].write_text("\n".join(text), encoding="utf-8")
+    return written

@@ -301,3 +301,26 @@ def test_vectorized_similarities_equal_the_python_ones(monkeypatch: pytest.Monke
     slow = retrieval._dot_all(target, vectors)
     assert fast == pytest.approx(slow, abs=1e-12)
     assert isinstance(vectors[0], array)
+
+
+# --------------------------------------------------------------------------- bench section
+
+
+def test_bench_faces_section_reports_every_face(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from langchain_histcompress.bench.faces import FACES, measure_faces, write_face_reports
+
+    base = conversation(30, system=SystemMessage("Be brief.", id="sys"))
+    figures = measure_faces(base, sizes=(20, 40), turns=3)
+    assert sorted({f.face for f in figures}) == sorted(FACES)
+    assert all(f.error is None and f.turns == 3 for f in figures), [f.error for f in figures]
+    for f in figures:
+        assert f.folds == sum(f.folded)
+        assert (f.fold_ms is None) == (f.folds == 0)
+        assert (f.plain_ms is None) == (f.folds == f.turns)
+    thread = [f for f in figures if f.face == "thread_summary"]
+    assert all(f.folds == f.turns for f in thread)  # a fold every turn
+    written = write_face_reports(figures, Path(tmp_path))
+    assert written["plot:face_overhead"].read_bytes()[:4] == b"\x89PNG"
+    assert "| thread_summary | 40 | 3 | 3 |" in written["faces:markdown"].read_text("utf-8")
