@@ -196,7 +196,12 @@ def _parent(summary: RunningSummary) -> tuple[RunningSummary, tuple[str, ...]] |
 
 
 def _sorted_from_lineage(summary: RunningSummary) -> list[str] | None:
-    """Sorted covered ids built from an ancestor's sorted ids plus the ids added since."""
+    """Sorted covered ids built from an ancestor's sorted ids plus the ids added since.
+
+    The ancestor's list is taken over, not copied (an ancestor is rarely serialized again;
+    if it is, it sorts its ids afresh), so a fold followed by serializing costs the inserts
+    and the one copy the caller gets.
+    """
     added: list[str] = []
     current = summary
     while True:
@@ -212,10 +217,12 @@ def _sorted_from_lineage(summary: RunningSummary) -> list[str] | None:
         return None
     if len(added) > _INSORT_LIMIT:
         return sorted([*base, *added])  # two sorted runs: a linear merge
-    merged = list(base)
+    memo = _existing_memo(current)
+    if memo is None or memo.pop("sorted_ids", None) is not base:
+        base = list(base)  # another thread took it over: work on a copy
     for item in added:
-        bisect.insort(merged, item)
-    return merged
+        bisect.insort(base, item)
+    return base
 
 
 def _ancestors(summary: RunningSummary, limit: int = 64) -> list[RunningSummary]:
