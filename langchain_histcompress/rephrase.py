@@ -93,7 +93,12 @@ from langchain_histcompress._model_edge import (
 )
 from langchain_histcompress.errors import ConfigurationError, HistCompressError
 from langchain_histcompress.render import escape_data, render_transcript, wrap_data
-from langchain_histcompress.rounds import ensure_ids, is_summary_message, split_units
+from langchain_histcompress.rounds import (
+    _MessageView,
+    ensure_ids,
+    is_summary_message,
+    split_units,
+)
 
 __all__ = [
     "DEFAULT_RAG_SYSTEM_PROMPT",
@@ -380,7 +385,7 @@ def _latest_summary_message(history: Sequence[BaseMessage], read_from: int) -> B
     return None
 
 
-class _LazyMessages(Sequence[BaseMessage]):
+class _LazyMessages(_MessageView):
     """A chat history converted to messages item by item, only where it is read.
 
     Conversions are remembered, and views of a prefix share them, so reading the last few
@@ -420,22 +425,6 @@ class _LazyMessages(Sequence[BaseMessage]):
                     raise ConfigurationError(msg) from exc
             self._cache[index] = found
         return found
-
-    @overload
-    def __getitem__(self, index: int) -> BaseMessage: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[BaseMessage]: ...
-
-    def __getitem__(self, index: int | slice) -> BaseMessage | list[BaseMessage]:
-        if isinstance(index, slice):
-            return [self._at(i) for i in range(*index.indices(self._stop))]
-        if index < 0:
-            index += self._stop
-        if not 0 <= index < self._stop:
-            msg = "message index out of range"
-            raise IndexError(msg)
-        return self._at(index)
 
 
 def _lazy_messages(raw: object, label: str) -> Sequence[BaseMessage]:

@@ -298,7 +298,33 @@ def _identified(message: BaseMessage, index: int, namespace: str = "") -> BaseMe
     return message.model_copy(update={"id": f"hc-{digest}"})
 
 
-class _IdentifiedMessages(Sequence[BaseMessage]):
+class _MessageView(Sequence[BaseMessage]):
+    """A read-only message sequence that makes each message when it is first read."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _at(self, index: int) -> BaseMessage:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> BaseMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[BaseMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> BaseMessage | list[BaseMessage]:
+        size = len(self)
+        if isinstance(index, slice):
+            return [self._at(i) for i in range(*index.indices(size))]
+        position = index + size if index < 0 else index
+        if not 0 <= position < size:
+            msg = "message index out of range"
+            raise IndexError(msg)
+        return self._at(position)
+
+
+class _IdentifiedMessages(_MessageView):
     """``ensure_ids(messages)`` with the preamble kept as given, computed where it is read.
 
     Reading the last few messages of a long history gives ids to those only, so a face that
@@ -322,19 +348,3 @@ class _IdentifiedMessages(Sequence[BaseMessage]):
                 return message  # the preamble as given; a non-message is reported by its reader
             found = self._copies[index] = _identified(message, index)
         return found
-
-    @overload
-    def __getitem__(self, index: int) -> BaseMessage: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[BaseMessage]: ...
-
-    def __getitem__(self, index: int | slice) -> BaseMessage | list[BaseMessage]:
-        size = len(self._messages)
-        if isinstance(index, slice):
-            return [self._at(i) for i in range(*index.indices(size))]
-        position = index + size if index < 0 else index
-        if not 0 <= position < size:
-            msg = "message index out of range"
-            raise IndexError(msg)
-        return self._at(position)
