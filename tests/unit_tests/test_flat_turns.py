@@ -324,3 +324,31 @@ def test_bench_faces_section_reports_every_face(tmp_path: Any) -> None:
     written = write_face_reports(figures, Path(tmp_path))
     assert written["plot:face_overhead"].read_bytes()[:4] == b"\x89PNG"
     assert "| thread_summary | 40 | 3 | 3 |" in written["faces:markdown"].read_text("utf-8")
+
+
+def test_benchmark_runs_the_faces_section_when_asked(tmp_path: Any) -> None:
+    import io
+    from pathlib import Path
+
+    from langchain_histcompress.bench.faces import FACES
+    from langchain_histcompress.bench.report import write_reports
+    from langchain_histcompress.bench.runner import BenchConfig, run_benchmark
+    from tests.unit_tests.test_bench_locomo import write_tiny
+    from tests.unit_tests.test_bench_runner import _long_tiny
+
+    data = write_tiny(Path(tmp_path) / "t1.json", _long_tiny())
+    config = BenchConfig(
+        data=(data,),
+        strategies=("truncation",),
+        overhead_sizes=(40,),
+        overhead_turns=2,
+        faces=True,
+        face_turns=2,
+        counting=False,
+    )
+    result = run_benchmark(config, progress=io.StringIO())
+    assert sorted(f.face for f in result.faces) == sorted(FACES)
+    assert all(f.error is None and f.turns == 2 for f in result.faces)
+    assert not BenchConfig(data=(data,)).faces  # opt-in (`make bench` passes --faces)
+    written = write_reports(result, Path(tmp_path) / "out", plots=False)
+    assert "faces:markdown" in written and "plot:face_overhead" not in written
