@@ -30,7 +30,7 @@ from langchain_histcompress.tokens import TiktokenCounter
 from tests.fakes import ScriptedSummarizer, conversation
 from tests.unit_tests.test_compressor_incremental import Probe
 
-SHORT, LONG = 300, 6_000  # rounds: 600 and 12,000 messages
+SHORT, LONG = 250, 5_000  # rounds: 500 and 10,000 messages
 TURNS = 6
 
 
@@ -311,8 +311,8 @@ def test_bench_faces_section_reports_every_face(tmp_path: Any) -> None:
 
     from langchain_histcompress.bench.faces import FACES, measure_faces, write_face_reports
 
-    base = conversation(30, system=SystemMessage("Be brief.", id="sys"))
-    figures = measure_faces(base, sizes=(20, 40), turns=3)
+    base = conversation(12, system=SystemMessage("Be brief.", id="sys"))
+    figures = measure_faces(base, sizes=(12, 24), turns=3)
     assert sorted({f.face for f in figures}) == sorted(FACES)
     assert all(f.error is None and f.turns == 3 for f in figures), [f.error for f in figures]
     for f in figures:
@@ -323,7 +323,7 @@ def test_bench_faces_section_reports_every_face(tmp_path: Any) -> None:
     assert all(f.folds == f.turns for f in thread)  # a fold every turn
     written = write_face_reports(figures, Path(tmp_path))
     assert written["plot:face_overhead"].read_bytes()[:4] == b"\x89PNG"
-    assert "| thread_summary | 40 | 3 | 3 |" in written["faces:markdown"].read_text("utf-8")
+    assert "| thread_summary | 24 | 3 | 3 |" in written["faces:markdown"].read_text("utf-8")
 
 
 def test_benchmark_runs_the_faces_section_when_asked(tmp_path: Any) -> None:
