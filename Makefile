@@ -53,7 +53,7 @@ demo: install
 	$(BIN)/histcompress demo
 
 bench: install
-	$(BIN)/histcompress bench --data $(LOCOMO) --out bench-out --readme README.md
+	$(BIN)/histcompress bench --data $(LOCOMO) --out bench-out --readme README.md --faces
 
 clean:
 	rm -rf $(VENV) $(EMB_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis bench-out

@@ -103,6 +103,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit 0 even when internal calls failed (the reports still count them)",
     )
+    bench.add_argument(
+        "--faces",
+        action="store_true",
+        help="also measure the overhead of every face (reducers, nodes, rephraser, counter, "
+        "retrieval) at each history size, folding and other turns apart",
+    )
     commands.add_parser(
         "demo",
         help="replay the bundled long conversation offline (see `histcompress demo --help`)",
@@ -134,6 +140,7 @@ def _bench(args: argparse.Namespace) -> int:
             strategies=names,
             model=args.model,
             quick=args.quick,
+            faces=args.faces,
             **extra,
         )
         config.strategy_names()

@@ -67,6 +67,7 @@ import logging
 import math
 import operator
 from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
@@ -75,13 +76,14 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from langchain_histcompress._model_edge import submit_to_worker
+from langchain_histcompress.coverage import covers_all
 from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
 from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import (
     ACCEPTED_KINDS,
     HistoryViolation,
     Round,
-    ensure_ids,
+    _IdentifiedMessages,
     is_pinned,
     is_summary_message,
     repair_history,
@@ -189,7 +191,7 @@ class _Cursor:
     anywhere in the prefix therefore always sends the call back to the scan.
     """
 
-    covered: frozenset[str]
+    covered: AbstractSet[str]
     """The summary's ``covered_ids`` object when recorded (identity-checked)."""
     start: int
     """Index of the tail's first message."""
@@ -200,7 +202,7 @@ class _Cursor:
     tail_covered: frozenset[str]
     """Covered ids found at or after ``start`` (older tool groups folded out of a round)."""
     prefix: list[BaseMessage]
-    """The skipped prefix ``messages[lead_end:start]`` (references to the message objects)."""
+    """The skipped prefix ``messages[lead_end:start]`` (the caller's own message objects)."""
     system_at: tuple[int, ...] = ()
     """Indexes in the history of the prefix's system messages (never covered)."""
 
@@ -235,7 +237,7 @@ def _check_types(messages: Sequence[BaseMessage], start: int) -> None:
             raise ConfigurationError(msg)
 
 
-def _first_uncovered(messages: Sequence[BaseMessage], start: int, covered: frozenset[str]) -> int:
+def _first_uncovered(messages: Sequence[BaseMessage], start: int, covered: AbstractSet[str]) -> int:
     """Index of the first message from ``start`` on that is neither covered nor a system message.
 
     System messages in the conversation are pinned (never covered) and summary messages are
@@ -246,7 +248,7 @@ def _first_uncovered(messages: Sequence[BaseMessage], start: int, covered: froze
     end = len(messages)
     while start < end:
         stop = min(start + _SCAN_CHUNK, end)
-        if covered.issuperset(map(_get_id, messages[start:stop])):
+        if covers_all(covered, map(_get_id, messages[start:stop])):
             start = stop
             continue
         while start < stop and (
@@ -262,6 +264,15 @@ def _slice(messages: Sequence[BaseMessage], start: int, stop: int) -> list[BaseM
     """``messages[start:stop]`` as a list (one copy of the pointers, however it is given)."""
     part = messages[start:stop]
     return part if type(part) is list else list(part)
+
+
+def _originals(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
+    """The caller's own objects behind ``messages`` (ids given lazily are derived from them).
+
+    The same original object at the same position always gets the same derived id, so a
+    prefix of identical originals proves an identical prefix without identifying it.
+    """
+    return messages.originals if isinstance(messages, _IdentifiedMessages) else messages
 
 
 def _cursor(summary: RunningSummary) -> _Cursor | None:
@@ -298,13 +309,15 @@ def _verified_cursor(
         return None
     if spot_check or not known:
         return cursor
-    prefix = _slice(messages, lead_end, start)
+    source = _originals(messages)
+    prefix = _slice(source, lead_end, start)
     # Same objects at both ends: compare the whole prefix as lists (pointer comparisons at C
     # speed; an equal copy of a message also matches). Else check the ids one by one.
     if prefix[0] is known[0] and prefix[-1] is known[-1] and prefix == known:
         return cursor
     try:
-        ids = list(map(_get_id, prefix))
+        shown = prefix if source is messages else messages[lead_end:start]
+        ids = list(map(_get_id, shown))
     except AttributeError:  # not a message: the scan names it
         return None
     covered = summary.covered_ids
@@ -315,7 +328,7 @@ def _verified_cursor(
             for i in range(len(prefix))
         )
     else:
-        matches = covered.issuperset(ids)
+        matches = covers_all(covered, ids)
     if not matches:
         return None
     refreshed = replace(cursor, prefix=prefix)
@@ -335,19 +348,19 @@ def _remember(summary: RunningSummary, parts: _Parts) -> None:
         start_id=start_id,
         before_id=_message_id(messages, start - 1) if start > lead_end else None,
         tail_covered=frozenset(m.id for m in parts.tail if m.id is not None and m.id in covered),
-        prefix=_slice(messages, lead_end, start),
+        prefix=_slice(_originals(messages), lead_end, start),
         system_at=parts.system_at,
     )
 
 
 def _systems_between(
-    messages: Sequence[BaseMessage], start: int, stop: int, covered: frozenset[str]
+    messages: Sequence[BaseMessage], start: int, stop: int, covered: AbstractSet[str]
 ) -> tuple[int, ...]:
     """Indexes of the system messages of ``messages[start:stop]`` (covered chunks skipped)."""
     found: list[int] = []
     while start < stop:
         end = min(start + _SCAN_CHUNK, stop)
-        if not covered.issuperset(map(_get_id, messages[start:end])):
+        if not covers_all(covered, map(_get_id, messages[start:end])):
             found.extend(i for i in range(start, end) if isinstance(messages[i], SystemMessage))
         start = end
     return tuple(found)
@@ -435,8 +448,9 @@ def _with_ids(
 
     Returned as given (no copy) when every message compression will read (the uncovered tail,
     found with the summary's cursor; else every non-preamble message) has an id. Otherwise the
-    non-preamble messages get deterministic ids with `rounds.ensure_ids` (copies; the preamble
-    stays the caller's own objects). A non-message is left for the compressor to report.
+    non-preamble messages get deterministic ids as with `rounds.ensure_ids`, given lazily to
+    the messages compression reads (copies; the preamble stays the caller's own objects). A
+    non-message is left for the compressor to report.
     """
     lead_end = _lead_end(messages)
     start = lead_end
@@ -447,12 +461,14 @@ def _with_ids(
         if cursor is not None:
             start = cursor.start
     try:
-        complete = None not in map(_get_id, messages[start:])
+        # A grown history without ids misses one at its end: no need to scan it then.
+        complete = bool(messages) and _get_id(messages[-1]) is not None
+        complete = complete and None not in map(_get_id, messages[start:])
     except AttributeError:  # not a message: the compressor names it
         return messages
     if complete:
         return messages
-    return [*messages[:lead_end], *ensure_ids(messages)[lead_end:]]
+    return _IdentifiedMessages(messages, lead_end)
 
 
 def _prefix_ids(parts: _Parts, summary: RunningSummary | None) -> Callable[[str], bool]:
@@ -467,7 +483,7 @@ def _prefix_ids(parts: _Parts, summary: RunningSummary | None) -> Callable[[str]
     return set(map(_get_id, parts.messages[parts.lead_end : parts.tail_start])).__contains__
 
 
-def _visible(messages: Sequence[BaseMessage], covered: frozenset[str]) -> list[BaseMessage]:
+def _visible(messages: Sequence[BaseMessage], covered: AbstractSet[str]) -> list[BaseMessage]:
     """``messages`` minus whole units whose every message is covered.
 
     A unit only partly covered (a summary record that does not match this history) is shown
@@ -483,7 +499,7 @@ def _visible(messages: Sequence[BaseMessage], covered: frozenset[str]) -> list[B
     ]
 
 
-def _pending(tail: Sequence[BaseMessage], covered: frozenset[str]) -> list[Round]:
+def _pending(tail: Sequence[BaseMessage], covered: AbstractSet[str]) -> list[Round]:
     """The tail's rounds with their uncovered messages.
 
     Rounds with nothing left to fold (every message covered or pinned) are not pending.

@@ -93,7 +93,12 @@ from langchain_histcompress._model_edge import (
 )
 from langchain_histcompress.errors import ConfigurationError, HistCompressError
 from langchain_histcompress.render import escape_data, render_transcript, wrap_data
-from langchain_histcompress.rounds import ensure_ids, is_summary_message, split_units
+from langchain_histcompress.rounds import (
+    _MessageView,
+    ensure_ids,
+    is_summary_message,
+    split_units,
+)
 
 __all__ = [
     "DEFAULT_RAG_SYSTEM_PROMPT",
@@ -301,6 +306,38 @@ def select_history_window(
         ['q2', 'Let me look.', 'It is 42.']
     """
     limit = _check_count("history_message_count", history_message_count, minimum=0)
+    return _history_window(messages, limit, include_tool_messages)[0]
+
+
+_WINDOW_SPAN = 16  # messages read first; doubled until the window is settled
+
+
+def _history_window(
+    messages: Sequence[BaseMessage], limit: int, include_tool_messages: bool
+) -> tuple[list[BaseMessage], int]:
+    """`select_history_window` reading from the end only, plus where its reading started.
+
+    The window depends only on the newest units, so it is computed on a suffix that starts
+    at a message no earlier unit can reach into (not a tool result, not a system message),
+    and the suffix doubles until the window stops before the suffix's first unit or the
+    suffix is the whole history: the result is exactly that of the whole history.
+    """
+    end = len(messages)
+    span = max(_WINDOW_SPAN, 2 * limit + 2)
+    while True:
+        start = max(0, end - span)
+        while start > 0 and isinstance(messages[start], ToolMessage | SystemMessage):
+            start -= 1
+        window, settled = _window_of(messages[start:end], limit, include_tool_messages)
+        if settled or start == 0:
+            return window, start
+        span *= 2
+
+
+def _window_of(
+    messages: Sequence[BaseMessage], limit: int, include_tool_messages: bool
+) -> tuple[list[BaseMessage], bool]:
+    """The window of ``messages``, and whether a unit before it was left out (settled)."""
     body = [m for m in messages if not isinstance(m, SystemMessage)]
     units: list[tuple[BaseMessage, ...]] = []
     for unit in split_units(body):
@@ -320,12 +357,85 @@ def select_history_window(
         units.append(unit)
     kept: list[tuple[BaseMessage, ...]] = []
     total = 0
+    settled = False
     for unit in reversed(units):
         if total + len(unit) > limit:
+            settled = True
             break
         kept.append(unit)
         total += len(unit)
-    return [m for unit in reversed(kept) for m in unit]
+    return [m for unit in reversed(kept) for m in unit], settled
+
+
+def _latest_summary_message(history: Sequence[BaseMessage], read_from: int) -> BaseMessage | None:
+    """The newest package summary message among ``history[read_from:]`` and the preamble.
+
+    Package summaries sit in the leading system messages of a compressed view; the rest of
+    a long history is not read.
+    """
+    for index in range(len(history) - 1, read_from - 1, -1):
+        if is_summary_message(history[index]):
+            return history[index]
+    lead = 0
+    while lead < min(read_from, len(history)) and isinstance(history[lead], SystemMessage):
+        lead += 1
+    for index in range(lead - 1, -1, -1):
+        if is_summary_message(history[index]):
+            return history[index]
+    return None
+
+
+class _LazyMessages(_MessageView):
+    """A chat history converted to messages item by item, only where it is read.
+
+    Conversions are remembered, and views of a prefix share them, so reading the last few
+    messages of a long history costs as many conversions as messages read.
+    """
+
+    def __init__(
+        self,
+        raw: Sequence[Any],
+        label: str,
+        stop: int | None = None,
+        cache: dict[int, Any] | None = None,
+    ) -> None:
+        self._raw = raw
+        self._label = label
+        self._stop = len(raw) if stop is None else stop
+        self._cache: dict[int, BaseMessage] = {} if cache is None else cache
+
+    def __len__(self) -> int:
+        return self._stop
+
+    def prefix(self, stop: int) -> _LazyMessages:
+        """The first ``stop`` messages (a view, nothing converted)."""
+        return _LazyMessages(self._raw, self._label, min(stop, self._stop), self._cache)
+
+    def _at(self, index: int) -> BaseMessage:
+        found = self._cache.get(index)
+        if found is None:
+            item = self._raw[index]
+            if isinstance(item, BaseMessage):
+                found = item
+            else:
+                try:
+                    found = convert_to_messages([item])[0]
+                except (ValueError, TypeError, NotImplementedError) as exc:
+                    msg = f"{self._label} is not a list of chat messages: {exc}"
+                    raise ConfigurationError(msg) from exc
+            self._cache[index] = found
+        return found
+
+
+def _lazy_messages(raw: object, label: str) -> Sequence[BaseMessage]:
+    """``raw`` as messages: converted lazily when it is a list or tuple, else at once."""
+    if isinstance(raw, list | tuple):
+        return _LazyMessages(raw, label)
+    try:
+        return convert_to_messages(raw)  # type: ignore[arg-type]
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        msg = f"{label} is not a list of chat messages: {exc}"
+        raise ConfigurationError(msg) from exc
 
 
 def render_context(documents: Sequence[Document]) -> str:
@@ -621,15 +731,12 @@ class _Rephraser:
         limit = self.limit_for(question)
         if self.mode == "none":
             return _Plan(question, (), None, limit)
-        if summary is None:
-            summaries = [m for m in history if is_summary_message(m)]
-            summary = summaries[-1] if summaries else None
-        summary_text = _summary_block(summary, self.max_message_chars)
-        window = select_history_window(
-            history,
-            self.history_message_count,
-            include_tool_messages=self.include_tool_messages,
+        window, read_from = _history_window(
+            history, self.history_message_count, self.include_tool_messages
         )
+        if summary is None:
+            summary = _latest_summary_message(history, read_from)
+        summary_text = _summary_block(summary, self.max_message_chars)
         if not window and not summary_text:
             return _Plan(question, (), None, limit)
         history_text = render_transcript(
@@ -757,7 +864,7 @@ class _InputKeys:
             raise ConfigurationError(msg)
         return cls(question, history, summary)
 
-    def read(self, inputs: object) -> tuple[str, list[BaseMessage], object]:
+    def read(self, inputs: object) -> tuple[str, Sequence[BaseMessage], object]:
         if isinstance(inputs, str):
             return inputs, [], None
         if not isinstance(inputs, Mapping):
@@ -773,12 +880,7 @@ class _InputKeys:
         if not isinstance(question, str):
             msg = f"input[{self.question!r}] must be a str, got {type(question).__name__}"
             raise ConfigurationError(msg)
-        raw_history = inputs.get(self.history) or []
-        try:
-            history = convert_to_messages(raw_history)
-        except (ValueError, TypeError, NotImplementedError) as exc:
-            msg = f"input[{self.history!r}] is not a list of chat messages: {exc}"
-            raise ConfigurationError(msg) from exc
+        history = _lazy_messages(inputs.get(self.history) or [], f"input[{self.history!r}]")
         summary = inputs.get(self.summary) if self.summary is not None else None
         return question, history, summary
 
@@ -1287,18 +1389,23 @@ class HistoryRephraseNode(GraphNode):
         self.metadata_key = metadata_key
         self._bind_body("HistoryRephraseNode")
 
-    def _read(self, state: Any) -> tuple[str, list[BaseMessage], object]:
+    def _read(self, state: Any) -> tuple[str, Sequence[BaseMessage], object]:
         def get(key: str) -> Any:
             if isinstance(state, Mapping):
                 return state.get(key)
             return getattr(state, key, None)
 
-        messages = convert_to_messages(get(self.messages_key) or [])
+        messages = _lazy_messages(get(self.messages_key) or [], f"state[{self.messages_key!r}]")
         for index in range(len(messages) - 1, -1, -1):
             if isinstance(messages[index], HumanMessage):
                 question = _content_text(messages[index].content)
                 summary = get(self.summary_key) if self.summary_key is not None else None
-                return question, messages[:index], summary
+                history = (
+                    messages.prefix(index)
+                    if isinstance(messages, _LazyMessages)
+                    else messages[:index]
+                )
+                return question, history, summary
         msg = f"state[{self.messages_key!r}] holds no HumanMessage to rephrase"
         raise HistCompressError(msg)
 

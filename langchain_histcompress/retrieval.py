@@ -583,10 +583,10 @@ class _TurnIndex:
 
     A message is keyed by its id and tokenized once: a later call passing the same message
     object costs one dictionary lookup; an equal-id message with another text is
-    re-indexed. When a call's messages start with exactly the previous call's message
-    objects (a growing history), only the new tail is looked at: the prefix is confirmed by
-    one identity comparison per message, at C speed. Messages without an id are keyed by
-    position and dropped when the history changes.
+    re-indexed. When a call's messages start with the previous call's messages (a growing
+    history), only the new tail is looked at: the prefix is confirmed by one comparison of
+    references at C speed (see `_extends`). Messages without an id are keyed by position and
+    dropped when the history changes.
     """
 
     def __init__(
@@ -653,7 +653,7 @@ class _TurnIndex:
         if not (
             known
             and len(messages) >= known
-            and all(map(operator.is_, self._previous, messages))
+            and _extends(messages, self._previous)
             and len(self._seen) <= self.max_cached
         ):
             self._restart()
@@ -681,6 +681,27 @@ class _TurnIndex:
             self.position[key] = position
             self.keys.append(key)
             self.by_key[key] = message
+
+
+def _extends(messages: Sequence[BaseMessage], previous: list[BaseMessage]) -> bool:
+    """Whether ``messages`` begins with ``previous`` (same objects, or equal values).
+
+    One C-speed comparison of references when the ends match by identity (identical
+    objects compare equal without calling ``__eq__``); equal but distinct messages (a
+    history rebuilt from a checkpoint) fail the identity check on the ends and are synced
+    message by message instead.
+    """
+    known = len(previous)
+    if messages[0] is not previous[0] or messages[known - 1] is not previous[-1]:
+        return False
+    if not isinstance(messages, list):
+        return list(messages[:known]) == previous
+    # Lists of equal length compare identical references as pointers, without touching the
+    # objects (a slice of ``messages`` would touch every one of them).
+    previous.extend(messages[known:])
+    same = previous == messages
+    del previous[known:]
+    return same
 
 
 DEFAULT_MAX_TERM_POSTINGS = 2_000
@@ -717,7 +738,7 @@ def _ordered_turns(
     ranked: Sequence[str],
     scores: Mapping[str, float],
     position: Mapping[str, int],
-    by_key: Mapping[str, BaseMessage],
+    messages: Sequence[BaseMessage],
     only_before: int | None,
     turn_ids: Container[str] | None,
 ) -> Iterator[tuple[int, BaseMessage]]:
@@ -725,8 +746,9 @@ def _ordered_turns(
 
     ``ranked`` holds keys of ``scores``, best first; each run of equal scores is ordered by
     position when first reached, and the restrictions (``only_before``, ``turn_ids``) are
-    applied then. ``position`` and ``by_key`` only ever gain keys while a history grows (a
-    restart binds new dictionaries), so reading them lazily sees the values of the call.
+    applied then. ``position`` only ever gains keys while a history grows (a restart binds
+    a new dictionary), so reading it lazily sees the values of the call; the messages are
+    read from the call's own ``messages``.
     """
     start, end = 0, len(ranked)
     while start < end:
@@ -738,10 +760,10 @@ def _ordered_turns(
             (position[key], key)
             for key in ranked[start:stop]
             if (only_before is None or position[key] < only_before)
-            and (turn_ids is None or str(by_key[key].id) in turn_ids)
+            and (turn_ids is None or str(messages[position[key]].id) in turn_ids)
         )
-        for at, key in group:
-            yield at, by_key[key]
+        for at, _ in group:
+            yield at, messages[at]
         start = stop
 
 
@@ -785,7 +807,7 @@ class BM25TurnRetriever:
     The index is incremental and cached across calls: each message is tokenized once (a
     message object seen before costs a dictionary lookup; an edited message with the same id
     is re-indexed), and when a call's messages extend the previous call's (the same objects
-    first, checked by identity at C speed) only the new ones are looked at, so repeated calls
+    first, checked at C speed) only the new ones are looked at, so repeated calls
     on a growing history cost little. Messages without an id are keyed by position while the
     history only grows.
 
@@ -845,7 +867,7 @@ class BM25TurnRetriever:
                 query, allowed=turns.allowed(), max_postings=self.max_term_postings
             )
             best = heapq.nsmallest(k, scores.items(), key=lambda i: (-i[1], turns.order[i[0]]))
-            return [turns.by_key[key] for key, _ in best]
+            return [messages[turns.position[key]] for key, _ in best]
 
 
 @dataclass(frozen=True)
@@ -1020,7 +1042,7 @@ class EvidenceRetriever:
                 sorted(turn_scores, key=turn_scores.__getitem__, reverse=True) if returned else [],
                 turn_scores,
                 self._turns.position,
-                self._turns.by_key,
+                messages,
                 only_before,
                 turn_ids,
             )
@@ -1089,6 +1111,34 @@ class EvidenceRetriever:
 
 
 # --------------------------------------------------------------------------- embeddings fused
+
+
+def _numpy() -> Any:
+    """The numpy module, or ``None`` when it is not installed (it is optional)."""
+    try:
+        return importlib.import_module("numpy")
+    except ImportError:  # pragma: no cover - numpy ships with the bench extra
+        return None
+
+
+def _dot_all(target: array[float], vectors: Sequence[array[float]]) -> list[float]:
+    """Dot product of ``target`` with each vector: one matrix product when numpy is present.
+
+    The pure-Python path gives the same values up to float rounding.
+    """
+    np = _numpy()
+    if np is None or len(vectors) < _VECTORIZE_FROM:
+        return [sum(map(operator.mul, target, vector)) for vector in vectors]
+    width = len(target)
+    if any(len(v) != width for v in vectors):
+        msg = "embeddings returned vectors of different sizes"
+        raise ConfigurationError(msg)
+    matrix = np.frombuffer(b"".join(vectors), dtype=np.float64).reshape(len(vectors), width)
+    result: list[float] = (matrix @ np.frombuffer(target, dtype=np.float64)).tolist()
+    return result
+
+
+_VECTORIZE_FROM = 8  # fewer vectors are compared in Python (no array set-up)
 
 
 def _unit(vector: Sequence[float]) -> array[float]:
@@ -1211,7 +1261,7 @@ class EmbeddingEvidenceRetriever(EvidenceRetriever):
             return []
         vectors = self._embed(texts)
         target = _unit(self.embeddings.embed_query(query))
-        return [sum(map(operator.mul, target, vector)) for vector in vectors]
+        return _dot_all(target, vectors)
 
     def _ranks(self, similarities: Sequence[float]) -> list[int | None]:
         """Rank (from 1, ties by input order) of each similarity; ``None`` below the floor."""

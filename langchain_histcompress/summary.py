@@ -39,6 +39,7 @@ import re
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeAlias
@@ -74,6 +75,7 @@ from langchain_histcompress._model_edge import (
     run_steps,
     strip_think,
 )
+from langchain_histcompress.coverage import CoveredIds, CoveredIdsField, as_covered_ids
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.render import escape_data, render_transcript, wrap_data
 from langchain_histcompress.rounds import SUMMARY_SOURCE, is_summary_message
@@ -194,7 +196,12 @@ def _parent(summary: RunningSummary) -> tuple[RunningSummary, tuple[str, ...]] |
 
 
 def _sorted_from_lineage(summary: RunningSummary) -> list[str] | None:
-    """Sorted covered ids built from an ancestor's sorted ids plus the ids added since."""
+    """Sorted covered ids built from an ancestor's sorted ids plus the ids added since.
+
+    The ancestor's list is taken over, not copied (an ancestor is rarely serialized again;
+    if it is, it sorts its ids afresh), so a fold followed by serializing costs the inserts
+    and the one copy the caller gets.
+    """
     added: list[str] = []
     current = summary
     while True:
@@ -210,10 +217,12 @@ def _sorted_from_lineage(summary: RunningSummary) -> list[str] | None:
         return None
     if len(added) > _INSORT_LIMIT:
         return sorted([*base, *added])  # two sorted runs: a linear merge
-    merged = list(base)
+    memo = _existing_memo(current)
+    if memo is None or memo.pop("sorted_ids", None) is not base:
+        base = list(base)  # another thread took it over: work on a copy
     for item in added:
-        bisect.insort(merged, item)
-    return merged
+        bisect.insort(base, item)
+    return base
 
 
 def _ancestors(summary: RunningSummary, limit: int = 64) -> list[RunningSummary]:
@@ -227,22 +236,14 @@ def _ancestors(summary: RunningSummary, limit: int = 64) -> list[RunningSummary]
 
 
 def _added_since(summary: RunningSummary, previous: RunningSummary) -> list[str] | None:
-    """Sorted ids ``summary`` covers beyond ``previous`` when it was built from it (O(new)).
+    """Sorted ids ``summary`` covers beyond ``previous`` when it was grown from it (O(new)).
 
-    ``None`` when ``previous`` is not a live ancestor (then compute the set difference).
-    Lets storage write the covered-id delta of a commit without an O(n) difference.
+    ``None`` when the coverage of ``summary`` was not grown from that of ``previous`` (then
+    compute the set difference). Lets storage write the covered-id delta of a commit without
+    an O(n) difference.
     """
-    added: list[str] = []
-    current = summary
-    for _ in range(64):
-        link = _parent(current)
-        if link is None:
-            return None
-        current, delta = link
-        added.extend(delta)
-        if current is previous:
-            return sorted(added)
-    return None
+    added = as_covered_ids(summary.covered_ids).added_since(as_covered_ids(previous.covered_ids))
+    return None if added is None else sorted(added)
 
 
 def _sorted_covered(summary: RunningSummary) -> list[str]:
@@ -282,9 +283,10 @@ class RunningSummary(BaseModel):
     """The parsed summary: a JSON object for structured profiles, the text for ``"text"``."""
     text: str
     """The summary rendered as plain text, as shown to the answering model."""
-    covered_ids: frozenset[str] = frozenset()
+    covered_ids: CoveredIdsField = Field(default_factory=CoveredIds)
     """Every original message id this summary represents (cumulative over all versions): the
-    exact ids that were sent to the summarizer."""
+    exact ids that were sent to the summarizer. A read-only set (any collection of strings
+    is accepted); a summary grown from another shares its storage (see `coverage`)."""
     rounds_covered: int = Field(default=0, ge=0)
     """Whole rounds folded into the summary so far (partial folds of one round count 0)."""
     version: int = Field(default=1, ge=1)
@@ -319,7 +321,7 @@ class RunningSummary(BaseModel):
         return self
 
     @field_serializer("covered_ids")
-    def _sorted_ids(self, ids: frozenset[str]) -> list[str]:
+    def _sorted_ids(self, ids: AbstractSet[str]) -> list[str]:
         if ids is not self.covered_ids:  # pragma: no cover - pydantic passes the field value
             return sorted(ids)
         return _sorted_covered(self)
@@ -375,16 +377,13 @@ def _next_summary(
     fields through the model (sha256, ranges, time zone), the ids by type; the union is
     attached without a second validation pass over every covered id.
     """
-    base = previous.covered_ids if previous is not None else frozenset()
-    if not isinstance(base, frozenset):  # pragma: no cover - a model_construct'ed record
-        base = frozenset(base)
-    fresh = {i for i in new_ids if i not in base}
-    if not all(isinstance(i, str) for i in fresh):
-        return RunningSummary(covered_ids=base.union(fresh), **fields)  # let pydantic explain
-    added = sorted(fresh)
-    summary = RunningSummary(**fields).model_copy(
-        update={"covered_ids": base.union(added) if added else base}
-    )
+    base = as_covered_ids(previous.covered_ids) if previous is not None else CoveredIds()
+    try:
+        covered = base.extend(new_ids)
+    except TypeError:  # a non-string id: let pydantic explain
+        return RunningSummary(covered_ids=frozenset([*base, *new_ids]), **fields)
+    added = sorted(covered.added_since(base) or [])
+    summary = RunningSummary(**fields).model_copy(update={"covered_ids": covered})
     memo = _memo(summary)
     if previous is None:
         memo["sorted_ids"] = added

@@ -46,6 +46,7 @@ import base64
 import gzip
 import hashlib
 import importlib.resources
+import itertools
 import json
 import operator
 import re
@@ -371,26 +372,62 @@ _Key = tuple[Any, ...]
 
 
 _PREFIX_MEMOS = 8  # histories remembered at once (e.g. a few concurrent sessions)
+_COMPARE_CHUNK = 4096
 
 
-@dataclass(frozen=True)
-class _PrefixMemo:
-    """The last list counted from one first message: its objects and their counts."""
+def _as_list(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    return messages if isinstance(messages, list) else list(messages)
 
-    messages: list[BaseMessage]
-    counts: list[int]
 
-    def shared_prefix(self, messages: list[BaseMessage]) -> int:
-        """Length of the leading run of identical message objects.
+class _Counted:
+    """The messages counted from one first message, in order, with their running totals.
 
-        Only object identity is compared: touching every old message would cost as much as
-        the per-message cache lookup this memo exists to skip.
+    Grown in place when a longer list with the same beginning is counted, so a history that
+    grows by a few messages per turn costs those messages plus one C-speed comparison of the
+    references (identical objects compare equal without calling ``__eq__``).
+    """
+
+    __slots__ = ("counts", "messages", "totals")
+
+    def __init__(self, messages: list[BaseMessage], counts: list[int]) -> None:
+        self.messages = messages
+        self.counts = counts
+        self.totals = list(itertools.accumulate(counts))
+
+    def shared_prefix(self, messages: Sequence[BaseMessage]) -> int:
+        """Length of the longest common beginning of ``self.messages`` and ``messages``.
+
+        Messages match when identical, or equal as values (then their counts are equal).
         """
-        n = min(len(self.messages), len(messages))
-        if all(map(operator.is_, self.messages[:n], messages[:n])):
+        mine = self.messages
+        known = len(mine)
+        n = min(known, len(messages))
+        if isinstance(messages, list) and len(messages) >= known:
+            # Compare lists of equal length: identical references are compared as pointers,
+            # without touching the objects (a slice would touch every one of them).
+            mine.extend(messages[known:])
+            same = mine == messages
+            del mine[known:]
+            if same:
+                return known
+        elif _as_list(messages[:n]) == (mine if n == known else mine[:n]):
             return n
-        pairs = zip(self.messages, messages, strict=False)
-        return next(i for i, (a, b) in enumerate(pairs) if a is not b)
+        start = 0
+        while start < n:  # find the first chunk that differs, then the message
+            stop = min(start + _COMPARE_CHUNK, n)
+            if _as_list(messages[start:stop]) != mine[start:stop]:
+                break
+            start = stop
+        while start < n and (mine[start] is messages[start] or mine[start] == messages[start]):
+            start += 1
+        return start
+
+    def extend(self, messages: Sequence[BaseMessage], counts: list[int]) -> None:
+        """Append counted messages (the caller holds the counter's lock)."""
+        total = self.totals[-1] if self.totals else 0
+        self.messages.extend(messages)
+        self.counts.extend(counts)
+        self.totals.extend(itertools.islice(itertools.accumulate(counts, initial=total), 1, None))
 
 
 class TiktokenCounter:
@@ -454,7 +491,7 @@ class TiktokenCounter:
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
-        self._prefixes: OrderedDict[int, _PrefixMemo] = OrderedDict()
+        self._prefixes: OrderedDict[int, _Counted] = OrderedDict()
 
     @property
     def model(self) -> str:
@@ -570,17 +607,20 @@ class TiktokenCounter:
         """
         if not messages:
             return 0
-        return sum(self.count_each(messages)) + REPLY_PRIMING_TOKENS
+        memo = self._counted(messages)
+        return memo.totals[len(messages) - 1] + REPLY_PRIMING_TOKENS
 
     def count_each(self, messages: Sequence[BaseMessage]) -> list[int]:
         """Per-message counts (as `count_message`), in O(new messages) for a grown list.
 
-        A list that begins with the same message objects as one of the last few lists counted
-        reuses that prefix's counts without fingerprinting it again; anything else goes through
-        the per-message cache. Messages are treated as values: edit one in place after counting
-        it and a later count of a list holding that same object may be stale (copy it with
-        ``model_copy(update=...)`` instead, as LangGraph's ``add_messages`` does, or call
-        `cache_clear`). `count_message` always re-fingerprints.
+        A list that begins with the same messages as one of the last few lists counted (the
+        same objects, or equal ones) reuses their counts: only the messages after the common
+        beginning are fingerprinted and looked up in the per-message cache. Finding that
+        beginning is one comparison of references at C speed. Messages are treated as
+        values: edit one in place after counting it and a later count of a list holding that
+        same object may be stale (copy it with ``model_copy(update=...)`` instead, as
+        LangGraph's ``add_messages`` does, or call `cache_clear`). `count_message` always
+        re-fingerprints.
 
         Example:
             >>> from langchain_core.messages import AIMessage, HumanMessage
@@ -591,17 +631,32 @@ class TiktokenCounter:
         """
         if not messages:
             return []
-        items = list(messages)
+        return self._counted(messages).counts[: len(messages)]
+
+    def _counted(self, messages: Sequence[BaseMessage]) -> _Counted:
+        """A memo whose first ``len(messages)`` entries are the counts of ``messages``."""
+        key = id(messages[0])
         with self._lock:
-            memo = self._prefixes.get(id(items[0]))
-        kept = memo.shared_prefix(items) if memo is not None else 0
-        counts = (memo.counts[:kept] if memo is not None else []) + self._count_each(items[kept:])
+            memo = self._prefixes.get(key)
+            kept = 0
+            if memo is not None and memo.messages[0] is messages[0]:
+                kept = memo.shared_prefix(messages)
+                self._prefixes.move_to_end(key)
+            size = len(memo.messages) if memo is not None else 0
+        if memo is not None and kept == len(messages):
+            return memo
+        fresh = self._count_each(messages[kept:])
         with self._lock:
-            self._prefixes[id(items[0])] = _PrefixMemo(items, counts)
-            self._prefixes.move_to_end(id(items[0]))
-            while len(self._prefixes) > _PREFIX_MEMOS:
-                self._prefixes.popitem(last=False)
-        return list(counts)
+            if memo is not None and kept == size == len(memo.messages):
+                memo.extend(messages[kept:], fresh)  # still the newest list: grow in place
+            else:
+                counts = memo.counts[:kept] if memo is not None else []
+                memo = _Counted(_as_list(messages[:]), counts + fresh)
+                self._prefixes[key] = memo
+                self._prefixes.move_to_end(key)
+                while len(self._prefixes) > _PREFIX_MEMOS:
+                    self._prefixes.popitem(last=False)
+        return memo
 
     def _count_each(self, messages: Sequence[BaseMessage]) -> list[int]:
         """Per-message counts: cached ones under one lock, the others computed outside it."""

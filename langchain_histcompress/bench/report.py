@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from langchain_histcompress.bench.faces import write_face_reports
 from langchain_histcompress.bench.metrics import ReplayFigures
 from langchain_histcompress.bench.recall import RecallSummary
 from langchain_histcompress.bench.runner import BenchResult
@@ -512,6 +513,7 @@ def write_reports(result: BenchResult, out_dir: Path, *, plots: bool = True) -> 
     images = write_plots(result, out_dir) if plots else []
     written["markdown"] = write_markdown(result, out_dir / "bench.md", plots=images)
     written.update({f"plot:{p.stem}": p for p in images})
+    written.update(write_face_reports(result.faces, out_dir, plots=plots))
     return written
 
 

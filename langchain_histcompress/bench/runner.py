@@ -34,6 +34,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_histcompress._model_edge import InternalFailure, recording_failures
+from langchain_histcompress.bench.faces import FACES, FaceOverhead, measure_faces
 from langchain_histcompress.bench.locomo import LocomoConversation, find_locomo_files, load_locomo
 from langchain_histcompress.bench.metrics import (
     OverheadFigure,
@@ -118,6 +119,10 @@ class BenchConfig:
     max_turns: int | None = None
     """Replay at most this many assistant turns per conversation (``None``: all); recall is
     then scored on the shortened history."""
+    faces: bool = False
+    """Also measure the overhead of every package face (see ``bench.faces``)."""
+    face_turns: int = 30
+    """Turns timed per face and size (10 when quick)."""
 
     def __post_init__(self) -> None:
         """Validate sizes and budgets."""
@@ -126,6 +131,7 @@ class BenchConfig:
             raise ConfigurationError(msg)
         for name in (
             "overhead_turns",
+            "face_turns",
             "budget_tokens",
             "keep_messages",
             "summary_tokens",
@@ -227,6 +233,8 @@ class BenchResult:
     """Library overhead per strategy and history size."""
     counting: dict[str, float] | None = None
     """Incremental token counting figures (see ``bench.counting``)."""
+    faces: tuple[FaceOverhead, ...] = ()
+    """Overhead of every package face per history size (see ``bench.faces``)."""
     seconds: float = 0.0
     """Wall time of the whole run."""
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -535,7 +543,8 @@ def run_benchmark(
     notes = [f"strategy {n!r} is not installed" for n in config.strategies if n not in names]
     replay_units = sum(_assistant_turns(c, config.max_turns) for c in conversations) * len(names)
     overhead_units = len(names) * len(config.sizes) * (config.overhead_turns + 1)
-    bar = ProgressBar(replay_units + overhead_units + 1, progress)
+    face_units = len(FACES) * len(config.sizes) if config.faces else 0
+    bar = ProgressBar(replay_units + overhead_units + face_units + 1, progress)
     runs: list[StrategyRun] = []
     for conversation in conversations:
         ledger = UsageLedger(counter, estimate=real_model is not None)
@@ -567,6 +576,7 @@ def run_benchmark(
             bar.advance(_assistant_turns(conversation, config.max_turns) - done)
             runs.append(run)
     overhead = _overhead(config, names, conversations[0], counter, bar)
+    faces = _faces(config, conversations[0], counter, bar) if config.faces else []
     counting = None
     if config.counting and not config.quick:
         bar.advance(0, "incremental counting")
@@ -581,6 +591,7 @@ def run_benchmark(
         runs=tuple(runs),
         overhead=tuple(overhead),
         counting=counting,
+        faces=tuple(faces),
         seconds=time.perf_counter() - started,
         notes=tuple(notes),
     )
@@ -623,6 +634,29 @@ def _overhead(
             figures.append(figure)
             bar.advance(config.overhead_turns + 1)
     return figures
+
+
+def _faces(
+    config: BenchConfig,
+    conversation: LocomoConversation,
+    counter: TiktokenCounter,
+    bar: ProgressBar,
+) -> list[FaceOverhead]:
+    model = ReplayChatModel(
+        conversation=conversation, counter=counter, summary_token_cap=config.summary_tokens
+    )
+
+    def advance(figure: FaceOverhead) -> None:
+        bar.advance(1, f"face {figure.face} @ {figure.messages} messages")
+
+    return measure_faces(
+        [conversation.system_message(), *conversation.messages()],
+        sizes=config.sizes,
+        turns=10 if config.quick else config.face_turns,
+        model=model,
+        counter=counter,
+        on_figure=advance,
+    )
 
 
 def _counting(size: int) -> dict[str, float] | None:

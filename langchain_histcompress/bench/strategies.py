@@ -308,7 +308,7 @@ class CompressorStrategy(Strategy):
 
     def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
         """Compress when due, keep the summary, return the model view."""
-        result = self.compressor.compress(list(history), summary=self._summary)
+        result = self.compressor.compress(history, summary=self._summary)
         if result.summary is not None:
             self._summary = result.summary
         return list(result.messages)
@@ -422,7 +422,7 @@ class FactsStrategy(Strategy):
 
     def _extract(self, history: Sequence[BaseMessage]) -> None:
         state = {
-            self.node.messages_key: list(history),
+            self.node.messages_key: history,
             self.node.state_key: self._facts,
             self.node.cursor_key: self._cursor,
         }
@@ -439,7 +439,7 @@ class FactsStrategy(Strategy):
         self._extract(history)
         if self.summaries is not None:
             self.summaries.model_input(history)
-        return list(self.builder.build(list(history), summary=self._summary(), facts=self._facts))
+        return list(self.builder.build(history, summary=self._summary(), facts=self._facts))
 
     def warm_start(self, history: Sequence[BaseMessage]) -> None:
         """Extract from the newest 40 rounds only, then continue from there.

@@ -34,6 +34,7 @@ import asyncio
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,7 +175,7 @@ def encode_summary(
     known = None if previous is None else _added_since(summary, previous)
     if known is not None:
         return text, known
-    before: frozenset[str] = frozenset() if previous is None else previous.covered_ids
+    before: AbstractSet[str] = frozenset() if previous is None else previous.covered_ids
     delta = summary.covered_ids - before
     dropped = len(before) - (len(summary.covered_ids) - len(delta))  # |before - covered|
     if dropped:

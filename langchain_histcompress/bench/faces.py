@@ -1,0 +1,543 @@
+"""Library overhead of every face against history size, folding and non-folding turns apart.
+
+Each face (a reducer, a graph node, the compressor, the rephraser, the token counter, the
+retrieval-based strategies) is driven through its public API on one long history, extended to
+each size (1k / 10k / 100k messages by default). At each size the face first catches up on
+the history (untimed warm-up), then handles a fixed number of turns, the history growing by one
+round per turn; every turn is timed with the internal model's time subtracted. A turn *folds*
+when the face made an internal model call for it (a summary or fact extraction) or reports a
+compression; folding and non-folding turns are averaged apart, and together, because whether
+a turn folds changes its work and a median over a few turns hides which kind it measured.
+
+`plot_face_overhead` draws mean overhead per turn against history size on log-log axes (a flat
+line is constant work per turn; a slope of 1 is work proportional to the history).
+
+Example:
+    >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+    >>> base = [SystemMessage("s", id="s")]
+    >>> for n in range(6):
+    ...     base += [HumanMessage(f"q{n}", id=f"h{n}"), AIMessage(f"a{n}", id=f"a{n}")]
+    >>> [f.face for f in measure_faces(base, sizes=(10,), turns=2, faces=["tiktoken_counter"])]
+    ['tiktoken_counter']
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+
+from langchain_histcompress.bench.metrics import extended_history
+from langchain_histcompress.bench.strategies import StrategyEnv, build_strategy
+from langchain_histcompress.coverage import CoveredIds
+from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.rounds import ensure_ids, split_rounds
+from langchain_histcompress.summary import RunningSummary
+from langchain_histcompress.tokens import TiktokenCounter
+
+__all__ = [
+    "FACES",
+    "RETRIEVAL_FACES",
+    "FaceOverhead",
+    "ModelClock",
+    "face_overhead_table",
+    "measure_face",
+    "measure_faces",
+    "plot_face_overhead",
+    "write_face_reports",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FaceOverhead:
+    """Library overhead of one face at one history size."""
+
+    face: str
+    """Face name (a key of `FACES`)."""
+    messages: int
+    """History size when measuring."""
+    turns: int
+    """Turns timed."""
+    folds: int
+    """Timed turns that folded (made an internal model call or compressed)."""
+    mean_ms: float | None
+    """Mean overhead over every timed turn, in ms (``None`` when the face failed)."""
+    fold_ms: float | None
+    """Mean overhead over the folding turns (``None`` without any)."""
+    plain_ms: float | None
+    """Mean overhead over the non-folding turns (``None`` without any)."""
+    error: str | None = None
+    """Why the measurement failed, if it did."""
+    samples_ms: tuple[float, ...] = field(default_factory=tuple)
+    """Every timed turn, in ms."""
+    folded: tuple[bool, ...] = field(default_factory=tuple)
+    """Whether each timed turn folded."""
+
+
+class _Face(ABC):
+    """One face driven turn by turn on a growing history."""
+
+    def warm(self, history: Sequence[BaseMessage]) -> None:
+        """Catch up on ``history`` (untimed)."""
+        self.turn(history)
+
+    @abstractmethod
+    def turn(self, history: Sequence[BaseMessage]) -> bool:
+        """Handle the next turn; return whether it compressed (model calls count anyway)."""
+
+
+class ModelClock:
+    """Time spent inside an internal model's ``invoke`` / ``ainvoke``.
+
+    LangChain's own call machinery is included, so a face's overhead excludes all of it.
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
+        >>> clock = ModelClock()
+        >>> model = clock.timed(FakeListChatModel(responses=["hi"]))
+        >>> _ = model.invoke("hello")
+        >>> clock.calls, clock.seconds > 0
+        (1, True)
+    """
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.seconds = 0.0
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def _add(self, seconds: float) -> None:
+        with self._lock:
+            self.seconds += seconds
+            self.calls += 1
+
+    def reading(self) -> tuple[float, int]:
+        """Seconds and calls so far."""
+        with self._lock:
+            return self.seconds, self.calls
+
+    def timed(self, model: BaseChatModel) -> BaseChatModel:
+        """A copy of ``model`` whose calls are timed on this clock."""
+        clock = self
+        base = type(model)
+
+        class Timed(base):  # type: ignore[valid-type,misc]
+            def invoke(self, *args: Any, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return super().invoke(*args, **kwargs)
+                finally:
+                    clock._add(time.perf_counter() - start)
+
+            async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return await super().ainvoke(*args, **kwargs)
+                finally:
+                    clock._add(time.perf_counter() - start)
+
+        Timed.__name__ = base.__name__
+        copy = model.model_copy()
+        copy.__class__ = Timed
+        return copy
+
+
+@dataclass(frozen=True)
+class _Env:
+    counter: TiktokenCounter
+    model: BaseChatModel
+    strategies: StrategyEnv
+
+
+FaceFactory = Callable[[_Env], _Face]
+
+
+def _warm_summary(compressor: Any, history: Sequence[BaseMessage]) -> RunningSummary | None:
+    """A summary covering every round but the retained ones, made with one summarizer call."""
+    rounds = split_rounds(history).rounds
+    keep = max(1, int(compressor.rounds_to_retain))
+    folded = rounds[:-keep]
+    if not folded:
+        return None
+    chunk = [m for r in folded[-int(compressor.rounds_to_compress) :] for m in r.messages]
+    made = compressor.summarizer.summarize(chunk, None, rounds=1).summary
+    return RunningSummary(
+        content=made.content,
+        text=made.text,
+        covered_ids=CoveredIds([str(m.id) for r in folded for m in r.messages]),
+        rounds_covered=len(folded),
+        model=made.model,
+        created_at=made.created_at,
+    )
+
+
+def _round_compressor(env: _Env, **options: Any) -> Any:
+    from langchain_histcompress.compressor import RoundCompressor
+
+    return RoundCompressor(
+        env.model,
+        token_counter=env.counter,
+        max_summary_tokens=env.strategies.summary_tokens,
+        **options,
+    )
+
+
+class _Compressor(_Face):
+    def __init__(self, compressor: Any) -> None:
+        self.compressor = compressor
+        self.summary: RunningSummary | None = None
+
+    def warm(self, history: Sequence[BaseMessage]) -> None:
+        self.summary = _warm_summary(self.compressor, history)
+        self.turn(history)
+
+    def turn(self, history: Sequence[BaseMessage]) -> bool:
+        result = self.compressor.compress(history, self.summary)
+        self.summary = result.summary
+        return bool(result.compressed)
+
+
+class _Node(_Face):
+    """`RoundCompressionNode` on a state dict, its update applied as LangGraph would."""
+
+    def __init__(self, env: _Env) -> None:
+        from langchain_histcompress.nodes import RoundCompressionNode
+
+        self.node = RoundCompressionNode(_round_compressor(env))
+        self.state: dict[str, Any] = {}
+
+    def warm(self, history: Sequence[BaseMessage]) -> None:
+        from langchain_histcompress.nodes import summary_to_state
+
+        # Without ids the node reads the ids `ensure_ids` gives (position and content).
+        summary = _warm_summary(self.node.compressor, ensure_ids(history))
+        self.state = {"running_summary": summary_to_state(summary) if summary else None}
+        self.turn(history)
+
+    def turn(self, history: Sequence[BaseMessage]) -> bool:
+        update = self.node.invoke({**self.state, "messages": history})
+        assert isinstance(update, dict)  # called outside a graph, the node returns a dict
+        folded = "running_summary" in update
+        if folded:
+            self.state["running_summary"] = update["running_summary"]
+        return folded
+
+
+class _Reducer(_Face):
+    def __init__(self, env: _Env) -> None:
+        from langchain_histcompress.reducers import SummarizationReducer
+
+        self.reducer = SummarizationReducer(
+            env.model,
+            target_count=env.strategies.keep_messages,
+            threshold_count=4,
+            token_counter=env.counter,
+            max_summary_tokens=env.strategies.summary_tokens,
+        )
+
+    def turn(self, history: Sequence[BaseMessage]) -> bool:
+        self.reducer.reduce(history)
+        return False
+
+
+class _Rephraser(_Face):
+    def __init__(self, env: _Env, *, node: bool) -> None:
+        from langchain_histcompress.rephrase import HistoryRephraseNode, create_history_rephraser
+
+        model = GenericFakeChatModel(messages=_standalone_answers())
+        self.node = HistoryRephraseNode(model) if node else None
+        self.chain = None if node else create_history_rephraser(model)
+
+    def turn(self, history: Sequence[BaseMessage]) -> bool:
+        if self.node is not None:
+            self.node.invoke({"messages": history})
+        elif self.chain is not None:
+            question = history[-1]
+            self.chain.invoke({"input": str(question.content), "chat_history": history[:-1]})
+        return False
+
+
+def _standalone_answers() -> Any:
+    while True:
+        yield AIMessage("What did the user ask about last?")
+
+
+class _Counter(_Face):
+    def __init__(self, env: _Env) -> None:
+        self.counter = TiktokenCounter(env.counter.model)
+
+    def turn(self, history: Sequence[BaseMessage]) -> bool:
+        self.counter(history)
+        return False
+
+
+class _Strategy(_Face):
+    def __init__(self, env: _Env, name: str) -> None:
+        self.strategy = build_strategy(name, env.strategies)
+
+    def warm(self, history: Sequence[BaseMessage]) -> None:
+        self.strategy.warm_start(history)
+
+    def turn(self, history: Sequence[BaseMessage]) -> bool:
+        self.strategy.model_input(history)
+        return False
+
+
+FACES: dict[str, FaceFactory] = {
+    "summarization_reducer": _Reducer,
+    "summarization_reducer_no_ids": _Reducer,
+    "compression_node": _Node,
+    "compression_node_no_ids": _Node,
+    "round_compression": lambda env: _Compressor(_round_compressor(env)),
+    "thread_summary": lambda env: _Compressor(
+        _round_compressor(
+            env, rounds_to_compress=1, rounds_to_retain=0, placement="append_to_system"
+        )
+    ),
+    "rephrase_node": lambda env: _Rephraser(env, node=True),
+    "rephrase_chain": lambda env: _Rephraser(env, node=False),
+    "tiktoken_counter": _Counter,
+    "facts": lambda env: _Strategy(env, "facts"),
+    "hybrid": lambda env: _Strategy(env, "hybrid"),
+    "hybrid_retrieval": lambda env: _Strategy(env, "hybrid_retrieval"),
+}
+"""Face name -> factory. ``*_no_ids`` faces get the history without message ids (a graph
+state key reduced by ``operator.add`` instead of ``add_messages``, or a plain list)."""
+
+RETRIEVAL_FACES = frozenset({"facts", "hybrid", "hybrid_retrieval"})
+"""Faces that rank data for every turn (their targets differ from the others')."""
+
+
+def _without_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    return [m if m.type == "system" else m.model_copy(update={"id": None}) for m in messages]
+
+
+def measure_face(
+    face: _Face,
+    name: str,
+    history: Sequence[BaseMessage],
+    size: int,
+    *,
+    clock: ModelClock,
+    turns: int,
+) -> FaceOverhead:
+    """Time ``turns`` turns of ``face`` once the history holds ``size`` messages.
+
+    The face first catches up on the history up to the first assistant turn after ``size``
+    (untimed); then each timed turn hands it the history up to the next assistant turn.
+
+    Args:
+        face: A fresh face (from `FACES`).
+        name: Its name, for the figure.
+        history: A long history (see `extended_history`), longer than ``size``.
+        size: History size at which to measure.
+        clock: The internal model's clock (its time is subtracted; a call marks a fold).
+        turns: Turns to time.
+
+    Raises:
+        ValueError: The history has too few assistant turns after ``size``.
+    """
+    positions = [i for i in range(size, len(history)) if history[i].type == "ai"]
+    if len(positions) < turns + 1:
+        msg = f"history of {len(history)} messages has < {turns + 1} assistant turns after {size}"
+        raise ValueError(msg)
+    face.warm(history[: positions[0]])
+    samples: list[float] = []
+    folded: list[bool] = []
+    for position in positions[1 : turns + 1]:
+        prefix = history[:position]
+        model_before, calls_before = clock.reading()
+        start = time.perf_counter()
+        compressed = face.turn(prefix)
+        elapsed = time.perf_counter() - start
+        model_after, calls_after = clock.reading()
+        samples.append(max(0.0, elapsed - (model_after - model_before)) * 1000)
+        folded.append(compressed or calls_after > calls_before)
+    fold = [s for s, f in zip(samples, folded, strict=True) if f]
+    plain = [s for s, f in zip(samples, folded, strict=True) if not f]
+    return FaceOverhead(
+        face=name,
+        messages=size,
+        turns=len(samples),
+        folds=len(fold),
+        mean_ms=statistics.fmean(samples),
+        fold_ms=statistics.fmean(fold) if fold else None,
+        plain_ms=statistics.fmean(plain) if plain else None,
+        samples_ms=tuple(samples),
+        folded=tuple(folded),
+    )
+
+
+def measure_faces(
+    base: Sequence[BaseMessage],
+    *,
+    sizes: Sequence[int] = (1_000, 10_000, 100_000),
+    turns: int = 40,
+    faces: Sequence[str] | None = None,
+    model: BaseChatModel | None = None,
+    counter: TiktokenCounter | None = None,
+    on_figure: Callable[[FaceOverhead], None] | None = None,
+) -> list[FaceOverhead]:
+    """Measure every face (or ``faces``) at every size on ``base`` extended to the largest.
+
+    Args:
+        base: A conversation (system message first) repeated with fresh ids up to the sizes.
+        sizes: History sizes.
+        turns: Turns timed per face and size (the same for every face).
+        faces: Names of `FACES` to measure (default: all).
+        model: The internal model (summarizer / extractor), timed by a `ModelClock`.
+            Default: a model answering every call with a fixed summary.
+        counter: Token counter shared by the faces (default: ``gpt-4o-mini``'s).
+        on_figure: Called with each figure as it is measured (progress).
+
+    Raises:
+        ConfigurationError: An unknown face name.
+    """
+    names = list(FACES) if faces is None else list(faces)
+    unknown = [n for n in names if n not in FACES]
+    if unknown:
+        msg = f"unknown faces {unknown}; known: {sorted(FACES)}"
+        raise ConfigurationError(msg)
+    counter = counter or TiktokenCounter("gpt-4o-mini", cache_size=1_048_576)
+    clock = ModelClock()
+    timed = clock.timed(model or GenericFakeChatModel(messages=_fixed_summaries()))
+    shared = _Env(counter, timed, StrategyEnv(counter=counter, model=timed))
+    history = extended_history(base, max(sizes) + 2 * (turns + 2) + 4 * len(base) // 3 + 50)
+    plain_history: list[BaseMessage] | None = None
+    figures: list[FaceOverhead] = []
+    for size in sizes:
+        for name in names:
+            grown: Sequence[BaseMessage] = history
+            if name.endswith("_no_ids"):
+                plain_history = plain_history or _without_ids(history)
+                grown = plain_history
+            try:
+                figure = measure_face(
+                    FACES[name](shared), name, grown, size, clock=clock, turns=turns
+                )
+            except Exception as exc:
+                logger.warning("overhead of %s at %d failed: %s", name, size, type(exc).__name__)
+                figure = FaceOverhead(
+                    name, size, 0, 0, None, None, None, error=f"{type(exc).__name__}: {exc}"
+                )
+            figures.append(figure)
+            if on_figure is not None:
+                on_figure(figure)
+    return figures
+
+
+def _fixed_summaries() -> Any:
+    while True:
+        yield AIMessage('{"ConversationSummary": "The user and the assistant chatted."}')
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def face_overhead_table(figures: Sequence[FaceOverhead]) -> str:
+    """A Markdown table: per face, mean / folding / non-folding ms per turn at each size.
+
+    Example:
+        >>> print(face_overhead_table([FaceOverhead("x", 1000, 4, 1, 0.5, 1.1, 0.3)]))
+        | face | messages | turns | folds | mean ms | folding ms | non-folding ms |
+        |---|---:|---:|---:|---:|---:|---:|
+        | x | 1,000 | 4 | 1 | 0.500 | 1.100 | 0.300 |
+    """
+    lines = [
+        "| face | messages | turns | folds | mean ms | folding ms | non-folding ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for f in sorted(figures, key=lambda f: (f.face, f.messages)):
+        cells = [
+            f.face,
+            f"{f.messages:,}",
+            str(f.turns),
+            str(f.folds),
+            _ms(f.mean_ms) if f.error is None else f"failed: {f.error}",
+            _ms(f.fold_ms),
+            _ms(f.plain_ms),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _series(figures: Sequence[FaceOverhead]) -> Mapping[str, list[tuple[int, float]]]:
+    series: dict[str, list[tuple[int, float]]] = {}
+    for f in figures:
+        if f.mean_ms is not None and f.mean_ms > 0:
+            series.setdefault(f.face, []).append((f.messages, f.mean_ms))
+    return {name: sorted(points) for name, points in series.items()}
+
+
+def plot_face_overhead(figures: Sequence[FaceOverhead], path: Path) -> Path:
+    """Draw mean overhead per turn against history size, log-log, one line per face (PNG).
+
+    Raises:
+        ImportError: matplotlib is not installed (the ``bench`` extra).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(8, 5))
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for name, points in _series(figures).items():
+        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("history size (messages)")
+    axes.set_ylabel("library overhead per turn (ms, mean)")
+    axes.set_title("Overhead per turn against history size (flat = constant work)")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize="small", ncol=2)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def write_face_reports(
+    figures: Sequence[FaceOverhead], out_dir: Path, *, plots: bool = True
+) -> dict[str, Path]:
+    """Write the faces' figures: ``faces.json``, ``faces.md`` and the log-log plot.
+
+    Returns:
+        ``{"faces:json": ..., "faces:markdown": ..., "plot:face_overhead": ...}`` (nothing
+        when ``figures`` is empty).
+    """
+    if not figures:
+        return {}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {"faces:json": out_dir / "faces.json", "faces:markdown": out_dir / "faces.md"}
+    written["faces:json"].write_text(
+        json.dumps([asdict(f) for f in figures], indent=1) + "\n", encoding="utf-8"
+    )
+    text = [
+        "# Library overhead per face",
+        "",
+        "Mean wall time of the package's own work per turn (internal model calls excluded), "
+        "over a fixed number of turns at each history size; folding turns (an internal model "
+        "call or a compression) and the others are averaged apart.",
+        "",
+        face_overhead_table(figures),
+        "",
+    ]
+    if plots:
+        written["plot:face_overhead"] = plot_face_overhead(figures, out_dir / "face_overhead.png")
+        text += ["![overhead per face](face_overhead.png)", ""]
+    written["faces:markdown"].write_text("\n".join(text), encoding="utf-8")
+    return written

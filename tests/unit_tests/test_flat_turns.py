@@ -1,0 +1,354 @@
+"""Per-turn work of every face does not grow with the history it has already seen.
+
+Each test drives one face turn by turn on a short and on a long grown history and counts what
+a turn touches: the positions of the history it reads (a list that records them), the covered
+ids it copies, the messages it fingerprints or tokenizes. The counts must be the same on both
+histories. No timing: speed itself is measured by ``histcompress bench``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages.utils import count_tokens_approximately
+
+from langchain_histcompress import retrieval
+from langchain_histcompress.compressor import RoundCompressor, thread_summarizer
+from langchain_histcompress.coverage import CoveredIds
+from langchain_histcompress.facts import Fact
+from langchain_histcompress.nodes import RoundCompressionNode, summary_to_state
+from langchain_histcompress.rephrase import HistoryRephraseNode, create_history_rephraser
+from langchain_histcompress.retrieval import BM25TurnRetriever, EvidenceRetriever
+from langchain_histcompress.rounds import ensure_ids
+from langchain_histcompress.summary import RunningSummary, _next_summary
+from langchain_histcompress.tokens import TiktokenCounter
+from tests.fakes import ScriptedSummarizer, conversation
+from tests.unit_tests.test_compressor_incremental import Probe
+
+SHORT, LONG = 250, 5_000  # rounds: 500 and 10,000 messages
+TURNS = 6
+
+
+def grown(rounds: int, *, ids: bool = True) -> list[BaseMessage]:
+    history = conversation(rounds + TURNS + 1, system=SystemMessage("Be brief.", id="sys"))
+    if not ids:
+        history = [history[0], *(m.model_copy(update={"id": None}) for m in history[1:])]
+    return history
+
+
+def turn_ends(rounds: int) -> list[int]:
+    """History lengths at each turn: through the question of the next round."""
+    return [1 + 2 * (rounds + t) + 1 for t in range(TURNS)]
+
+
+def far_reads(probe: Probe, end: int, window: int) -> set[int]:
+    return {i for i in probe.reads if i < end - window}
+
+
+def per_turn(
+    rounds: int, warm: Callable[[list[BaseMessage]], None], turn: Callable[[Probe], Any]
+) -> list[int]:
+    """Positions read before the newest 40 at each turn (spot checks allowed)."""
+    history = grown(rounds)
+    ends = turn_ends(rounds)
+    warm(history[: ends[0] - 2])
+    out = []
+    for end in ends:
+        probe = Probe(history[:end])
+        turn(probe)
+        assert not probe.iterated
+        out.append(len(far_reads(probe, end, 40)))
+    return out
+
+
+# --------------------------------------------------------------------------- coverage
+
+
+class _NoFullRead:
+    """Makes reading a whole covered-id set fail (a fold must touch only the new ids)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        def refuse(self: CoveredIds, *args: Any) -> Any:
+            raise AssertionError("a fold read the whole coverage")
+
+        for name in ("__iter__", "to_list", "to_frozenset", "_apply"):
+            monkeypatch.setattr(CoveredIds, name, refuse)
+
+
+def test_folding_extends_coverage_without_copying_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    fields = {"content": "x", "text": "x"}
+    summaries = {}
+    for size in (SHORT, LONG):
+        summaries[size] = _next_summary(None, [f"m{i}" for i in range(size)], **fields)
+    _NoFullRead(monkeypatch)
+    for size, summary in summaries.items():
+        grown_summary = _next_summary(summary, ["new1", "new2", "m3"], version=2, **fields)
+        assert len(grown_summary.covered_ids) == size + 2
+        assert "new2" in grown_summary.covered_ids and "new2" not in summary.covered_ids
+        assert len(summary.covered_ids) == size  # the older version is unchanged
+
+
+def test_thread_summary_folds_read_only_the_new_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fold every turn: the tail is read, the coverage only extended."""
+    reads = {}
+    for rounds in (SHORT, LONG):
+        compressor = thread_summarizer(
+            ScriptedSummarizer(), token_counter=count_tokens_approximately, timeout=None
+        )
+        history = grown(rounds)
+        start = turn_ends(rounds)[0] - 2
+        covered = [str(m.id) for m in history[1 : start - 2]]
+        summary = RunningSummary(content="x", text="x", covered_ids=covered)
+        summary = compressor.compress(history[:start], summary).summary
+        with monkeypatch.context() as patch:
+            _NoFullRead(patch)
+            out = []
+            for end in turn_ends(rounds):
+                probe = Probe(history[:end])
+                result = compressor.compress(probe, summary)
+                assert result.compressed
+                summary = result.summary
+                out.append(len(far_reads(probe, end, 40)))
+            reads[rounds] = out
+    assert reads[SHORT] == reads[LONG]
+    assert max(reads[LONG]) <= 3
+
+
+# --------------------------------------------------------------------------- graph node
+
+
+@pytest.mark.parametrize("ids", [True, False], ids=["add_messages", "operator.add"])
+def test_compression_node_reads_only_the_tail(ids: bool) -> None:
+    """Without ids (a state key reduced by ``operator.add``), ids are given to what is read."""
+    reads = {}
+    for rounds in (SHORT, LONG):
+        node = RoundCompressionNode(
+            RoundCompressor(
+                ScriptedSummarizer(), token_counter=count_tokens_approximately, timeout=None
+            )
+        )
+        history = grown(rounds, ids=ids)
+        ends = turn_ends(rounds)
+        # Caught up: every round but the newest three is covered (ids as the node gives them).
+        covered = [str(m.id) for m in ensure_ids(history[: ends[0] - 2 - 6])[1:]]
+        summary = RunningSummary(content="x", text="x", covered_ids=covered)
+        state: dict[str, Any] = {"running_summary": summary_to_state(summary)}
+        warm = node.invoke({**state, "messages": history[: ends[0] - 2]})  # finds the cursor
+        assert "running_summary" not in warm
+        out = []
+        folds = 0
+        for end in ends:
+            probe = Probe(history[:end])
+            update = node.invoke({**state, "messages": probe})
+            if "running_summary" in update:
+                folds += 1
+                state["running_summary"] = update["running_summary"]
+            assert not probe.iterated
+            out.append(len(far_reads(probe, end, 40)))
+            assert all(m.id for m in update["model_input"])
+        assert folds >= 2
+        reads[rounds] = out
+    assert reads[SHORT] == reads[LONG]
+    assert max(reads[LONG]) <= 3
+
+
+def test_node_without_ids_matches_the_node_on_ensured_ids() -> None:
+    plain = grown(40, ids=False)
+    results = []
+    for history in (plain, ensure_ids(plain)):
+        node = RoundCompressionNode(
+            RoundCompressor(
+                ScriptedSummarizer(), token_counter=count_tokens_approximately, timeout=None
+            )
+        )
+        state: dict[str, Any] = {"running_summary": None}
+        views = []
+        for end in range(3, len(history), 2):
+            update = node.invoke({**state, "messages": history[:end]})
+            state["running_summary"] = update.get("running_summary", state["running_summary"])
+            views.append([(m.id, m.content) for m in update["model_input"]])
+        results.append((views, state["running_summary"]["covered_ids"]))
+    assert results[0] == results[1]
+
+
+# --------------------------------------------------------------------------- rephrasing
+
+
+def _answers() -> Iterator[AIMessage]:
+    return itertools.repeat(AIMessage("What did the user ask?"))
+
+
+def test_rephrase_node_reads_only_its_window() -> None:
+    reads = {}
+    for rounds in (SHORT, LONG):
+        node = HistoryRephraseNode(GenericFakeChatModel(messages=_answers()))
+        reads[rounds] = per_turn(
+            rounds, lambda h: None, lambda p, node=node: node.invoke({"messages": p})
+        )
+    assert reads[SHORT] == reads[LONG]
+    assert max(reads[LONG]) <= 2  # the preamble's end, looking for a summary there
+
+
+def test_rephrase_chain_reads_only_its_window() -> None:
+    reads = {}
+    for rounds in (SHORT, LONG):
+        chain = create_history_rephraser(GenericFakeChatModel(messages=_answers()))
+
+        def turn(probe: Probe, chain: Any = chain) -> None:
+            chain.invoke({"input": "and then?", "chat_history": probe})
+
+        reads[rounds] = per_turn(rounds, lambda h: None, turn)
+    assert reads[SHORT] == reads[LONG]
+    assert max(reads[LONG]) <= 2
+
+
+def test_rephrase_window_is_that_of_the_whole_history() -> None:
+    from langchain_core.messages import ToolMessage
+
+    from langchain_histcompress.rephrase import _history_window, _window_of
+
+    call = AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c"}])
+    pieces = [HumanMessage("q"), AIMessage("a"), call, ToolMessage("r", tool_call_id="c")]
+    pieces += [SystemMessage("note"), ToolMessage("orphan", tool_call_id="z")]
+    for length in range(40):
+        history = [pieces[(i * 7 + length) % len(pieces)] for i in range(length)]
+        for limit in range(0, 12):
+            for tools in (False, True):
+                whole = _window_of(history, limit, tools)[0]
+                assert _history_window(history, limit, tools)[0] == whole
+
+
+# --------------------------------------------------------------------------- token counter
+
+
+def test_counter_fingerprints_only_new_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    keyed: list[int] = []
+    original = TiktokenCounter._key
+
+    def counting_key(message: BaseMessage) -> Any:
+        keyed.append(1)
+        return original(message)
+
+    monkeypatch.setattr(TiktokenCounter, "_key", staticmethod(counting_key))
+    per_size = {}
+    for rounds in (SHORT, LONG):
+        counter, fresh = TiktokenCounter(), TiktokenCounter(cache_size=0)
+        history = grown(rounds)
+        counter(history[: turn_ends(rounds)[0] - 2])
+        counts = []
+        for end in turn_ends(rounds):
+            keyed.clear()
+            assert counter(history[:end]) == fresh(history[:end])
+            counts.append(len(keyed))
+        per_size[rounds] = counts
+    assert per_size[SHORT] == per_size[LONG] == [2] * TURNS
+
+
+# --------------------------------------------------------------------------- retrieval
+
+
+def test_retrievers_index_only_new_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    tokenized: list[int] = []
+    original = retrieval.BM25Index.add
+
+    def counting_add(self: retrieval.BM25Index, key: str, text: str) -> None:
+        tokenized.append(1)
+        original(self, key, text)
+
+    monkeypatch.setattr(retrieval.BM25Index, "add", counting_add)
+    facts = [Fact(id="f-1", content="The user likes question 7", source_ids=["h7"])]
+    per_size = {}
+    for rounds in (SHORT, LONG):
+        evidence, turns = EvidenceRetriever(), BM25TurnRetriever()
+        history = grown(rounds)
+        start = turn_ends(rounds)[0] - 2
+        evidence.rank("question 7", facts, history[:start])
+        turns.retrieve("question 7", history[:start], 5)
+        counts = []
+        for end in turn_ends(rounds):
+            tokenized.clear()
+            ranked = evidence.rank(f"answer {end}", facts, history[:end], k=5)
+            found = turns.retrieve(f"answer {end}", history[:end], 5)
+            assert all(any(r.item is m for m in history[:end]) for r in ranked if not r.is_fact)
+            assert all(any(f is m for m in history[:end]) for f in found)
+            counts.append(len(tokenized))
+        per_size[rounds] = counts
+    assert per_size[SHORT] == per_size[LONG] == [4] * TURNS  # 2 new messages, 2 retrievers
+
+
+def test_retriever_returns_the_callers_messages_for_an_equal_history() -> None:
+    history = grown(20)
+    turns = BM25TurnRetriever()
+    turns.retrieve("question 3", history, 3)
+    copies = [m.model_copy() for m in history]
+    found = turns.retrieve("question 3", copies, 3)
+    assert found and all(any(f is c for c in copies) for f in found)
+
+
+def test_vectorized_similarities_equal_the_python_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("numpy")
+    from array import array
+
+    vectors = [retrieval._unit([float((i * j) % 7 - 3) for j in range(16)]) for i in range(40)]
+    target = retrieval._unit([float(j % 5) for j in range(16)])
+    fast = retrieval._dot_all(target, vectors)
+    monkeypatch.setattr(retrieval, "_numpy", lambda: None)
+    slow = retrieval._dot_all(target, vectors)
+    assert fast == pytest.approx(slow, abs=1e-12)
+    assert isinstance(vectors[0], array)
+
+
+# --------------------------------------------------------------------------- bench section
+
+
+def test_bench_faces_section_reports_every_face(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from langchain_histcompress.bench.faces import FACES, measure_faces, write_face_reports
+
+    base = conversation(12, system=SystemMessage("Be brief.", id="sys"))
+    figures = measure_faces(base, sizes=(12, 24), turns=3)
+    assert sorted({f.face for f in figures}) == sorted(FACES)
+    assert all(f.error is None and f.turns == 3 for f in figures), [f.error for f in figures]
+    for f in figures:
+        assert f.folds == sum(f.folded)
+        assert (f.fold_ms is None) == (f.folds == 0)
+        assert (f.plain_ms is None) == (f.folds == f.turns)
+    thread = [f for f in figures if f.face == "thread_summary"]
+    assert all(f.folds == f.turns for f in thread)  # a fold every turn
+    written = write_face_reports(figures, Path(tmp_path))
+    assert written["plot:face_overhead"].read_bytes()[:4] == b"\x89PNG"
+    assert "| thread_summary | 24 | 3 | 3 |" in written["faces:markdown"].read_text("utf-8")
+
+
+def test_benchmark_runs_the_faces_section_when_asked(tmp_path: Any) -> None:
+    import io
+    from pathlib import Path
+
+    from langchain_histcompress.bench.faces import FACES
+    from langchain_histcompress.bench.report import write_reports
+    from langchain_histcompress.bench.runner import BenchConfig, run_benchmark
+    from tests.unit_tests.test_bench_locomo import write_tiny
+    from tests.unit_tests.test_bench_runner import _long_tiny
+
+    data = write_tiny(Path(tmp_path) / "t1.json", _long_tiny())
+    config = BenchConfig(
+        data=(data,),
+        strategies=("truncation",),
+        overhead_sizes=(40,),
+        overhead_turns=2,
+        faces=True,
+        face_turns=2,
+        counting=False,
+    )
+    result = run_benchmark(config, progress=io.StringIO())
+    assert sorted(f.face for f in result.faces) == sorted(FACES)
+    assert all(f.error is None and f.turns == 2 for f in result.faces)
+    assert not BenchConfig(data=(data,)).faces  # opt-in (`make bench` passes --faces)
+    written = write_reports(result, Path(tmp_path) / "out", plots=False)
+    assert "faces:markdown" in written and "plot:face_overhead" not in written
