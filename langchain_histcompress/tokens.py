@@ -51,7 +51,6 @@ import json
 import operator
 import re
 import threading
-import warnings
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +59,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 import tiktoken
+from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -76,6 +76,7 @@ __all__ = [
     "CacheInfo",
     "TiktokenCounter",
     "TokenCounter",
+    "count_request",
     "encoding_name_for_model",
     "get_encoding",
     "message_costs",
@@ -220,8 +221,6 @@ _O200K_MODEL = re.compile(
 _CL100K_MODEL = re.compile(
     r"(?:gpt-4|gpt-3\.5|gpt-35|text-embedding-3|text-embedding-ada-002)(?:$|[-.:_@])"
 )
-_WARNED_MODELS: set[str] = set()
-_WARNED_LOCK = threading.Lock()
 
 
 def _base_model_name(model: str) -> str:
@@ -239,14 +238,18 @@ def encoding_name_for_model(model: str) -> str:
     """Name the tiktoken encoding an OpenAI model uses.
 
     Provider prefixes (``"openai:gpt-4o"``, ``"openai/gpt-4o"``) and fine-tune names
-    (``"ft:gpt-4o-mini:org::id"``) are understood. An unknown model falls back to
-    ``o200k_base`` with a warning, emitted once per model name per process.
+    (``"ft:gpt-4o-mini:org::id"``) are understood. Any other model is an error rather than a
+    silent guess: name the encoding yourself (``TiktokenCounter(model, encoding="o200k_base")``,
+    or ``token_counter="o200k_base"``), or pass a counter of your own.
 
     Args:
         model: The model name.
 
     Returns:
         ``"o200k_base"`` or ``"cl100k_base"``.
+
+    Raises:
+        ConfigurationError: The model's encoding is not known.
 
     Example:
         >>> encoding_name_for_model("openai:gpt-4o")
@@ -259,16 +262,12 @@ def encoding_name_for_model(model: str) -> str:
         return "o200k_base"
     if _CL100K_MODEL.match(base):
         return "cl100k_base"
-    with _WARNED_LOCK:
-        first = model not in _WARNED_MODELS
-        _WARNED_MODELS.add(model)
-    if first:
-        warnings.warn(
-            f"unknown model {model!r}: counting tokens with o200k_base",
-            UserWarning,
-            stacklevel=2,
-        )
-    return "o200k_base"
+    msg = (
+        f"unknown model {model!r}: its token encoding is not known. Name one explicitly "
+        f"(TiktokenCounter({model!r}, encoding='o200k_base'), or token_counter set to one of "
+        f"{sorted(_SPECS)}), use token_counter='approximate', or pass your own counter"
+    )
+    raise ConfigurationError(msg)
 
 
 class CacheInfo(NamedTuple):
@@ -728,24 +727,34 @@ def _shared_counter(model: str) -> TiktokenCounter:
     return TiktokenCounter(model)
 
 
-def resolve_counter(counter: TokenCounter | str | None) -> TokenCounter:
+@lru_cache(maxsize=4)
+def _shared_encoding_counter(encoding: str) -> TiktokenCounter:
+    return TiktokenCounter(encoding, encoding=encoding)
+
+
+def resolve_counter(counter: TokenCounter | BaseLanguageModel | str | None) -> TokenCounter:
     """Turn a counter specification into a token counter.
 
     Args:
         counter: ``None`` for the shared ``gpt-4o-mini`` `TiktokenCounter`; a model name for the
-            shared `TiktokenCounter` of that model (``"approximate"`` for
-            ``count_tokens_approximately``); any callable taking a message list is returned as
-            is (``count_tokens_approximately``, ``model.get_num_tokens_from_messages``...).
+            shared `TiktokenCounter` of that model, an encoding name (``"o200k_base"``,
+            ``"cl100k_base"``) for a counter of that encoding (``"approximate"`` for
+            ``count_tokens_approximately``); a chat model, whose
+            ``get_num_tokens_from_messages`` is used; any callable taking a message list is
+            returned as is (``count_tokens_approximately``...).
 
     Returns:
         The token counter.
 
     Raises:
-        ConfigurationError: ``counter`` is none of the above.
+        ConfigurationError: ``counter`` is none of the above, or names a model whose
+            encoding is unknown.
 
     Example:
         >>> resolve_counter(None) is resolve_counter("gpt-4o-mini")
         True
+        >>> resolve_counter("cl100k_base").encoding_name
+        'cl100k_base'
     """
     if counter is None:
         return _shared_counter(DEFAULT_MODEL)
@@ -755,7 +764,11 @@ def resolve_counter(counter: TokenCounter | str | None) -> TokenCounter:
         if not counter.strip():
             msg = "token counter model name must not be empty"
             raise ConfigurationError(msg)
+        if counter in _SPECS:
+            return _shared_encoding_counter(counter)
         return _shared_counter(counter)
+    if isinstance(counter, BaseLanguageModel):
+        return counter.get_num_tokens_from_messages
     if isinstance(counter, type) or not callable(counter):
         msg = (
             "token counter must be None, a model name or a callable taking a message list, "
@@ -789,6 +802,20 @@ def message_costs(counter: TokenCounter, messages: Sequence[BaseMessage]) -> lis
     else:
         costs = [counter([message]) for message in messages]
     return [_as_count(counter, cost) for cost in costs]
+
+
+def count_request(counter: TokenCounter, messages: Sequence[BaseMessage]) -> int:
+    """Token cost of ``messages`` as one request, checked to be an integer >= 0.
+
+    Raises:
+        ConfigurationError: The counter returned something other than an integer >= 0.
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> count_request(TiktokenCounter(), [HumanMessage("hello world")])
+        9
+    """
+    return _as_count(counter, counter(messages))
 
 
 def _as_count(counter: object, value: Any) -> int:

@@ -289,15 +289,17 @@ def test_encoding_name_for_model(model: str, expected: str) -> None:
         assert encoding_name_for_model(model) == expected
 
 
-def test_unknown_model_warns_once_per_name() -> None:
-    with pytest.warns(UserWarning, match="unknown model 'mystery-llm-7b'.*o200k_base"):
-        assert encoding_name_for_model("mystery-llm-7b") == "o200k_base"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert encoding_name_for_model("mystery-llm-7b") == "o200k_base"
-        assert TiktokenCounter("mystery-llm-7b").encoding_name == "o200k_base"
-    with pytest.warns(UserWarning, match="o5-ultra"):
-        encoding_name_for_model("o5-ultra")
+def test_unknown_model_is_a_precise_error_with_a_way_out() -> None:
+    for model in ("mystery-llm-7b", "o5-ultra", "anthropic:claude-sonnet-4"):
+        with pytest.raises(ConfigurationError, match=f"unknown model '{model}'.*encoding="):
+            encoding_name_for_model(model)
+        with pytest.raises(ConfigurationError, match="o200k_base"):
+            TiktokenCounter(model)
+        with pytest.raises(ConfigurationError, match="unknown model"):
+            resolve_counter(model)
+    assert TiktokenCounter("mystery-llm-7b", encoding="o200k_base").encoding_name == "o200k_base"
+    named = resolve_counter("cl100k_base")
+    assert isinstance(named, TiktokenCounter) and named.encoding_name == "cl100k_base"
 
 
 def test_explicit_encoding_skips_model_lookup() -> None:

@@ -1,0 +1,335 @@
+"""`SummarizationReducer`: fold the older part of a history into a running summary."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+
+from langchain_histcompress.errors import SummarizationError
+from langchain_histcompress.reducers._units import (
+    check_count,
+    drop_orphans,
+    flatten,
+    newest_units,
+    preamble_length,
+)
+from langchain_histcompress.rounds import ensure_ids, is_summary_message, split_units
+from langchain_histcompress.summary import RunningSummary, Summarizer
+
+__all__ = ["SummarizationReducer"]
+
+logger = logging.getLogger(__name__)
+
+_RECORD_KEY = "histcompress_summary_record"
+
+
+def _summary_message(summary: RunningSummary) -> SystemMessage:
+    """The tagged message that carries ``summary`` (and its record, to extend it later)."""
+    message = summary.to_message()
+    message.response_metadata[_RECORD_KEY] = summary.model_dump(mode="json")
+    return message
+
+
+def _records_in(preamble: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The summary messages an earlier reduction put in the preamble, in order."""
+    return [
+        m
+        for m in preamble
+        if is_summary_message(m) and isinstance(m.response_metadata.get(_RECORD_KEY), dict)
+    ]
+
+
+@dataclass(frozen=True)
+class _Folded:
+    """What one conversation's summaries cover: the originals they fold, in order.
+
+    ``originals`` is an append-only list shared by successive states of one conversation;
+    this state covers its first ``count`` messages. The state holds references to those
+    messages, so identity comparisons against them are sound (an object id cannot be reused
+    while the object is alive).
+    """
+
+    originals: list[BaseMessage]
+    count: int
+    summaries: tuple[RunningSummary, ...]
+    messages: tuple[SystemMessage, ...]
+
+    def covers_start_of(self, messages: list[BaseMessage], head: int) -> bool:
+        """Whether ``messages[head:]`` begins with exactly the messages this state folded.
+
+        Each position is compared by identity first (a pointer comparison in C), by value
+        only for messages that are not the same objects (a history reloaded from storage).
+        So a state is reused only for a history that holds the very messages it summarized:
+        two conversations never share a summary, whatever their message ids.
+        """
+        count = self.count
+        if len(messages) - head <= count:
+            return False
+        last = messages[head + count - 1]
+        mine = self.originals[count - 1]
+        if last is not mine and last != mine:
+            return False
+        originals = self.originals
+        ours = originals if len(originals) == count else originals[:count]
+        return messages[head : head + count] == ours
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one reduction shows, folds and extends."""
+
+    preamble: list[BaseMessage]
+    """The system preamble without earlier summary messages."""
+    folded: _Folded | None
+    """The conversation's state before this reduction (from memory or the input)."""
+    older: list[BaseMessage]
+    """Originals to fold now (empty when nothing new needs folding)."""
+    offset: int
+    """Position of the first of ``older`` in the input (names generated ids)."""
+    body: list[BaseMessage]
+    """Originals shown verbatim after the summaries."""
+    remember: bool
+    """Whether the new state goes to memory (the input was an unreduced history)."""
+
+
+class SummarizationReducer:
+    """Summarize the older part of the history with one model call; keep the newest verbatim.
+
+    The kept part is chosen like `TruncationReducer` (whole units, starting on a user message,
+    latest user message always kept); everything older is folded into a `RunningSummary`
+    placed right after the system preamble as a tagged ``SystemMessage``
+    (``additional_kwargs["lc_source"]`` marks it, so a UI can hide it). The summary is
+    extended, never re-summarized, and it is fed either way:
+
+    - the reduced output back (Semantic Kernel's way): the summary message in the input is
+      extended with the messages after it;
+    - the full, unreduced history every turn (``RunnableWithMessageHistory``'s way): the
+      reducer remembers, for a few recent conversations, which messages it folded and
+      reuses that summary only for a history that begins with those very messages (compared
+      by object, or by value for a reloaded history), never by message id. So one reducer
+      can serve every user of a server: conversations whose ids collide never share
+      anything. Per turn it reads only the messages that are new since its last fold
+      (plus a pointer comparison per folded message), ids or not.
+
+    A fold happens when more than ``target_count + threshold_count`` messages are not yet
+    summarized, as Semantic Kernel's ``ChatHistorySummarizationReducer`` does. With
+    ``single_summary=False`` every fold adds its own summary message (of only its messages)
+    and earlier ones are kept. With ``fail_on_error=False`` a summarizer failure is logged and
+    the history is returned without a new fold (earlier summaries still apply) instead of
+    raising `SummarizationError`. Two reducers with the same model object and configuration
+    are equal.
+
+    Args:
+        model: The summarizer chat model (may be cheaper than the answering one).
+        target_count: Non-system messages kept verbatim (an integer >= 1).
+        threshold_count: Extra unsummarized messages tolerated before folding (>= 0).
+        start_on_human: Start the kept part on a user message.
+        single_summary: Keep one running summary (default) or one message per fold.
+        fail_on_error: Raise `SummarizationError` when the summarizer fails (default), or
+            log it and leave the history unfolded.
+        **summarizer_options: Passed to `Summarizer` (``profile``, ``max_summary_tokens``,
+            ``max_retries``, ``timeout``, ``token_counter``...).
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+        >>> summarizer = GenericFakeChatModel(
+        ...     messages=iter([AIMessage('{"ConversationSummary": "Asked q0-q2."}')]))
+        >>> history = [SystemMessage("be brief")]
+        >>> for i in range(5):
+        ...     history += [HumanMessage(f"q{i}", id=f"h{i}"), AIMessage(f"a{i}", id=f"a{i}")]
+        >>> reducer = SummarizationReducer(summarizer, target_count=4)
+        >>> reduced = reducer.reduce(history)
+        >>> [m.content for m in reduced[2:]], reduced[1].additional_kwargs["lc_source"]
+        (['q3', 'a3', 'q4', 'a4'], 'langchain_histcompress.summary')
+        >>> reducer == SummarizationReducer(summarizer, target_count=4)
+        True
+
+        Several summaries, and no exception when the summarizer fails:
+
+        >>> failing = GenericFakeChatModel(messages=iter([]))
+        >>> lenient = SummarizationReducer(failing, target_count=4, single_summary=False,
+        ...                                fail_on_error=False, max_retries=0)
+        >>> lenient.reduce(history) is None
+        True
+    """
+
+    _MEMORY = 64  # conversations whose folded messages are remembered
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        target_count: int,
+        threshold_count: int = 0,
+        *,
+        start_on_human: bool = True,
+        single_summary: bool = True,
+        fail_on_error: bool = True,
+        **summarizer_options: Any,
+    ) -> None:
+        """Configure the reducer; see the class docstring."""
+        self.target_count = check_count("target_count", target_count, minimum=1)
+        self.threshold_count = check_count("threshold_count", threshold_count, minimum=0)
+        self.start_on_human = bool(start_on_human)
+        self.single_summary = bool(single_summary)
+        self.fail_on_error = bool(fail_on_error)
+        self.summarizer = Summarizer(model, **summarizer_options)
+        self._memory: OrderedDict[int, _Folded] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _config(self) -> tuple[Hashable, ...]:
+        return (
+            id(self.summarizer.model),
+            self.target_count,
+            self.threshold_count,
+            self.start_on_human,
+            self.single_summary,
+            self.fail_on_error,
+            self.summarizer.config,
+            self.summarizer.token_counter
+            if isinstance(self.summarizer.token_counter, Hashable)
+            else id(self.summarizer.token_counter),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a `SummarizationReducer` with the same model object and configuration."""
+        if not isinstance(other, SummarizationReducer):
+            return NotImplemented
+        return self._config() == other._config()
+
+    def __hash__(self) -> int:
+        """Hash of the configuration."""
+        return hash((SummarizationReducer, *self._config()))
+
+    # ------------------------------------------------------------------ planning
+
+    def _recall(self, messages: list[BaseMessage], head: int) -> _Folded | None:
+        """This conversation's remembered state, if ``messages`` begins with what it folded."""
+        with self._lock:
+            likely = self._memory.get(id(messages[head])) if len(messages) > head else None
+            others = list(reversed(self._memory.values()))
+        for state in (likely, *others):
+            if state is not None and state.covers_start_of(messages, head):
+                return state
+        return None
+
+    def _from_input(self, records: list[BaseMessage]) -> _Folded:
+        """State rebuilt from summary messages an earlier reduction returned."""
+        summaries = tuple(
+            RunningSummary.model_validate(m.response_metadata[_RECORD_KEY]) for m in records
+        )
+        return _Folded([], 0, summaries, tuple(records))  # type: ignore[arg-type]
+
+    def _plan(self, messages: Sequence[BaseMessage]) -> _Plan | None:
+        history = messages if isinstance(messages, list) else list(messages)
+        head = preamble_length(history)
+        preamble = [m for m in history[:head] if not is_summary_message(m)]
+        records = _records_in(history[:head])
+        folded = self._from_input(records) if records else self._recall(history, head)
+        floor = head + (folded.count if folded is not None else 0)
+        if len(history) - floor <= self.target_count + self.threshold_count:
+            units = split_units(history[floor:])
+            kept = drop_orphans(units)
+            if folded is None and len(kept) == len(units):
+                return None
+            return _Plan(preamble, folded, [], floor, flatten(kept), remember=False)
+        start, units = newest_units(
+            history, floor, self.target_count, start_on_human=self.start_on_human
+        )
+        older = [m for m in history[floor:start] if not is_summary_message(m)]
+        kept = drop_orphans(units)
+        if folded is None and start == floor and len(kept) == len(units):
+            return None
+        body = flatten(kept)
+        return _Plan(preamble, folded, older, floor, body, remember=not records)
+
+    # ------------------------------------------------------------------ finishing
+
+    def _assemble(self, plan: _Plan, state: _Folded | None) -> list[BaseMessage]:
+        shown = state.messages if state is not None else ()
+        return [*plan.preamble, *shown, *plan.body]
+
+    def _previous(self, plan: _Plan) -> RunningSummary | None:
+        if plan.folded is None or not self.single_summary or not plan.folded.summaries:
+            return None
+        return plan.folded.summaries[-1]
+
+    def _fold(self, plan: _Plan, summary: RunningSummary) -> _Folded:
+        """The conversation's state after folding ``plan.older`` into ``summary``."""
+        before = plan.folded
+        message = _summary_message(summary)
+        if before is None:
+            summaries, shown = (summary,), (message,)
+        elif self.single_summary:
+            summaries, shown = (summary,), (message,)
+        else:
+            summaries, shown = (*before.summaries, summary), (*before.messages, message)
+        if not plan.remember:
+            return _Folded([], 0, summaries, shown)
+        with self._lock:
+            if before is not None and len(before.originals) == before.count:
+                originals = before.originals  # nobody extended it: append in place
+            else:
+                originals = list(before.originals[: before.count]) if before is not None else []
+            originals.extend(plan.older)
+            state = _Folded(originals, len(originals), summaries, shown)
+            key = id(originals[0])
+            self._memory[key] = state
+            self._memory.move_to_end(key)
+            while len(self._memory) > self._MEMORY:
+                self._memory.popitem(last=False)
+        return state
+
+    def _request(self, plan: _Plan) -> tuple[list[BaseMessage], RunningSummary | None, int]:
+        older = ensure_ids(plan.older, namespace=f"reducer-{plan.offset}")
+        rounds = sum(1 for m in older if isinstance(m, HumanMessage))
+        return older, self._previous(plan), rounds
+
+    def _failed(self, plan: _Plan, error: SummarizationError) -> list[BaseMessage] | None:
+        if self.fail_on_error:
+            raise error
+        logger.warning("summarizer failed; history left unfolded: %s", type(error).__name__)
+        if plan.folded is None:
+            return None
+        older = flatten(drop_orphans(split_units(plan.older)))
+        return [*plan.preamble, *plan.folded.messages, *older, *plan.body]
+
+    def reduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """Return the summarized history, or ``None`` when it is short enough.
+
+        Raises:
+            SummarizationError: The summarizer failed after its retries (input untouched),
+                unless ``fail_on_error=False``.
+        """
+        plan = self._plan(messages)
+        if plan is None:
+            return None
+        if not plan.older:
+            return self._assemble(plan, plan.folded)
+        older, previous, rounds = self._request(plan)
+        try:
+            update = self.summarizer.summarize(older, previous, rounds=rounds)
+        except SummarizationError as error:
+            return self._failed(plan, error)
+        return self._assemble(plan, self._fold(plan, update.summary))
+
+    async def areduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """Async twin of `reduce`."""
+        plan = self._plan(messages)
+        if plan is None:
+            return None
+        if not plan.older:
+            return self._assemble(plan, plan.folded)
+        older, previous, rounds = self._request(plan)
+        try:
+            update = await self.summarizer.asummarize(older, previous, rounds=rounds)
+        except SummarizationError as error:
+            return self._failed(plan, error)
+        return self._assemble(plan, self._fold(plan, update.summary))
