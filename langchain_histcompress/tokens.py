@@ -732,7 +732,9 @@ def _shared_encoding_counter(encoding: str) -> TiktokenCounter:
     return TiktokenCounter(encoding, encoding=encoding)
 
 
-def resolve_counter(counter: TokenCounter | BaseLanguageModel | str | None) -> TokenCounter:
+def resolve_counter(
+    counter: TokenCounter | BaseLanguageModel[Any] | str | None,
+) -> TokenCounter:
     """Turn a counter specification into a token counter.
 
     Args:
@@ -768,7 +770,8 @@ def resolve_counter(counter: TokenCounter | BaseLanguageModel | str | None) -> T
             return _shared_encoding_counter(counter)
         return _shared_counter(counter)
     if isinstance(counter, BaseLanguageModel):
-        return counter.get_num_tokens_from_messages
+        model = counter
+        return lambda messages: model.get_num_tokens_from_messages(list(messages))
     if isinstance(counter, type) or not callable(counter):
         msg = (
             "token counter must be None, a model name or a callable taking a message list, "

@@ -118,7 +118,8 @@ def newest_units(
         kept += len(units[start])
     latest = next((i for i in range(len(units) - 1, -1, -1) if _is_human(units[i])), None)
     while start < len(units) and (
-        is_orphan(units[start]) or (start_on_human and latest is not None and not _is_human(units[start]))
+        is_orphan(units[start])
+        or (start_on_human and latest is not None and not _is_human(units[start]))
     ):
         start += 1
     if latest is not None:

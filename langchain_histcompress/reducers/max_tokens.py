@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
@@ -116,7 +117,7 @@ class _RoundStarts:
 
 
 class MaxTokensReducer:
-    """Keep the system preamble and the newest whole rounds that fit in ``max_tokens``.
+    r"""Keep the system preamble and the newest whole rounds that fit in ``max_tokens``.
 
     If the latest round alone does not fit, its user message is kept with the newest whole
     tool groups / messages of that round that fit. The budget covers the whole request: the
@@ -134,7 +135,8 @@ class MaxTokensReducer:
     A tool result whose call is missing from the input is dropped with a logged warning.
 
     Example:
-        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+        >>> from langchain_core.language_models import BaseLanguageModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
         >>> history = [SystemMessage("be brief")]
         >>> for i in range(20):
         ...     history += [HumanMessage(f"question {i}"), AIMessage(f"answer {i}")]
@@ -147,7 +149,7 @@ class MaxTokensReducer:
         ``token_counter`` uses its ``get_num_tokens_from_messages``):
 
         >>> from langchain_core.messages.utils import count_tokens_approximately
-        >>> long = [HumanMessage("old"), AIMessage("\\n".join(f"line {i}" for i in range(50))),
+        >>> long = [HumanMessage("old"), AIMessage("\n".join(f"line {i}" for i in range(50))),
         ...         HumanMessage("new")]
         >>> partial = MaxTokensReducer(max_tokens=40, token_counter=count_tokens_approximately,
         ...                            allow_partial=True, start_on_human=False).reduce(long)
@@ -159,7 +161,7 @@ class MaxTokensReducer:
         self,
         max_tokens: int,
         *,
-        token_counter: TokenCounter | Any = None,
+        token_counter: TokenCounter | BaseLanguageModel[Any] | str | None = None,
         threshold_tokens: int = 0,
         start_on_human: bool = True,
         allow_partial: bool = False,
@@ -231,7 +233,8 @@ class MaxTokensReducer:
         )
 
     def _config(self) -> tuple[Hashable, ...]:
-        counter: Hashable = self.counter if _hashable(self.counter) else id(self.counter)
+        spec = self._counter_spec
+        counter: Hashable = spec if _hashable(spec) else id(spec)
         return (
             self.max_tokens,
             self.threshold_tokens,
@@ -269,9 +272,7 @@ class MaxTokensReducer:
 
         limit = self.max_tokens + self.threshold_tokens
         available = starts.upto(1)
-        whole = _oldest_fitting(
-            1 << 62, lambda k: starts.upto(k) >= k and cost_from(k) <= limit
-        )
+        whole = _oldest_fitting(1 << 62, lambda k: starts.upto(k) >= k and cost_from(k) <= limit)
         if whole >= 1 and whole == starts.upto(whole + 1):  # every round fits the limit
             units = split_units(messages[head:])
             kept = drop_orphans(units)

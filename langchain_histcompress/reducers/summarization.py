@@ -31,9 +31,16 @@ _RECORD_KEY = "histcompress_summary_record"
 
 
 def _summary_message(summary: RunningSummary) -> SystemMessage:
-    """The tagged message that carries ``summary`` (and its record, to extend it later)."""
+    """The tagged message that carries ``summary`` and its record, to extend it later.
+
+    The record leaves out the covered ids (the provenance keeps their count): writing them
+    would cost O(history) per fold. A summary rebuilt from a record lists in its
+    ``covered_ids`` only what it folds from then on.
+    """
     message = summary.to_message()
-    message.response_metadata[_RECORD_KEY] = summary.model_dump(mode="json")
+    message.response_metadata[_RECORD_KEY] = summary.model_dump(
+        mode="json", exclude={"covered_ids"}
+    )
     return message
 
 
@@ -50,13 +57,14 @@ def _records_in(preamble: Sequence[BaseMessage]) -> list[BaseMessage]:
 class _Folded:
     """What one conversation's summaries cover: the originals they fold, in order.
 
-    ``originals`` is an append-only list shared by successive states of one conversation;
-    this state covers its first ``count`` messages. The state holds references to those
-    messages, so identity comparisons against them are sound (an object id cannot be reused
-    while the object is alive).
+    ``originals`` is an append-only list shared by successive states of one conversation:
+    ``head`` preamble slots, then the folded messages; this state covers its first ``count``
+    folded messages. The state holds references to them, so identity comparisons against
+    them are sound (an object id cannot be reused while the object is alive).
     """
 
     originals: list[BaseMessage]
+    head: int
     count: int
     summaries: tuple[RunningSummary, ...]
     messages: tuple[SystemMessage, ...]
@@ -64,21 +72,24 @@ class _Folded:
     def covers_start_of(self, messages: list[BaseMessage], head: int) -> bool:
         """Whether ``messages[head:]`` begins with exactly the messages this state folded.
 
-        Each position is compared by identity first (a pointer comparison in C), by value
-        only for messages that are not the same objects (a history reloaded from storage).
-        So a state is reused only for a history that holds the very messages it summarized:
-        two conversations never share a summary, whatever their message ids.
+        Each position is compared by identity first, by value only for messages that are
+        not the same objects (a history reloaded from storage). So a state is reused only
+        for a history that holds the very messages it summarized: two conversations never
+        share a summary, whatever their message ids. The comparison is list ordering in C:
+        a pointer comparison per folded message, no slice, no field read. Call it under the
+        reducer's lock (it writes the caller's preamble into the preamble slots).
         """
-        count = self.count
-        if len(messages) - head <= count:
+        end = head + self.count
+        if head != self.head or len(messages) <= end:
             return False
-        last = messages[head + count - 1]
-        mine = self.originals[count - 1]
-        if last is not mine and last != mine:
+        ours = self.originals
+        if len(ours) != end:
+            ours = ours[:end]
+        ours[:head] = messages[:head]  # the preamble is not part of what was folded
+        try:
+            return ours < messages  # a strict prefix, element by element
+        except TypeError:  # two messages differ: messages have no ordering
             return False
-        originals = self.originals
-        ours = originals if len(originals) == count else originals[:count]
-        return messages[head : head + count] == ours
 
 
 @dataclass(frozen=True)
@@ -214,10 +225,11 @@ class SummarizationReducer:
         """This conversation's remembered state, if ``messages`` begins with what it folded."""
         with self._lock:
             likely = self._memory.get(id(messages[head])) if len(messages) > head else None
-            others = list(reversed(self._memory.values()))
-        for state in (likely, *others):
-            if state is not None and state.covers_start_of(messages, head):
-                return state
+            if likely is not None and likely.covers_start_of(messages, head):
+                return likely
+            for state in reversed(self._memory.values()):
+                if state is not likely and state.covers_start_of(messages, head):
+                    return state
         return None
 
     def _from_input(self, records: list[BaseMessage]) -> _Folded:
@@ -225,7 +237,7 @@ class SummarizationReducer:
         summaries = tuple(
             RunningSummary.model_validate(m.response_metadata[_RECORD_KEY]) for m in records
         )
-        return _Folded([], 0, summaries, tuple(records))  # type: ignore[arg-type]
+        return _Folded([], 0, 0, summaries, tuple(records))  # type: ignore[arg-type]
 
     def _plan(self, messages: Sequence[BaseMessage]) -> _Plan | None:
         history = messages if isinstance(messages, list) else list(messages)
@@ -243,7 +255,7 @@ class SummarizationReducer:
         start, units = newest_units(
             history, floor, self.target_count, start_on_human=self.start_on_human
         )
-        older = [m for m in history[floor:start] if not is_summary_message(m)]
+        older = history[floor:start]
         kept = drop_orphans(units)
         if folded is None and start == floor and len(kept) == len(units):
             return None
@@ -265,22 +277,23 @@ class SummarizationReducer:
         """The conversation's state after folding ``plan.older`` into ``summary``."""
         before = plan.folded
         message = _summary_message(summary)
-        if before is None:
-            summaries, shown = (summary,), (message,)
-        elif self.single_summary:
-            summaries, shown = (summary,), (message,)
-        else:
-            summaries, shown = (*before.summaries, summary), (*before.messages, message)
+        summaries: tuple[RunningSummary, ...] = (summary,)
+        shown: tuple[SystemMessage, ...] = (message,)
+        if before is not None and not self.single_summary:
+            summaries, shown = (*before.summaries, *summaries), (*before.messages, *shown)
+        head = len(plan.preamble)
         if not plan.remember:
-            return _Folded([], 0, summaries, shown)
+            return _Folded([], head, 0, summaries, shown)
         with self._lock:
-            if before is not None and len(before.originals) == before.count:
+            if before is not None and len(before.originals) == before.head + before.count:
                 originals = before.originals  # nobody extended it: append in place
+            elif before is not None:
+                originals = before.originals[: before.head + before.count]
             else:
-                originals = list(before.originals[: before.count]) if before is not None else []
+                originals = list(plan.preamble)
             originals.extend(plan.older)
-            state = _Folded(originals, len(originals), summaries, shown)
-            key = id(originals[0])
+            state = _Folded(originals, head, len(originals) - head, summaries, shown)
+            key = id(originals[head])
             self._memory[key] = state
             self._memory.move_to_end(key)
             while len(self._memory) > self._MEMORY:
@@ -288,7 +301,8 @@ class SummarizationReducer:
         return state
 
     def _request(self, plan: _Plan) -> tuple[list[BaseMessage], RunningSummary | None, int]:
-        older = ensure_ids(plan.older, namespace=f"reducer-{plan.offset}")
+        fresh = [m for m in plan.older if not is_summary_message(m)]  # never re-summarized
+        older = ensure_ids(fresh, namespace=f"reducer-{plan.offset}")
         rounds = sum(1 for m in older if isinstance(m, HumanMessage))
         return older, self._previous(plan), rounds
 

@@ -154,9 +154,7 @@ def test_bound_tools_count_toward_the_budget() -> None:
     plain = ScriptedChatModel(script=["ok"])
     with_history_reducer(plain, MaxTokensReducer(max_tokens=300)).invoke(history)
     bound = ScriptedChatModel(script=["ok"])
-    with_history_reducer(bound.bind(tools=[tool]), MaxTokensReducer(max_tokens=300)).invoke(
-        history
-    )
+    with_history_reducer(bound.bind(tools=[tool]), MaxTokensReducer(max_tokens=300)).invoke(history)
     counter = TiktokenCounter()
     reducer = MaxTokensReducer(max_tokens=300).with_tools([tool])
     assert reducer.tool_tokens > 50
@@ -219,7 +217,7 @@ def test_several_summaries_mode_keeps_each_fold() -> None:
     second = reducer.reduce([*first, *conversation(range(3, 5))])
     assert second is not None
     summaries = [m for m in second if is_summary_message(m)]
-    assert [s.content for s in summaries][0] == first[0].content
+    assert summaries[0].content == first[0].content
     assert len(summaries) == 2 and "summary #2" in str(summaries[1].content)
     assert "summary #1" not in prompt_text(model.prompts[1])
     assert validate_history(second) == []

@@ -128,3 +128,35 @@ def test_returns_the_callers_objects_even_without_ids() -> None:
     assert reduced[0] is history[0]
     assert all(a is b for a, b in zip(reduced[2:], history[-4:], strict=True))
     assert all(m.id is None for m in history)
+
+
+def _user(tag: str, n: int) -> list[BaseMessage]:
+    """Conversation ``tag`` up to exchange ``n``, with ids that restart at "1" for every user."""
+    out: list[BaseMessage] = [SystemMessage("sys")]
+    for i in range(n):
+        out += [
+            HumanMessage(f"{tag} question {i}", id=str(2 * i + 1)),
+            AIMessage(f"{tag} answer {i}", id=str(2 * i + 2)),
+        ]
+    return out
+
+
+@pytest.mark.parametrize("reload", [False, True], ids=["same-objects", "reloaded"])
+def test_one_reducer_shared_by_users_whose_ids_collide(reload: bool) -> None:
+    summarizer = ScriptedChatModel(default=lambda p: summary_json(prompt_text(p)[-200:]))
+    answer = ScriptedChatModel(default=lambda _p: "ok")
+    chat = with_history_reducer(answer, SummarizationReducer(summarizer, target_count=2))
+    histories = {"alpha": _user("alpha", 1), "bravo": _user("bravo", 1)}
+    for n in range(2, 7):
+        for tag, other in (("alpha", "bravo"), ("bravo", "alpha")):
+            grown = _user(tag, n)
+            histories[tag] = grown if reload else [*histories[tag], *grown[-2:]]
+            before = summarizer.calls
+            chat.invoke(histories[tag])
+            sent = prompt_text(answer.prompts[-1])
+            assert other not in sent
+            assert f"{tag} question {n - 1}" in sent
+            assert all(other not in prompt_text(p) for p in summarizer.prompts[before:])
+    assert summarizer.calls >= 8
+    seen = "\n".join(prompt_text(p) for p in summarizer.prompts)
+    assert "alpha question 0" in seen and "bravo question 0" in seen

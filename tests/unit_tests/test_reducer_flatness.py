@@ -1,0 +1,99 @@
+"""Each reducer's per-turn work on a growing history reads only what is new or kept.
+
+A reducer is run turn after turn on a history that grows by one exchange per turn, once from a
+short history and once from a long one. Messages record when one of their fields is read; the
+number of distinct messages read over the same turns must not grow with the history's length.
+(Comparing object identities reads no field, so it is not counted.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+
+from langchain_histcompress.reducers import (
+    HistoryReducer,
+    MaxTokensReducer,
+    SummarizationReducer,
+    TruncationReducer,
+)
+from langchain_histcompress.tokens import TiktokenCounter
+from tests.fakes import ScriptedChatModel, numbered, summary_json
+
+_READ: set[int] = set()
+_FIELDS = frozenset(
+    {
+        "content",
+        "id",
+        "name",
+        "tool_calls",
+        "invalid_tool_calls",
+        "additional_kwargs",
+        "response_metadata",
+        "tool_call_id",
+        "__dict__",
+        "model_dump",
+        "model_copy",
+    }
+)
+
+
+class _ReadHuman(HumanMessage):
+    def __getattribute__(self, name: str) -> Any:
+        if name in _FIELDS:
+            _READ.add(id(self))
+        return super().__getattribute__(name)
+
+
+class _ReadAI(AIMessage):
+    def __getattribute__(self, name: str) -> Any:
+        if name in _FIELDS:
+            _READ.add(id(self))
+        return super().__getattribute__(name)
+
+
+def _exchange(n: int, *, ids: bool) -> list[BaseMessage]:
+    return [
+        _ReadHuman(f"question {n}", id=f"h{n}" if ids else None),
+        _ReadAI(f"answer {n}", id=f"a{n}" if ids else None),
+    ]
+
+
+def _reads_per_turns(make: Callable[[], HistoryReducer], size: int, *, ids: bool) -> int:
+    """Distinct messages read over 12 turns after warming up on ``size`` exchanges."""
+    reducer = make()
+    history: list[BaseMessage] = [SystemMessage("be brief")]
+    for n in range(size):
+        history += _exchange(n, ids=ids)
+    reducer.reduce(history)  # the first call may read everything once
+    reads = 0
+    for n in range(size, size + 12):
+        history += _exchange(n, ids=ids)
+        _READ.clear()
+        reducer.reduce(history)
+        reads += len(_READ)
+    return reads
+
+
+def _summarizing() -> SummarizationReducer:
+    model = ScriptedChatModel(default=numbered(lambda n: summary_json(f"summary #{n}")))
+    return SummarizationReducer(model, target_count=6, threshold_count=3)
+
+
+REDUCERS: dict[str, Callable[[], HistoryReducer]] = {
+    "truncation": lambda: TruncationReducer(target_count=10),
+    "max_tokens": lambda: MaxTokensReducer(max_tokens=150, token_counter=TiktokenCounter()),
+    "summarization": _summarizing,
+}
+
+
+@pytest.mark.parametrize("ids", [True, False], ids=["with-ids", "without-ids"])
+@pytest.mark.parametrize("name", sorted(REDUCERS))
+def test_per_turn_reads_do_not_grow_with_history(name: str, ids: bool) -> None:
+    short = _reads_per_turns(REDUCERS[name], 100, ids=ids)
+    long = _reads_per_turns(REDUCERS[name], 2_000, ids=ids)
+    assert short > 0
+    assert long <= short + 4, (short, long)
