@@ -135,7 +135,7 @@ class MaxTokensReducer:
     A tool result whose call is missing from the input is dropped with a logged warning.
 
     Example:
-    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
         >>> history = [SystemMessage("be brief")]
         >>> for i in range(20):
         ...     history += [HumanMessage(f"question {i}"), AIMessage(f"answer {i}")]
