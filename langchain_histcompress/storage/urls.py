@@ -4,9 +4,13 @@ Accepted forms:
 
 * a plain filesystem path (``str`` or ``os.PathLike``): a SQLite file;
 * ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` (SQLAlchemy style);
-* ``:memory:``, ``sqlite://``, ``sqlite://:memory:`` and ``sqlite:///:memory:``: a
-  private in-memory SQLite database;
+* ``sqlite:relative/path.db`` and ``sqlite:/absolute/path.db`` (a URL without an
+  authority: the part after ``sqlite:`` is the path, as ``file:`` URLs read);
+* ``:memory:``, ``sqlite://``, ``sqlite://:memory:``, ``sqlite:///:memory:`` and
+  ``sqlite::memory:``: a private in-memory SQLite database;
 * ``postgresql://...`` and ``postgres://...``: a PostgreSQL server (libpq URL).
+
+``sqlite://host/path.db`` (an authority) is refused, as is any other scheme.
 
 Anything else raises `ConfigurationError` naming the scheme, before any connection is
 opened or anything is written. Passwords never appear in ``display`` strings, logs or
@@ -88,6 +92,8 @@ def parse_connection(connection: str | os.PathLike[str] | None) -> ConnectionSpe
     Example:
         >>> parse_connection("sqlite:////tmp/chat.db").target
         '/tmp/chat.db'
+        >>> parse_connection("sqlite:chat.db").target, parse_connection("sqlite:/tmp/c.db").target
+        ('chat.db', '/tmp/c.db')
         >>> parse_connection(":memory:").is_memory
         True
         >>> parse_connection("postgres://u:pw@localhost/db").display
@@ -120,6 +126,13 @@ def parse_connection(connection: str | os.PathLike[str] | None) -> ConnectionSpe
         return ConnectionSpec("sqlite", _MEMORY, _MEMORY)
     match = _SCHEME.match(text)
     if match is None:
+        if text[:7].lower() == "sqlite:":  # no authority: what follows is the path
+            rest = text[7:]
+            return (
+                ConnectionSpec("sqlite", _MEMORY, text)
+                if rest == _MEMORY
+                else (_sqlite_path(rest, text))
+            )
         return _sqlite_path(text, text)
     scheme = match.group(1).lower()
     if scheme in ("postgresql", "postgres"):
