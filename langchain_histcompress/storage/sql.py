@@ -506,6 +506,34 @@ async def _aexecute(cursor: Any, query: _Query) -> Any:
     return None
 
 
+class _ConnectionLostError(StorageError):
+    """The connection was found dead before the transaction began: nothing was sent."""
+
+
+class _CommitGuard:
+    """Lets an awaiting task veto the commit of a transaction running in a worker thread.
+
+    Cancelling ``await asyncio.to_thread(...)`` does not stop the thread; without a veto
+    the thread would go on to commit what its caller was told was cancelled. The check and
+    the ``COMMIT`` happen under one lock, so a cancellation either lands before the commit
+    (the transaction rolls back) or after it (the work was already durable).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+
+    def commit(self, cursor: Any) -> None:
+        with self._lock:
+            if self._cancelled:
+                raise asyncio.CancelledError
+            cursor.execute("COMMIT")
+
+
 def _discard(conn: Any) -> None:
     """Release an async connection whose event loop is gone (closes its socket)."""
     if conn is None or conn.closed:
@@ -700,18 +728,33 @@ class SQLHistoryStore(HistoryStore):
 
     # ------------------------------------------------------------------ transactions
 
-    def _run_sync(self, conn: Any, factory: Callable[[], _Plan[_T]], *, write: bool) -> _T:
+    def _run_sync(
+        self,
+        conn: Any,
+        factory: Callable[[], _Plan[_T]],
+        *,
+        write: bool,
+        guard: _CommitGuard | None = None,
+    ) -> _T:
         d = self._dialect
         cursor = conn.cursor()
+        began = False
         try:
             cursor.execute(d.begin_write if write else d.begin_read)
+            began = True
             result = _drive(cursor, factory())
-            cursor.execute("COMMIT")
+            if guard is None:
+                cursor.execute("COMMIT")
+            else:
+                guard.commit(cursor)
             return result
         except BaseException as exc:
             self._rollback(conn)
             if isinstance(exc, HistCompressError) or not isinstance(exc, Exception):
                 raise
+            if not began and self._conn is None:
+                lost = self._storage_error("connection lost to", exc)
+                raise _ConnectionLostError(str(lost)) from exc
             raise self._storage_error("transaction failed on", exc) from exc
         finally:
             cursor.close()
@@ -726,26 +769,42 @@ class SQLHistoryStore(HistoryStore):
             logger.debug("rollback failed on %s; reconnecting next time", self.spec.display)
             self._conn = None
 
-    def _transact(self, factory: Callable[[], _Plan[_T]], *, write: bool) -> _T:
+    def _transact(
+        self,
+        factory: Callable[[], _Plan[_T]],
+        *,
+        write: bool,
+        guard: _CommitGuard | None = None,
+    ) -> _T:
+        """Run one transaction, retried once on a fresh connection when the old one is gone.
+
+        A read is retried after any connection loss; a write only when the connection was
+        found dead before its transaction began (a server that dropped an idle
+        connection), since a write that failed later may have committed.
+        """
         with self._lock:
             self._check_fork()
-            attempts = 1 if write else 2  # a read may be retried once on a fresh connection
-            for attempt in range(1, attempts + 1):
-                conn = self._connection()
+            for attempt in (1, 2):
                 try:
-                    return self._run_sync(conn, factory, write=write)
-                except StorageError:
-                    if attempt == attempts or self._conn is not None:
+                    conn = self._connection()
+                    return self._run_sync(conn, factory, write=write, guard=guard)
+                except StorageError as exc:
+                    retry = isinstance(exc, _ConnectionLostError) or not write
+                    if attempt == 2 or not retry or self._conn is not None:
                         raise
-                    logger.warning("connection to %s lost; retrying the read", self.spec.display)
+                    logger.warning("connection to %s lost; retrying once", self.spec.display)
             raise AssertionError("unreachable")  # pragma: no cover
 
     async def _atransact(self, factory: Callable[[], _Plan[_T]], *, write: bool) -> _T:
         if self._dialect.name == "sqlite":
-            return await asyncio.to_thread(self._transact, factory, write=write)
+            guard = _CommitGuard()
+            try:
+                return await asyncio.to_thread(self._transact, factory, write=write, guard=guard)
+            except asyncio.CancelledError:
+                guard.cancel()  # the thread rolls back instead of committing
+                raise
         self._check_fork()
-        attempts = 1 if write else 2  # a read may be retried once on a fresh connection
-        for attempt in range(1, attempts + 1):
+        for attempt in (1, 2):
             conn, lock = await self._aconnection()
             async with lock:
                 try:
@@ -753,17 +812,20 @@ class SQLHistoryStore(HistoryStore):
                         await self._arun(conn, lambda: _schema_plan(self._dialect), write=True)
                         self._schema_ready = True
                     return await self._arun(conn, factory, write=write)
-                except StorageError:
-                    if attempt == attempts or self._aconn is not None:
+                except StorageError as exc:
+                    retry = isinstance(exc, _ConnectionLostError) or not write
+                    if attempt == 2 or not retry or self._aconn is not None:
                         raise
-                    logger.warning("connection to %s lost; retrying the read", self.spec.display)
+                    logger.warning("connection to %s lost; retrying once", self.spec.display)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _arun(self, conn: Any, factory: Callable[[], _Plan[_T]], *, write: bool) -> _T:
         d = self._dialect
+        began = False
         try:
             async with conn.cursor() as cursor:
                 await cursor.execute(d.begin_write if write else d.begin_read)
+                began = True
                 result = await _adrive(cursor, factory())
                 await cursor.execute("COMMIT")
                 return result
@@ -771,6 +833,9 @@ class SQLHistoryStore(HistoryStore):
             await self._arollback(conn, exc)
             if isinstance(exc, HistCompressError) or not isinstance(exc, Exception):
                 raise
+            if not began and self._aconn is None:
+                lost = self._storage_error("connection lost to", exc)
+                raise _ConnectionLostError(str(lost)) from exc
             raise self._storage_error("transaction failed on", exc) from exc
 
     async def _arollback(self, conn: Any, exc: BaseException) -> None:

@@ -665,3 +665,33 @@ def test_enable_wal_gives_up_after_the_timeout_and_never_retries_other_errors() 
     with pytest.raises(sqlite3.OperationalError, match="disk"):
         enable_wal(other, timeout=2.0, sleep=lambda _: None)  # type: ignore[arg-type]
     assert other.attempts == 1
+
+
+async def test_cancelled_acompress_on_sqlite_commits_nothing(tmp_path: Path) -> None:
+    from langchain_histcompress.history import CompressingChatMessageHistory
+    from tests.fakes import Control, controlled_compressor
+
+    path = tmp_path / "h.sqlite"
+    store = SQLHistoryStore(path, busy_timeout=10)
+    store.append("s", short_rounds(5))
+    control = Control()
+    history = CompressingChatMessageHistory(
+        "s", connection=store, compressor=controlled_compressor(control)
+    )
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # the commit's worker thread waits for this lock
+    task = asyncio.create_task(history.acompress())
+    while not control.calls:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)  # the summary is built; its commit waits for the lock
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    blocker.execute("COMMIT")
+    blocker.close()
+    assert store.load_summary("s") is None  # waits for the worker thread, which rolled back
+    assert store.snapshot("s").summary is None
+    assert len(store.snapshot("s").uncovered) == 10
+    await history.acompress()  # the store is still usable, and the same fold now commits
+    assert store.load_summary("s") is not None
+    store.close()
