@@ -403,3 +403,42 @@ def test_connection_dropped_mid_commit(postgres_url: str) -> None:
     store.commit_compression(s, next_summary({"mh0", "ma0"}), previous=None)
     assert store.snapshot(s).version == 1
     store.close()
+
+
+# --------------------------------------------------------------------------- dropped connections
+
+
+def _drop_idle_connections(url: str) -> int:
+    """Terminate every idle backend of this database but our own, as a server restart would."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle'"
+        ).fetchall()
+    return len(rows)
+
+
+def test_a_write_after_the_server_dropped_the_idle_connection_is_retried_once(
+    postgres_url: str, store: SQLHistoryStore
+) -> None:
+    session = sid()
+    store.append(session, short_rounds(1, "x"))
+    assert _drop_idle_connections(postgres_url) >= 1
+    store.append(session, short_rounds(2, "y")[2:])  # a write: retried on a fresh connection
+    assert [m.id for m in store.load_messages(session)] == ["xh0", "xa0", "yh1", "ya1"]
+    first = next_summary({"xh0", "xa0"})
+    assert _drop_idle_connections(postgres_url) >= 1
+    store.commit_compression(session, first, previous=None)
+    assert store.load_summary(session) == first
+
+
+async def test_an_async_write_after_the_server_dropped_the_idle_connection_is_retried_once(
+    postgres_url: str, store: SQLHistoryStore
+) -> None:
+    session = sid()
+    await store.aappend(session, short_rounds(1, "x"))
+    assert _drop_idle_connections(postgres_url) >= 1
+    await store.aappend(session, short_rounds(2, "y")[2:])
+    assert [m.id for m in await store.aload_messages(session)] == ["xh0", "xa0", "yh1", "ya1"]
