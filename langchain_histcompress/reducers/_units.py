@@ -7,7 +7,7 @@ reducer's per-turn work depends on what it keeps, not on how long the history is
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
@@ -18,6 +18,23 @@ logger = logging.getLogger(__name__)
 
 Unit = tuple[BaseMessage, ...]
 """An indivisible run of messages: a tool call with its results, or one other message."""
+
+
+class ConfigEquality:
+    """Equality and hashing by configuration: same class and equal ``_config()``."""
+
+    def _config(self) -> tuple[Hashable, ...]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a reducer of the same class with the same configuration."""
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._config() == other._config()
+
+    def __hash__(self) -> int:
+        """Hash of the class and the configuration."""
+        return hash((type(self), *self._config()))
 
 
 def check_count(name: str, value: object, *, minimum: int) -> int:

@@ -13,6 +13,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_histcompress.errors import BudgetError, ConfigurationError
 from langchain_histcompress.reducers._units import (
+    ConfigEquality,
     Unit,
     check_count,
     drop_orphans,
@@ -116,7 +117,7 @@ class _RoundStarts:
         return len(self.found)
 
 
-class MaxTokensReducer:
+class MaxTokensReducer(ConfigEquality):
     r"""Keep the system preamble and the newest whole rounds that fit in ``max_tokens``.
 
     If the latest round alone does not fit, its user message is kept with the newest whole
@@ -243,16 +244,6 @@ class MaxTokensReducer:
             counter,
             self._tool_schema,
         )
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to a `MaxTokensReducer` with the same budget, counter, options and tools."""
-        if not isinstance(other, MaxTokensReducer):
-            return NotImplemented
-        return self._config() == other._config()
-
-    def __hash__(self) -> int:
-        """Hash of the configuration."""
-        return hash((MaxTokensReducer, *self._config()))
 
     def reduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
         """Return the reduced history, or ``None`` when it already fits.

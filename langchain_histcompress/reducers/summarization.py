@@ -13,13 +13,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress.errors import SummarizationError
-from langchain_histcompress.reducers._units import (
-    check_count,
-    drop_orphans,
-    flatten,
-    newest_units,
-    preamble_length,
-)
+from langchain_histcompress.reducers import _units as cut
 from langchain_histcompress.rounds import ensure_ids, is_summary_message, split_units
 from langchain_histcompress.summary import RunningSummary, Summarizer
 
@@ -110,7 +104,7 @@ class _Plan:
     """Whether the new state goes to memory (the input was an unreduced history)."""
 
 
-class SummarizationReducer:
+class SummarizationReducer(cut.ConfigEquality):
     """Summarize the older part of the history with one model call; keep the newest verbatim.
 
     The kept part is chosen like `TruncationReducer` (whole units, starting on a user message,
@@ -186,8 +180,8 @@ class SummarizationReducer:
         **summarizer_options: Any,
     ) -> None:
         """Configure the reducer; see the class docstring."""
-        self.target_count = check_count("target_count", target_count, minimum=1)
-        self.threshold_count = check_count("threshold_count", threshold_count, minimum=0)
+        self.target_count = cut.check_count("target_count", target_count, minimum=1)
+        self.threshold_count = cut.check_count("threshold_count", threshold_count, minimum=0)
         self.start_on_human = bool(start_on_human)
         self.single_summary = bool(single_summary)
         self.fail_on_error = bool(fail_on_error)
@@ -208,16 +202,6 @@ class SummarizationReducer:
             if isinstance(self.summarizer.token_counter, Hashable)
             else id(self.summarizer.token_counter),
         )
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to a `SummarizationReducer` with the same model object and configuration."""
-        if not isinstance(other, SummarizationReducer):
-            return NotImplemented
-        return self._config() == other._config()
-
-    def __hash__(self) -> int:
-        """Hash of the configuration."""
-        return hash((SummarizationReducer, *self._config()))
 
     # ------------------------------------------------------------------ planning
 
@@ -241,25 +225,25 @@ class SummarizationReducer:
 
     def _plan(self, messages: Sequence[BaseMessage]) -> _Plan | None:
         history = messages if isinstance(messages, list) else list(messages)
-        head = preamble_length(history)
+        head = cut.preamble_length(history)
         preamble = [m for m in history[:head] if not is_summary_message(m)]
         records = _records_in(history[:head])
         folded = self._from_input(records) if records else self._recall(history, head)
         floor = head + (folded.count if folded is not None else 0)
         if len(history) - floor <= self.target_count + self.threshold_count:
             units = split_units(history[floor:])
-            kept = drop_orphans(units)
+            kept = cut.drop_orphans(units)
             if folded is None and len(kept) == len(units):
                 return None
-            return _Plan(preamble, folded, [], floor, flatten(kept), remember=False)
-        start, units = newest_units(
+            return _Plan(preamble, folded, [], floor, cut.flatten(kept), remember=False)
+        start, units = cut.newest_units(
             history, floor, self.target_count, start_on_human=self.start_on_human
         )
         older = history[floor:start]
-        kept = drop_orphans(units)
+        kept = cut.drop_orphans(units)
         if folded is None and start == floor and len(kept) == len(units):
             return None
-        body = flatten(kept)
+        body = cut.flatten(kept)
         return _Plan(preamble, folded, older, floor, body, remember=not records)
 
     # ------------------------------------------------------------------ finishing
@@ -300,11 +284,12 @@ class SummarizationReducer:
                 self._memory.popitem(last=False)
         return state
 
-    def _request(self, plan: _Plan) -> tuple[list[BaseMessage], RunningSummary | None, int]:
+    def _request(self, plan: _Plan) -> dict[str, Any]:
+        """The summarizer's arguments for folding ``plan.older``."""
         fresh = [m for m in plan.older if not is_summary_message(m)]  # never re-summarized
         older = ensure_ids(fresh, namespace=f"reducer-{plan.offset}")
         rounds = sum(1 for m in older if isinstance(m, HumanMessage))
-        return older, self._previous(plan), rounds
+        return {"messages": older, "previous": self._previous(plan), "rounds": rounds}
 
     def _failed(self, plan: _Plan, error: SummarizationError) -> list[BaseMessage] | None:
         if self.fail_on_error:
@@ -312,8 +297,12 @@ class SummarizationReducer:
         logger.warning("summarizer failed; history left unfolded: %s", type(error).__name__)
         if plan.folded is None:
             return None
-        older = flatten(drop_orphans(split_units(plan.older)))
+        older = cut.flatten(cut.drop_orphans(split_units(plan.older)))
         return [*plan.preamble, *plan.folded.messages, *older, *plan.body]
+
+    def _unfolded(self, plan: _Plan | None) -> list[BaseMessage] | None:
+        """The result when nothing new needs folding."""
+        return None if plan is None else self._assemble(plan, plan.folded)
 
     def reduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
         """Return the summarized history, or ``None`` when it is short enough.
@@ -323,13 +312,10 @@ class SummarizationReducer:
                 unless ``fail_on_error=False``.
         """
         plan = self._plan(messages)
-        if plan is None:
-            return None
-        if not plan.older:
-            return self._assemble(plan, plan.folded)
-        older, previous, rounds = self._request(plan)
+        if plan is None or not plan.older:
+            return self._unfolded(plan)
         try:
-            update = self.summarizer.summarize(older, previous, rounds=rounds)
+            update = self.summarizer.summarize(**self._request(plan))
         except SummarizationError as error:
             return self._failed(plan, error)
         return self._assemble(plan, self._fold(plan, update.summary))
@@ -337,13 +323,10 @@ class SummarizationReducer:
     async def areduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
         """Async twin of `reduce`."""
         plan = self._plan(messages)
-        if plan is None:
-            return None
-        if not plan.older:
-            return self._assemble(plan, plan.folded)
-        older, previous, rounds = self._request(plan)
+        if plan is None or not plan.older:
+            return self._unfolded(plan)
         try:
-            update = await self.summarizer.asummarize(older, previous, rounds=rounds)
+            update = await self.summarizer.asummarize(**self._request(plan))
         except SummarizationError as error:
             return self._failed(plan, error)
         return self._assemble(plan, self._fold(plan, update.summary))

@@ -7,6 +7,7 @@ from collections.abc import Hashable, Sequence
 from langchain_core.messages import BaseMessage
 
 from langchain_histcompress.reducers._units import (
+    ConfigEquality,
     check_count,
     drop_orphans,
     flatten,
@@ -18,7 +19,7 @@ from langchain_histcompress.rounds import split_units
 __all__ = ["TruncationReducer"]
 
 
-class TruncationReducer:
+class TruncationReducer(ConfigEquality):
     """Keep the system preamble and roughly the last ``target_count`` messages.
 
     The cut falls on a unit boundary (a tool call and its results stay together), never
@@ -64,16 +65,6 @@ class TruncationReducer:
 
     def _config(self) -> tuple[Hashable, ...]:
         return (self.target_count, self.threshold_count, self.start_on_human)
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to a `TruncationReducer` with the same configuration."""
-        if not isinstance(other, TruncationReducer):
-            return NotImplemented
-        return self._config() == other._config()
-
-    def __hash__(self) -> int:
-        """Hash of the configuration."""
-        return hash((TruncationReducer, *self._config()))
 
     def __repr__(self) -> str:
         """Show the configuration."""

@@ -109,6 +109,16 @@ def _interleave(step: Callable[[str, int], None]) -> None:
             step(tag, n)
 
 
+def _thread_per_user(app: Any, watch: _Watch) -> None:
+    """Each user's turns go to their own thread of the one compiled graph ``app``."""
+
+    def step(tag: str, n: int) -> None:
+        config = {"configurable": {"thread_id": tag}}
+        watch.turn(tag, lambda: app.invoke({"messages": [_question(tag, n)]}, config))
+
+    _interleave(step)
+
+
 def _compressor(summarizer: ScriptedChatModel, **kw: Any) -> RoundCompressor:
     return RoundCompressor(
         summarizer,
@@ -190,13 +200,7 @@ def test_round_compression_node_in_a_graph() -> None:
     graph.add_edge(START, "compress")
     graph.add_edge("compress", "model")
     graph.add_edge("model", END)
-    app = graph.compile(checkpointer=InMemorySaver())
-
-    def step(tag: str, n: int) -> None:
-        config = {"configurable": {"thread_id": tag}}
-        watch.turn(tag, lambda: app.invoke({"messages": [_question(tag, n)]}, config))
-
-    _interleave(step)
+    _thread_per_user(graph.compile(checkpointer=InMemorySaver()), watch)
     assert summarizer.calls >= 2 * 2
 
 
@@ -212,12 +216,7 @@ def test_round_compression_middleware_in_create_agent() -> None:
         middleware=[RoundCompressionMiddleware(_compressor(summarizer))],
         checkpointer=InMemorySaver(),
     )
-
-    def step(tag: str, n: int) -> None:
-        config = {"configurable": {"thread_id": tag}}
-        watch.turn(tag, lambda: agent.invoke({"messages": [_question(tag, n)]}, config))
-
-    _interleave(step)
+    _thread_per_user(agent, watch)
     assert summarizer.calls >= 2 * 2
 
 
