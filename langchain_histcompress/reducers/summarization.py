@@ -47,6 +47,11 @@ def _records_in(preamble: Sequence[BaseMessage]) -> list[BaseMessage]:
     ]
 
 
+def _pinned(messages: Sequence[BaseMessage]) -> list[SystemMessage]:
+    """System messages from the middle of a conversation: shown verbatim, never summarized."""
+    return [m for m in messages if isinstance(m, SystemMessage) and not is_summary_message(m)]
+
+
 @dataclass(frozen=True)
 class _Folded:
     """What one conversation's summaries cover: the originals they fold, in order.
@@ -62,6 +67,7 @@ class _Folded:
     count: int
     summaries: tuple[RunningSummary, ...]
     messages: tuple[SystemMessage, ...]
+    pinned: tuple[SystemMessage, ...] = ()
 
     def covers_start_of(self, messages: list[BaseMessage], head: int) -> bool:
         """Whether ``messages[head:]`` begins with exactly the messages this state folded.
@@ -123,7 +129,9 @@ class SummarizationReducer(cut.ConfigEquality):
       anything. Per turn it reads only the messages that are new since its last fold
       (plus a pointer comparison per folded message), ids or not.
 
-    A fold happens when more than ``target_count + threshold_count`` messages are not yet
+    A system message in the middle of the conversation (an app's reminder) is never folded:
+    it stays verbatim, right after the summaries, once its part of the conversation is
+    summarized. A fold happens when more than ``target_count + threshold_count`` messages are not yet
     summarized, as Semantic Kernel's ``ChatHistorySummarizationReducer`` does. With
     ``single_summary=False`` every fold adds its own summary message (of only its messages)
     and earlier ones are kept. With ``fail_on_error=False`` a summarizer failure is logged and
@@ -249,8 +257,9 @@ class SummarizationReducer(cut.ConfigEquality):
     # ------------------------------------------------------------------ finishing
 
     def _assemble(self, plan: _Plan, state: _Folded | None) -> list[BaseMessage]:
-        shown = state.messages if state is not None else ()
-        return [*plan.preamble, *shown, *plan.body]
+        if state is None:
+            return [*plan.preamble, *plan.body]
+        return [*plan.preamble, *state.messages, *state.pinned, *plan.body]
 
     def _previous(self, plan: _Plan) -> RunningSummary | None:
         if plan.folded is None or not self.single_summary or not plan.folded.summaries:
@@ -265,9 +274,10 @@ class SummarizationReducer(cut.ConfigEquality):
         shown: tuple[SystemMessage, ...] = (message,)
         if before is not None and not self.single_summary:
             summaries, shown = (*before.summaries, *summaries), (*before.messages, *shown)
+        pinned = (*(before.pinned if before else ()), *_pinned(plan.older))
         head = len(plan.preamble)
         if not plan.remember:
-            return _Folded([], head, 0, summaries, shown)
+            return _Folded([], head, 0, summaries, shown, pinned)
         with self._lock:
             if before is not None and len(before.originals) == before.head + before.count:
                 originals = before.originals  # nobody extended it: append in place
@@ -276,7 +286,7 @@ class SummarizationReducer(cut.ConfigEquality):
             else:
                 originals = list(plan.preamble)
             originals.extend(plan.older)
-            state = _Folded(originals, head, len(originals) - head, summaries, shown)
+            state = _Folded(originals, head, len(originals) - head, summaries, shown, pinned)
             key = id(originals[head])
             self._memory[key] = state
             self._memory.move_to_end(key)
@@ -286,7 +296,7 @@ class SummarizationReducer(cut.ConfigEquality):
 
     def _request(self, plan: _Plan) -> dict[str, Any]:
         """The summarizer's arguments for folding ``plan.older``."""
-        fresh = [m for m in plan.older if not is_summary_message(m)]  # never re-summarized
+        fresh = [m for m in plan.older if not isinstance(m, SystemMessage)]  # kept verbatim
         older = ensure_ids(fresh, namespace=f"reducer-{plan.offset}")
         rounds = sum(1 for m in older if isinstance(m, HumanMessage))
         return {"messages": older, "previous": self._previous(plan), "rounds": rounds}
@@ -298,7 +308,8 @@ class SummarizationReducer(cut.ConfigEquality):
         if plan.folded is None:
             return None
         older = cut.flatten(cut.drop_orphans(split_units(plan.older)))
-        return [*plan.preamble, *plan.folded.messages, *older, *plan.body]
+        folded = plan.folded
+        return [*plan.preamble, *folded.messages, *folded.pinned, *older, *plan.body]
 
     def _unfolded(self, plan: _Plan | None) -> list[BaseMessage] | None:
         """The result when nothing new needs folding."""

@@ -160,3 +160,20 @@ def test_one_reducer_shared_by_users_whose_ids_collide(reload: bool) -> None:
     assert summarizer.calls >= 8
     seen = "\n".join(prompt_text(p) for p in summarizer.prompts)
     assert "alpha question 0" in seen and "bravo question 0" in seen
+
+
+def test_a_mid_conversation_system_message_is_kept_verbatim_not_summarized() -> None:
+    model = _model()
+    reducer = SummarizationReducer(model, target_count=2)
+    reminder = SystemMessage("Reminder: the shop closes at 6pm.", id="reminder")
+    history = [*_chat(2), reminder, *conversation(range(2, 4))]
+    out = reducer.reduce(history)
+    assert out is not None
+    assert "closes at 6pm" not in prompt_text(model.prompts[0])
+    assert out[0] is history[0] and is_summary_message(out[1])
+    assert out[2:] == [reminder, *history[-2:]]
+    grown = [*history, *conversation(range(4, 6))]
+    again = reducer.reduce(grown)
+    assert again is not None and model.calls == 2
+    assert [m.content for m in again].count(reminder.content) == 1
+    assert all("closes at 6pm" not in prompt_text(p) for p in model.prompts)
