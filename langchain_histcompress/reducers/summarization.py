@@ -131,8 +131,8 @@ class SummarizationReducer(cut.ConfigEquality):
 
     A system message in the middle of the conversation (an app's reminder) is never folded:
     it stays verbatim, right after the summaries, once its part of the conversation is
-    summarized. A fold happens when more than ``target_count + threshold_count`` messages are not yet
-    summarized, as Semantic Kernel's ``ChatHistorySummarizationReducer`` does. With
+    summarized. A fold happens when more than ``target_count + threshold_count`` messages
+    are not yet summarized, as Semantic Kernel's ``ChatHistorySummarizationReducer`` does. With
     ``single_summary=False`` every fold adds its own summary message (of only its messages)
     and earlier ones are kept. With ``fail_on_error=False`` a summarizer failure is logged and
     the history is returned without a new fold (earlier summaries still apply) instead of
