@@ -155,6 +155,20 @@ class MaxTokensReducer(ConfigEquality):
         ...                            allow_partial=True, start_on_human=False).reduce(long)
         >>> partial[0].content.startswith("line "), partial[-1].content
         (True, 'new')
+
+        A custom counter is asked about whole requests only, a few times:
+
+        >>> from langchain_core.messages import ToolMessage
+        >>> asked = []
+        >>> def endpoint(messages):
+        ...     asked.append([m.type for m in messages])
+        ...     return count_tokens_approximately(messages)
+        >>> call = AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c1"}])
+        >>> MaxTokensReducer(max_tokens=500, token_counter=endpoint).reduce(
+        ...     [HumanMessage("hi"), call, ToolMessage("done", tool_call_id="c1")]) is None
+        True
+        >>> asked
+        [['human', 'ai', 'tool']]
     """
 
     def __init__(

@@ -43,6 +43,13 @@ class TruncationReducer(ConfigEquality):
         True
         >>> TruncationReducer(target_count=4) == TruncationReducer(target_count=4)
         True
+
+        A tool result whose call is gone is dropped:
+
+        >>> from langchain_core.messages import ToolMessage
+        >>> broken = [HumanMessage("q"), ToolMessage("stray", tool_call_id="lost"), AIMessage("a")]
+        >>> [m.content for m in TruncationReducer(target_count=4).reduce(broken)]
+        ['q', 'a']
     """
 
     def __init__(

@@ -71,6 +71,15 @@ def with_history_reducer(
         >>> chat = with_history_reducer(model, TruncationReducer(target_count=2))
         >>> chat.invoke([HumanMessage("a"), AIMessage("b"), HumanMessage("c")]).content
         'ok'
+
+        Whatever the reducer returns is sent, even an empty list (only ``None`` means
+        "unchanged"):
+
+        >>> class Forget:
+        ...     def reduce(self, messages): return []
+        ...     async def areduce(self, messages): return []
+        >>> with_history_reducer(model, Forget()).first.invoke("hi")
+        []
     """
     if not isinstance(reducer, HistoryReducer):
         msg = f"reducer must offer reduce() and areduce(), got {type(reducer).__name__}"
