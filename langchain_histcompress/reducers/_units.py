@@ -7,7 +7,7 @@ reducer's per-turn work depends on what it keeps, not on how long the history is
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
@@ -106,7 +106,7 @@ def drop_orphans(units: Sequence[Unit]) -> list[Unit]:
     return kept
 
 
-def flatten(units: Sequence[Unit]) -> list[BaseMessage]:
+def flatten(units: Iterable[Unit]) -> list[BaseMessage]:
     """The messages of ``units`` in order."""
     return [message for unit in units for message in unit]
 

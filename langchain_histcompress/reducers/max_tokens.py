@@ -18,6 +18,7 @@ from langchain_histcompress.reducers._units import (
     check_count,
     drop_orphans,
     flatten,
+    is_orphan,
     preamble_length,
 )
 from langchain_histcompress.rounds import split_units
@@ -272,7 +273,8 @@ class MaxTokensReducer(ConfigEquality):
         starts = _RoundStarts(messages, head)
 
         def cost_from(rounds: int) -> int:
-            return measure([*preamble, *messages[starts.found[rounds - 1] :]])
+            units = split_units(messages[starts.found[rounds - 1] :])
+            return measure([*preamble, *flatten(u for u in units if not is_orphan(u))])
 
         limit = self.max_tokens + self.threshold_tokens
         available = starts.upto(1)
@@ -313,7 +315,8 @@ class MaxTokensReducer(ConfigEquality):
         units: list[Unit] = split_units(messages[start + (human is not None) :])
 
         def fits(count: int) -> bool:
-            return measure([*base, *flatten(units[len(units) - count :])]) <= self.max_tokens
+            newest = (u for u in units[len(units) - count :] if not is_orphan(u))
+            return measure([*base, *flatten(newest)]) <= self.max_tokens
 
         count = _oldest_fitting(len(units), fits)
         tail = flatten(drop_orphans(units[len(units) - count :]))

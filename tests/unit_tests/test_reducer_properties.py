@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages.utils import count_tokens_approximately
 
 from langchain_histcompress.errors import BudgetError
 from langchain_histcompress.reducers import MaxTokensReducer, TruncationReducer
@@ -52,3 +54,33 @@ def test_max_tokens_invariants(msgs: list[BaseMessage], budget: int) -> None:
     _check(before, msgs, out)
     if out is not None:
         assert COUNTER(out) <= budget
+
+
+@settings(max_examples=60, deadline=None)
+@given(history(), st.integers(20, 600), st.booleans(), st.booleans())
+def test_max_tokens_invariants_with_a_whole_request_counter(
+    msgs: list[BaseMessage], budget: int, partial: bool, start_on_human: bool
+) -> None:
+    requests: list[list[BaseMessage]] = []
+
+    def counter(messages: Sequence[BaseMessage]) -> int:
+        requests.append(list(messages))
+        return count_tokens_approximately(messages)
+
+    before = copy.deepcopy(msgs)
+    reducer = MaxTokensReducer(
+        max_tokens=budget,
+        token_counter=counter,
+        allow_partial=partial,
+        start_on_human=start_on_human,
+    )
+    try:
+        out = reducer.reduce(msgs)
+    except BudgetError:
+        return
+    _check(before, msgs, out)
+    if out is not None:
+        assert count_tokens_approximately(out) <= budget
+    for request in requests:  # never a lone tool result or a split tool group
+        assert not any(m.type == "tool" for m in request[:1])
+        assert validate_history(request) == []
