@@ -15,10 +15,10 @@ from langchain_histcompress.errors import BudgetError, ConfigurationError
 from langchain_histcompress.reducers._units import (
     ConfigEquality,
     Unit,
+    answered_units,
     check_count,
     drop_orphans,
     flatten,
-    is_orphan,
     preamble_length,
 )
 from langchain_histcompress.rounds import split_units
@@ -274,7 +274,7 @@ class MaxTokensReducer(ConfigEquality):
 
         def cost_from(rounds: int) -> int:
             units = split_units(messages[starts.found[rounds - 1] :])
-            return measure([*preamble, *flatten(u for u in units if not is_orphan(u))])
+            return measure([*preamble, *flatten(answered_units(units)[0])])
 
         limit = self.max_tokens + self.threshold_tokens
         available = starts.upto(1)
@@ -315,7 +315,7 @@ class MaxTokensReducer(ConfigEquality):
         units: list[Unit] = split_units(messages[start + (human is not None) :])
 
         def fits(count: int) -> bool:
-            newest = (u for u in units[len(units) - count :] if not is_orphan(u))
+            newest, _ = answered_units(units[len(units) - count :])
             return measure([*base, *flatten(newest)]) <= self.max_tokens
 
         count = _oldest_fitting(len(units), fits)

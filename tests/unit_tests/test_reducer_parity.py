@@ -237,3 +237,20 @@ def test_reducers_are_equal_by_configuration() -> None:
     assert same != SummarizationReducer(model, target_count=3, single_summary=False)
     assert same != SummarizationReducer(_summarizer(), target_count=3)
     assert same != TruncationReducer(target_count=3)
+
+
+def test_a_reply_to_an_invalid_tool_call_is_not_an_orphan() -> None:
+    call = AIMessage(
+        "",
+        tool_calls=[{"name": "ok", "args": {}, "id": "c1"}],
+        invalid_tool_calls=[{"name": "bad", "args": "{oops", "id": "c2", "error": "json"}],
+    )
+    replies = [
+        ToolMessage("error: bad args", tool_call_id="c2"),
+        ToolMessage("r", tool_call_id="c1"),
+    ]
+    history = [HumanMessage("q1"), call, *replies, AIMessage("a1"), HumanMessage("q2")]
+    older = [HumanMessage("q0"), AIMessage("a0")]
+    assert TruncationReducer(target_count=10).reduce(history) is None
+    assert TruncationReducer(target_count=6).reduce([*older, *history]) == history
+    assert MaxTokensReducer(max_tokens=10_000).reduce(history) is None
