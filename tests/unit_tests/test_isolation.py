@@ -9,6 +9,7 @@ must hold none of the other user's text.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -142,7 +143,8 @@ def _compressor(summarizer: ScriptedChatModel, **kw: Any) -> RoundCompressor:
     ],
     ids=["truncation", "max_tokens", "summarization"],
 )
-def test_reducers_behind_with_history_reducer(make: Callable[[Any], Any]) -> None:
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_reducers_behind_with_history_reducer(make: Callable[[Any], Any], use_async: bool) -> None:
     answer, summarizer = _answering(), _summarizer()
     watch = _Watch(answer, summarizer)
     chat = with_history_reducer(answer, make(summarizer))
@@ -151,7 +153,12 @@ def test_reducers_behind_with_history_reducer(make: Callable[[Any], Any]) -> Non
     def step(tag: str, n: int) -> None:
         history = histories[tag]
         history.append(_question(tag, n))
-        watch.turn(tag, lambda: chat.invoke(history))
+        call = (
+            (lambda: asyncio.run(chat.ainvoke(history)))
+            if use_async
+            else (lambda: chat.invoke(history))
+        )
+        watch.turn(tag, call)
         history.append(_reply(tag, n))
 
     _interleave(step)
