@@ -27,6 +27,13 @@ so a crash at any point leaves either the old or the new state, never a mix.
 The store is safe to share between threads (one connection per store, guarded by a lock)
 and between processes (database locking). Async methods use ``psycopg.AsyncConnection`` on
 PostgreSQL and a worker thread on SQLite.
+
+A read is retried once on a fresh connection after a connection loss; a write only when its
+connection was found dead before the transaction began (a server that dropped an idle
+connection), since a write that failed later may have committed. A cancelled async write
+rolls back on both engines: on SQLite the worker thread checks for the cancellation under the
+same lock as its ``COMMIT``, so a cancellation lands either before the commit (rolled back) or
+after it (already durable).
 """
 
 from __future__ import annotations
