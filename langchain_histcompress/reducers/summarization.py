@@ -147,6 +147,10 @@ class SummarizationReducer(cut.ConfigEquality):
         single_summary: Keep one running summary (default) or one message per fold.
         fail_on_error: Raise `SummarizationError` when the summarizer fails (default), or
             log it and leave the history unfolded.
+        max_conversations: Conversations whose folded messages are remembered, most
+            recently used first (only for full histories; a conversation forgotten is
+            summarized again from its start on its next turn). A server with more
+            concurrent conversations should raise it, or feed reduced outputs back.
         **summarizer_options: Passed to `Summarizer` (``profile``, ``max_summary_tokens``,
             ``max_retries``, ``timeout``, ``token_counter``...).
 
@@ -174,8 +178,6 @@ class SummarizationReducer(cut.ConfigEquality):
         True
     """
 
-    _MEMORY = 64  # conversations whose folded messages are remembered
-
     def __init__(
         self,
         model: BaseChatModel,
@@ -185,6 +187,7 @@ class SummarizationReducer(cut.ConfigEquality):
         start_on_human: bool = True,
         single_summary: bool = True,
         fail_on_error: bool = True,
+        max_conversations: int = 64,
         **summarizer_options: Any,
     ) -> None:
         """Configure the reducer; see the class docstring."""
@@ -193,6 +196,7 @@ class SummarizationReducer(cut.ConfigEquality):
         self.start_on_human = bool(start_on_human)
         self.single_summary = bool(single_summary)
         self.fail_on_error = bool(fail_on_error)
+        self.max_conversations = cut.check_count("max_conversations", max_conversations, minimum=1)
         self.summarizer = Summarizer(model, **summarizer_options)
         self._memory: OrderedDict[int, _Folded] = OrderedDict()
         self._lock = threading.Lock()
@@ -205,6 +209,7 @@ class SummarizationReducer(cut.ConfigEquality):
             self.start_on_human,
             self.single_summary,
             self.fail_on_error,
+            self.max_conversations,
             self.summarizer.config,
             self.summarizer.token_counter
             if isinstance(self.summarizer.token_counter, Hashable)
@@ -290,7 +295,7 @@ class SummarizationReducer(cut.ConfigEquality):
             key = id(originals[head])
             self._memory[key] = state
             self._memory.move_to_end(key)
-            while len(self._memory) > self._MEMORY:
+            while len(self._memory) > self.max_conversations:
                 self._memory.popitem(last=False)
         return state
 

@@ -67,6 +67,10 @@ class _RecordingCounter:
             lambda v: SummarizationReducer(_summarizer(), target_count=2, threshold_count=v),
             "threshold_count",
         ),
+        (
+            lambda v: SummarizationReducer(_summarizer(), target_count=2, max_conversations=v),
+            "max_conversations",
+        ),
     ],
 )
 def test_counts_must_be_real_integers(make: Any, name: str, value: object) -> None:

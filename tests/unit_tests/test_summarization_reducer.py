@@ -141,11 +141,13 @@ def _user(tag: str, n: int) -> list[BaseMessage]:
     return out
 
 
+@pytest.mark.parametrize("remembered", [64, 1], ids=["remembered", "forgotten"])
 @pytest.mark.parametrize("reload", [False, True], ids=["same-objects", "reloaded"])
-def test_one_reducer_shared_by_users_whose_ids_collide(reload: bool) -> None:
+def test_one_reducer_shared_by_users_whose_ids_collide(reload: bool, remembered: int) -> None:
     summarizer = ScriptedChatModel(default=lambda p: summary_json(prompt_text(p)[-200:]))
     answer = ScriptedChatModel(default=lambda _p: "ok")
-    chat = with_history_reducer(answer, SummarizationReducer(summarizer, target_count=2))
+    reducer = SummarizationReducer(summarizer, target_count=2, max_conversations=remembered)
+    chat = with_history_reducer(answer, reducer)
     histories = {"alpha": _user("alpha", 1), "bravo": _user("bravo", 1)}
     for n in range(2, 7):
         for tag, other in (("alpha", "bravo"), ("bravo", "alpha")):
