@@ -258,8 +258,9 @@ def test_context_builder_with_retrieved_turns() -> None:
     watch = _Watch(answer, summarizer)
     compressor = _compressor(summarizer)
     builder = ContextBuilder(
-        max_context_tokens=260, token_counter="approximate", raw_turn_retrieval=4
+        max_context_tokens=150, token_counter="approximate", raw_turn_retrieval=4
     )
+    retrieved: list[str] = []
     histories: dict[str, list[BaseMessage]] = {t: [SystemMessage("be brief")] for t in USERS}
     summaries: dict[str, Any] = dict.fromkeys(USERS)
 
@@ -269,15 +270,15 @@ def test_context_builder_with_retrieved_turns() -> None:
 
         def run() -> None:
             summaries[tag] = compressor.compress(history, summaries[tag]).summary
-            context = builder.build(
-                history, summary=summaries[tag], query=f"{tag} topic 0 and topic 1"
-            )
+            context = builder.build(history, summary=summaries[tag], query=f"{tag} topic 0")
+            retrieved.extend(tag for m in context if "Reference data" in str(m.content))
             answer.invoke(context)
 
         watch.turn(tag, run)
         history.append(_reply(tag, n))
 
     _interleave(step)
+    assert set(retrieved) == set(USERS)  # older turns were retrieved for both users
 
 
 def test_fact_extraction_node_with_a_shared_store() -> None:
