@@ -110,12 +110,21 @@ def _interleave(step: Callable[[str, int], None]) -> None:
             step(tag, n)
 
 
-def _thread_per_user(app: Any, watch: _Watch) -> None:
-    """Each user's turns go to their own thread of the one compiled graph ``app``."""
+def _run_users(app: Any, watch: _Watch, *, held_by: str) -> None:
+    """Each user's turns through the one compiled graph ``app``.
+
+    ``held_by="checkpointer"``: a thread per user; ``"caller"``: no checkpointer, each user's
+    whole state goes in and comes back every turn.
+    """
+    states: dict[str, dict[str, Any]] = {t: {"messages": []} for t in USERS}
 
     def step(tag: str, n: int) -> None:
-        config = {"configurable": {"thread_id": tag}}
-        watch.turn(tag, lambda: app.invoke({"messages": [_question(tag, n)]}, config))
+        if held_by == "checkpointer":
+            config = {"configurable": {"thread_id": tag}}
+            watch.turn(tag, lambda: app.invoke({"messages": [_question(tag, n)]}, config))
+            return
+        state = {**states[tag], "messages": [*states[tag]["messages"], _question(tag, n)]}
+        watch.turn(tag, lambda: states.__setitem__(tag, app.invoke(state)))
 
     _interleave(step)
 
@@ -191,7 +200,8 @@ def test_round_compressor() -> None:
     assert summarizer.calls >= 2 * 2
 
 
-def test_round_compression_node_in_a_graph() -> None:
+@pytest.mark.parametrize("held_by", ["checkpointer", "caller"])
+def test_round_compression_node_in_a_graph(held_by: str) -> None:
     answer, summarizer = _answering(), _summarizer()
     watch = _Watch(answer, summarizer)
 
@@ -207,11 +217,13 @@ def test_round_compression_node_in_a_graph() -> None:
     graph.add_edge(START, "compress")
     graph.add_edge("compress", "model")
     graph.add_edge("model", END)
-    _thread_per_user(graph.compile(checkpointer=InMemorySaver()), watch)
+    saver = InMemorySaver() if held_by == "checkpointer" else None
+    _run_users(graph.compile(checkpointer=saver), watch, held_by=held_by)
     assert summarizer.calls >= 2 * 2
 
 
-def test_round_compression_middleware_in_create_agent() -> None:
+@pytest.mark.parametrize("held_by", ["checkpointer", "caller"])
+def test_round_compression_middleware_in_create_agent(held_by: str) -> None:
     from langchain.agents import create_agent
 
     from langchain_histcompress import RoundCompressionMiddleware
@@ -221,9 +233,9 @@ def test_round_compression_middleware_in_create_agent() -> None:
     agent = create_agent(
         answer,
         middleware=[RoundCompressionMiddleware(_compressor(summarizer))],
-        checkpointer=InMemorySaver(),
+        checkpointer=InMemorySaver() if held_by == "checkpointer" else None,
     )
-    _thread_per_user(agent, watch)
+    _run_users(agent, watch, held_by=held_by)
     assert summarizer.calls >= 2 * 2
 
 
