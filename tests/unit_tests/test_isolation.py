@@ -212,11 +212,8 @@ def test_round_compression_node_in_a_graph(held_by: str) -> None:
         return {"messages": [_reply(tag, n)]}
 
     graph = StateGraph(HistCompressState)
-    graph.add_node("compress", RoundCompressionNode(_compressor(summarizer)))
-    graph.add_node("model", model)
+    graph.add_sequence([("compress", RoundCompressionNode(_compressor(summarizer))), model])
     graph.add_edge(START, "compress")
-    graph.add_edge("compress", "model")
-    graph.add_edge("model", END)
     saver = InMemorySaver() if held_by == "checkpointer" else None
     _run_users(graph.compile(checkpointer=saver), watch, held_by=held_by)
     assert summarizer.calls >= 2 * 2
