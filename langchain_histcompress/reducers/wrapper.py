@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -26,12 +28,57 @@ class HistoryReducer(Protocol):
         """Async twin of `reduce`."""
 
 
-def _as_messages(value: LanguageModelInput) -> list[BaseMessage]:
-    if isinstance(value, PromptValue):
-        return value.to_messages()
-    if isinstance(value, str):
-        return [HumanMessage(value)]
-    return convert_to_messages(value)
+class _SeenLists:
+    """Message lists seen recently, so a grown list is checked only past what was seen.
+
+    ``convert_to_messages`` walks the whole input on every call; in front of a model that
+    gets the full history each turn, that is O(history) per turn. A list whose start is, by
+    identity, a list seen before (all messages) is checked only from there on, and is
+    passed on as it is. The seen lists are private copies holding references, so they never
+    change behind our back and an object id in them cannot be reused.
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._lists: OrderedDict[int, list[BaseMessage]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def known_prefix(self, value: list[Any]) -> int:
+        """How many leading items of ``value`` are, one by one, a list already checked."""
+        with self._lock:
+            seen = self._lists.get(id(value[0]))
+            if seen is None or len(seen) > len(value):
+                return 0
+            try:
+                same = seen == value if len(seen) == len(value) else seen < value
+            except TypeError:  # two items differ: messages have no ordering
+                return 0
+            return len(seen) if same else 0
+
+    def remember(self, value: list[BaseMessage], known: int) -> None:
+        with self._lock:
+            seen = self._lists.get(id(value[0]))
+            if seen is not None and known and len(seen) == known:
+                seen.extend(value[known:])
+            else:
+                seen = list(value)
+            self._lists[id(value[0])] = seen
+            self._lists.move_to_end(id(value[0]))
+            while len(self._lists) > self._size:
+                self._lists.popitem(last=False)
+
+    def __call__(self, value: LanguageModelInput) -> list[BaseMessage]:
+        if isinstance(value, PromptValue):
+            return value.to_messages()
+        if isinstance(value, str):
+            return [HumanMessage(value)]
+        if not isinstance(value, list) or not value:
+            return convert_to_messages(value)
+        known = self.known_prefix(value)
+        if not all(isinstance(m, BaseMessage) for m in value[known:]):
+            return convert_to_messages(value)
+        self.remember(value, known)
+        return value
 
 
 def _bound_tools(model: Runnable[Any, Any]) -> list[Any]:
@@ -89,14 +136,15 @@ def with_history_reducer(
     if tools and callable(with_tools) and not getattr(reducer, "tools", None):
         reducer = with_tools(tools)
     active = reducer
+    as_messages = _SeenLists()
 
     def reduce(value: LanguageModelInput) -> list[BaseMessage]:
-        messages = _as_messages(value)
+        messages = as_messages(value)
         reduced = active.reduce(messages)
         return messages if reduced is None else reduced
 
     async def areduce(value: LanguageModelInput) -> list[BaseMessage]:
-        messages = _as_messages(value)
+        messages = as_messages(value)
         reduced = await active.areduce(messages)
         return messages if reduced is None else reduced
 

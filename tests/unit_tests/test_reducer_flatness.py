@@ -19,6 +19,7 @@ from langchain_histcompress.reducers import (
     MaxTokensReducer,
     SummarizationReducer,
     TruncationReducer,
+    with_history_reducer,
 )
 from langchain_histcompress.tokens import TiktokenCounter
 from tests.fakes import ScriptedChatModel, numbered, summary_json
@@ -97,3 +98,34 @@ def test_per_turn_reads_do_not_grow_with_history(name: str, ids: bool) -> None:
     long = _reads_per_turns(REDUCERS[name], 1_000, ids=ids)
     assert short > 0
     assert long <= short + 4, (short, long)
+
+
+class _WalkedList(list):  # type: ignore[type-arg]
+    """A history that counts the items any loop over it walks."""
+
+    walked = 0
+
+    def __iter__(self) -> Any:
+        for item in super().__iter__():
+            _WalkedList.walked += 1
+            yield item
+
+
+def _walked_per_turns(size: int) -> int:
+    answer = ScriptedChatModel(default=lambda _p: "ok")
+    chat = with_history_reducer(answer, TruncationReducer(target_count=10))
+    history = _WalkedList([SystemMessage("be brief")])
+    for n in range(size):
+        history += _exchange(n, ids=True)
+    chat.invoke(history)  # the first call may walk everything once
+    _WalkedList.walked = 0
+    for n in range(size, size + 12):
+        history += _exchange(n, ids=True)
+        chat.invoke(history)
+    return _WalkedList.walked
+
+
+def test_with_history_reducer_does_not_walk_the_whole_history_each_turn() -> None:
+    short, long = _walked_per_turns(100), _walked_per_turns(1_000)
+    assert long <= short + 4, (short, long)
+    assert _walked_per_turns(100) < 12 * 100  # not one full walk per turn
