@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Iterable, Sequence
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.rounds import split_units
@@ -87,41 +87,19 @@ def round_start(messages: Sequence[BaseMessage], floor: int, index: int) -> int:
 
 
 def is_orphan(unit: Unit) -> bool:
-    """Whether ``unit`` starts with a tool result (one that `split_units` did not pair)."""
+    """Whether ``unit`` is a stray tool result (answering no call of its step).
+
+    `split_units` pairs every result positionally with the calls, valid or invalid, of the
+    AI message right before it, so a unit that starts with a tool result is a stray.
+    """
     return unit[0].type == "tool"
 
 
-def _call_ids(message: BaseMessage) -> set[str]:
-    """Ids of every call ``message`` makes, invalid (malformed) calls included."""
-    if not isinstance(message, AIMessage):
-        return set()
-    calls = [*message.tool_calls, *message.invalid_tool_calls]
-    return {str(call.get("id")) for call in calls if call.get("id")}
-
-
 def answered_units(units: Iterable[Unit]) -> tuple[list[Unit], int]:
-    """``units`` without tool results that answer no call of the AI message before them.
-
-    Pairing is positional: a tool result belongs to the latest AI message before it, as long
-    as only tool results come in between, and may answer any of its calls (invalid calls
-    included, which providers still receive as calls). Returns the kept units and how many
-    were dropped.
-    """
-    kept: list[Unit] = []
-    dropped = 0
-    open_ids: set[str] = set()
-    for unit in units:
-        head = unit[0]
-        if isinstance(head, ToolMessage):
-            if head.tool_call_id in open_ids:
-                open_ids.discard(head.tool_call_id)
-                kept.append(unit)
-            else:
-                dropped += 1
-            continue
-        kept.append(unit)
-        open_ids = _call_ids(head) - {str(getattr(m, "tool_call_id", "")) for m in unit[1:]}
-    return kept, dropped
+    """``units`` without stray tool results, and how many were left out."""
+    every = list(units)
+    kept = [unit for unit in every if not is_orphan(unit)]
+    return kept, len(every) - len(kept)
 
 
 def drop_orphans(units: Iterable[Unit]) -> list[Unit]:
