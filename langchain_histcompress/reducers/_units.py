@@ -6,15 +6,12 @@ reducer's per-turn work depends on what it keeps, not on how long the history is
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Hashable, Iterable, Sequence
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.rounds import split_units
-
-logger = logging.getLogger(__name__)
+from langchain_histcompress.rounds import repair_history, split_units
 
 Unit = tuple[BaseMessage, ...]
 """An indivisible run of messages: a tool call with its results, or one other message."""
@@ -102,16 +99,18 @@ def answered_units(units: Iterable[Unit]) -> tuple[list[Unit], int]:
     return kept, len(every) - len(kept)
 
 
-def drop_orphans(units: Iterable[Unit]) -> list[Unit]:
-    """`answered_units`, logged: a documented repair of an already broken history.
+def provider_valid(messages: list[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` as a provider accepts them (`rounds.repair_history`, logged).
 
-    A provider rejects a tool result whose call is not right before it, so a reducer drops it
-    together with the call it lost, wherever it sits in the kept part.
+    Stray tool results are left out and calls left unanswered before the last step get a
+    placeholder result; a valid list comes back with the same objects.
     """
-    kept, dropped = answered_units(units)
-    if dropped:
-        logger.warning("dropped %d tool result(s) whose tool call is not in the history", dropped)
-    return kept
+    return repair_history(messages).messages
+
+
+def unchanged(out: Sequence[BaseMessage], messages: Sequence[BaseMessage]) -> bool:
+    """Whether ``out`` holds exactly the objects of ``messages`` (callers keep both small)."""
+    return len(out) == len(messages) and all(a is b for a, b in zip(out, messages, strict=True))
 
 
 def flatten(units: Iterable[Unit]) -> list[BaseMessage]:

@@ -17,9 +17,10 @@ from langchain_histcompress.reducers._units import (
     Unit,
     answered_units,
     check_count,
-    drop_orphans,
     flatten,
     preamble_length,
+    provider_valid,
+    unchanged,
 )
 from langchain_histcompress.rounds import split_units
 from langchain_histcompress.tokens import (
@@ -134,7 +135,8 @@ class MaxTokensReducer(ConfigEquality):
 
     With ``allow_partial``, the newest part of the next older plain message that still fits
     is kept too, split by ``text_splitter`` (lines by default), as ``trim_messages`` does.
-    A tool result whose call is missing from the input is dropped with a logged warning.
+    The kept part is repaired like `TruncationReducer`'s (stray tool results dropped,
+    placeholders for calls left unanswered before the last step, logged).
 
     Example:
         >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -280,9 +282,8 @@ class MaxTokensReducer(ConfigEquality):
         available = starts.upto(1)
         whole = _oldest_fitting(1 << 62, lambda k: starts.upto(k) >= k and cost_from(k) <= limit)
         if whole >= 1 and whole == starts.upto(whole + 1):  # every round fits the limit
-            units = split_units(messages[head:])
-            kept = drop_orphans(units)
-            return None if len(kept) == len(units) else [*preamble, *flatten(kept)]
+            out = provider_valid(list(messages))  # within the budget: checking it is cheap
+            return None if unchanged(out, messages) else out
         if available == 0:
             return None  # no body at all, and the preamble is never cut
         rounds = whole
@@ -291,9 +292,10 @@ class MaxTokensReducer(ConfigEquality):
         if rounds == 0:
             return self._oversized_round(messages, preamble, starts.found[0], measure)
         start = starts.found[rounds - 1]
-        kept = drop_orphans(split_units(messages[start:]))
+        kept = flatten(answered_units(split_units(messages[start:]))[0])
         older = messages[start - 1] if start > head else None
-        return [*preamble, *self._partial(older, preamble, flatten(kept), measure), *flatten(kept)]
+        partial = self._partial(older, preamble, kept, measure)
+        return provider_valid([*preamble, *partial, *messages[start:]])
 
     def _oversized_round(
         self,
@@ -319,11 +321,11 @@ class MaxTokensReducer(ConfigEquality):
             return measure([*base, *flatten(newest)]) <= self.max_tokens
 
         count = _oldest_fitting(len(units), fits)
-        tail = flatten(drop_orphans(units[len(units) - count :]))
+        tail = flatten(answered_units(units[len(units) - count :])[0])
         older = units[len(units) - count - 1] if count < len(units) else None
         single = older[0] if older is not None and len(older) == 1 else None
         partial = self._partial(single, base, tail, measure, after_human=human is not None)
-        return [*base, *partial, *tail]
+        return provider_valid([*base, *partial, *flatten(units[len(units) - count :])])
 
     def _partial(
         self,

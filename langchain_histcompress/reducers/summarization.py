@@ -14,7 +14,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress.errors import SummarizationError
 from langchain_histcompress.reducers import _units as cut
-from langchain_histcompress.rounds import ensure_ids, is_summary_message, split_units
+from langchain_histcompress.rounds import ensure_ids, is_summary_message
 from langchain_histcompress.summary import RunningSummary, Summarizer
 
 __all__ = ["SummarizationReducer"]
@@ -244,27 +244,26 @@ class SummarizationReducer(cut.ConfigEquality):
         folded = self._from_input(records) if records else self._recall(history, head)
         floor = head + (folded.count if folded is not None else 0)
         if len(history) - floor <= self.target_count + self.threshold_count:
-            units = split_units(history[floor:])
-            kept = cut.drop_orphans(units)
-            if folded is None and len(kept) == len(units):
+            body = history[floor:]
+            if folded is None and cut.unchanged(cut.provider_valid(list(history)), history):
                 return None
-            return _Plan(preamble, folded, [], floor, cut.flatten(kept), remember=False)
+            return _Plan(preamble, folded, [], floor, body, remember=False)
         start, units = cut.newest_units(
             history, floor, self.target_count, start_on_human=self.start_on_human
         )
         older = history[floor:start]
-        kept = cut.drop_orphans(units)
-        if folded is None and start == floor and len(kept) == len(units):
+        body = cut.flatten(units)
+        whole = folded is None and start == floor  # nothing cut: the input is short
+        if whole and cut.unchanged(cut.provider_valid(list(history)), history):
             return None
-        body = cut.flatten(kept)
         return _Plan(preamble, folded, older, floor, body, remember=not records)
 
     # ------------------------------------------------------------------ finishing
 
     def _assemble(self, plan: _Plan, state: _Folded | None) -> list[BaseMessage]:
         if state is None:
-            return [*plan.preamble, *plan.body]
-        return [*plan.preamble, *state.messages, *state.pinned, *plan.body]
+            return cut.provider_valid([*plan.preamble, *plan.body])
+        return cut.provider_valid([*plan.preamble, *state.messages, *state.pinned, *plan.body])
 
     def _previous(self, plan: _Plan) -> RunningSummary | None:
         if plan.folded is None or not self.single_summary or not plan.folded.summaries:
@@ -312,9 +311,9 @@ class SummarizationReducer(cut.ConfigEquality):
         logger.warning("summarizer failed; history left unfolded: %s", type(error).__name__)
         if plan.folded is None:
             return None
-        older = cut.flatten(cut.drop_orphans(split_units(plan.older)))
         folded = plan.folded
-        return [*plan.preamble, *folded.messages, *folded.pinned, *older, *plan.body]
+        shown = [*plan.preamble, *folded.messages, *folded.pinned, *plan.older, *plan.body]
+        return cut.provider_valid(shown)
 
     def _unfolded(self, plan: _Plan | None) -> list[BaseMessage] | None:
         """The result when nothing new needs folding."""

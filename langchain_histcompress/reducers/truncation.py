@@ -9,12 +9,12 @@ from langchain_core.messages import BaseMessage
 from langchain_histcompress.reducers._units import (
     ConfigEquality,
     check_count,
-    drop_orphans,
     flatten,
     newest_units,
     preamble_length,
+    provider_valid,
+    unchanged,
 )
-from langchain_histcompress.rounds import split_units
 
 __all__ = ["TruncationReducer"]
 
@@ -27,8 +27,9 @@ class TruncationReducer(ConfigEquality):
     accepts the result. The latest user message is always kept, even if that means more
     than ``target_count`` messages. Reduction only fires once the history exceeds
     ``target_count + threshold_count`` messages, so it does not run every turn. A tool
-    result whose call is missing from the input (an already broken history) is dropped,
-    with a logged warning, since no provider accepts it. Two reducers with the same
+    result whose call is missing from the input (an already broken history) is dropped and
+    a call left unanswered before the last step gets a placeholder result, with a logged
+    warning (`rounds.repair_history`), since no provider accepts either. Two reducers with the same
     configuration are equal (and hash alike).
 
     Example:
@@ -84,16 +85,13 @@ class TruncationReducer(ConfigEquality):
         """Return the truncated history, or ``None`` when it is short enough and valid."""
         head = preamble_length(messages)
         if len(messages) - head <= self.target_count + self.threshold_count:
-            units = split_units(messages[head:])
-            kept = drop_orphans(units)
-            return None if len(kept) == len(units) else [*messages[:head], *flatten(kept)]
+            out = provider_valid(list(messages))  # short: checking it all is cheap
+            return None if unchanged(out, messages) else out
         start, units = newest_units(
             messages, head, self.target_count, start_on_human=self.start_on_human
         )
-        kept = drop_orphans(units)
-        if start == head and len(kept) == len(units):
-            return None
-        return [*messages[:head], *flatten(kept)]
+        out = provider_valid([*messages[:head], *flatten(units)])
+        return None if start == head and unchanged(out, messages) else out
 
     async def areduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
         """Async twin of `reduce` (no I/O, so it simply calls it)."""

@@ -258,3 +258,23 @@ def test_a_reply_to_an_invalid_tool_call_is_not_an_orphan() -> None:
     assert TruncationReducer(target_count=10).reduce(history) is None
     assert TruncationReducer(target_count=6).reduce([*older, *history]) == history
     assert MaxTokensReducer(max_tokens=10_000).reduce(history) is None
+
+
+def test_a_call_left_unanswered_before_the_last_step_gets_a_placeholder() -> None:
+    call = AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c1"}])
+    interrupted = [HumanMessage("q1"), call, HumanMessage("never mind"), AIMessage("ok")]
+    history = [*interrupted, HumanMessage("q3")]
+    model = _summarizer()
+    for reducer in (
+        TruncationReducer(target_count=10),
+        TruncationReducer(target_count=4),
+        MaxTokensReducer(max_tokens=10_000),
+        MaxTokensReducer(max_tokens=10_000, token_counter=count_tokens_approximately),
+        SummarizationReducer(model, target_count=10),
+    ):
+        out = reducer.reduce(history)
+        assert out is not None, reducer
+        assert validate_history(out) == [], reducer
+        assert out[-1] is history[-1]
+    shown = SummarizationReducer(model, target_count=2).reduce(history)
+    assert shown is not None and validate_history(shown) == []
