@@ -113,13 +113,8 @@ def test_custom_counter_only_sees_whole_valid_requests_a_few_times() -> None:
 
 
 def test_truncation_drops_an_orphaned_tool_result_inside_the_kept_part() -> None:
-    broken = [
-        SystemMessage("s"),
-        HumanMessage("q1"),
-        ToolMessage("stray", tool_call_id="lost"),
-        AIMessage("a1"),
-        HumanMessage("q2"),
-    ]
+    stray = ToolMessage("stray", tool_call_id="lost")
+    broken = [SystemMessage("s"), HumanMessage("q1"), stray, AIMessage("a1"), HumanMessage("q2")]
     for reducer in (TruncationReducer(target_count=10), TruncationReducer(target_count=3)):
         out = reducer.reduce(broken)
         assert out is not None
