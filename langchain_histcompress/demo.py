@@ -45,9 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
-from collections.abc import Mapping
 from typing import TextIO
 
 from langchain_core.language_models import BaseChatModel
@@ -72,6 +70,7 @@ from langchain_histcompress.demo_script import (
     load_script,
 )
 from langchain_histcompress.errors import ConfigurationError, HistCompressError
+from langchain_histcompress.models import chat_model_from_spec
 
 __all__ = [
     "CallKind",
@@ -92,20 +91,6 @@ __all__ = [
 ]
 
 _PROG = "histcompress demo"
-_KEY_ENV: Mapping[str, tuple[str, ...]] = {
-    "openai": ("OPENAI_API_KEY",),
-    "azure_openai": ("AZURE_OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
-    "mistralai": ("MISTRAL_API_KEY",),
-    "groq": ("GROQ_API_KEY",),
-    "fireworks": ("FIREWORKS_API_KEY",),
-    "together": ("TOGETHER_API_KEY",),
-    "cohere": ("COHERE_API_KEY",),
-    "deepseek": ("DEEPSEEK_API_KEY",),
-    "xai": ("XAI_API_KEY",),
-    "perplexity": ("PPLX_API_KEY",),
-}
 
 
 def _parser(total: int) -> argparse.ArgumentParser:
@@ -131,32 +116,7 @@ def _parser(total: int) -> argparse.ArgumentParser:
 
 
 def _make_model(spec: str) -> BaseChatModel:
-    provider, _, name = spec.partition(":")
-    if not provider.strip() or not name.strip():
-        msg = f"--model must look like provider:name (e.g. openai:gpt-4o-mini), got {spec!r}"
-        raise ConfigurationError(msg)
-    names = _KEY_ENV.get(provider.strip().lower())
-    if names is not None and not any(os.environ.get(n) for n in names):
-        msg = (
-            f"--model {spec} needs an API key: set {' or '.join(names)} "
-            "(or run without --model for the offline replay)"
-        )
-        raise ConfigurationError(msg)
-    try:
-        from langchain.chat_models import init_chat_model
-    except ImportError as exc:
-        msg = "--model needs langchain (pip install 'langchain-histcompress[agents]')"
-        raise ConfigurationError(msg) from exc
-    try:
-        model = init_chat_model(spec)
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        msg = f"cannot create model {spec!r}: {reason} (check the provider package and API key)"
-        raise ConfigurationError(msg) from exc
-    if not isinstance(model, BaseChatModel):
-        msg = f"{spec!r} did not give a chat model"
-        raise ConfigurationError(msg)
-    return model
+    return chat_model_from_spec(spec, option="--model")
 
 
 def _fail(errors: TextIO, message: object, code: int = 2) -> int:
