@@ -17,9 +17,7 @@ def dry_run(*targets: str, fresh: bool = False) -> list[str]:
     """The commands ``make`` would run; the virtualenv counts as installed unless ``fresh``."""
     args = ["make", "-n", "-C", str(ROOT), "VENV=.venv-dry-run"]
     args += ["-B"] if fresh else ["-o", ".venv-dry-run/.installed"]
-    done = subprocess.run(
-        [*args, *targets], capture_output=True, text=True, check=True, timeout=60
-    )
+    done = subprocess.run([*args, *targets], capture_output=True, text=True, check=True, timeout=60)
     return done.stdout.splitlines()
 
 
