@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import itertools
 import logging
 import math
@@ -766,9 +767,10 @@ class RoundCompressor:
         trigger: A `CompressionTrigger` (``SummarizationMiddleware``-style trigger and keep:
             fractions of the context window, tokens, messages, AND / OR, usage metadata, a cap
             on each summarizer call's input).
-        fold_answered_round: Also fold the latest round once it is answered (it ends with an
-            AI message without tool calls), so a summary built after the reply already holds
-            it; the latest round is never folded while its question is open.
+        fold_answered_round: With ``rounds_to_retain=0``, also fold the latest round once it
+            is answered (it ends with an AI message without tool calls): for compressing after
+            the reply (`compress_in_background` does it by default). Never set it on a
+            compressor that runs before a model call: that call needs the latest question.
         compression_threshold_tokens: Also compress when the uncompressed part exceeds this
             many tokens (oldest rounds first, ``rounds_to_retain`` kept).
         idle_gap: Also compress everything before the latest round when its human message
@@ -1264,7 +1266,8 @@ def thread_summarizer(model: Runnable[Any, Any], **kwargs: Any) -> RoundCompress
     To answer first and summarize after, build the view with ``compressor.view(history,
     summary)`` (no model call), reply, then fold in the background with
     `compress_in_background` / `acompress_in_background` and use the finished result's
-    summary on the next turn.
+    summary on the next turn: after the reply they fold the exchange just answered, so the
+    next call already has it in its summary.
 
     Example:
         >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -1281,11 +1284,19 @@ def thread_summarizer(model: Runnable[Any, Any], **kwargs: Any) -> RoundCompress
     options: dict[str, Any] = {
         "rounds_to_compress": 1,
         "rounds_to_retain": 0,
-        "fold_answered_round": True,
         "placement": "append_to_system",
         **kwargs,
     }
     return RoundCompressor(model, **options)
+
+
+def _after_reply(compressor: RoundCompressor) -> RoundCompressor:
+    """``compressor`` folding the answered latest round too (a copy; the original is unchanged)."""
+    if compressor.fold_answered_round or compressor.rounds_to_retain != 0:
+        return compressor
+    after = copy.copy(compressor)
+    after.fold_answered_round = True
+    return after
 
 
 def compress_in_background(
@@ -1295,8 +1306,13 @@ def compress_in_background(
     *,
     config: RunnableConfig | None = None,
     executor: concurrent.futures.Executor | None = None,
+    fold_answered: bool = True,
 ) -> concurrent.futures.Future[CompressionResult]:
     """Start ``compressor.compress`` in the background and return its future at once.
+
+    Meant for after the reply: with ``fold_answered`` (default) a compressor that retains no
+    round (`thread_summarizer`) also folds the exchange just answered (see
+    ``RoundCompressor(fold_answered_round=...)``), so the next call finds it in the summary.
 
     The history is snapshotted (a new list) before returning, so the caller may keep appending
     to its own list. Runs on ``executor`` when given, else on a daemon thread (context
@@ -1315,6 +1331,7 @@ def compress_in_background(
         ['a1', 'h1']
     """
     snapshot = list(messages)
+    compressor = _after_reply(compressor) if fold_answered else compressor
     if executor is not None:
         return executor.submit(compressor.compress, snapshot, summary, config=config)
     return submit_to_worker(lambda: compressor.compress(snapshot, summary, config=config))
@@ -1326,11 +1343,13 @@ def acompress_in_background(
     summary: RunningSummary | None = None,
     *,
     config: RunnableConfig | None = None,
+    fold_answered: bool = True,
 ) -> asyncio.Task[CompressionResult]:
     """Schedule ``compressor.acompress`` as an ``asyncio.Task`` on the running loop.
 
     Call it from a coroutine after the reply was sent; keep a reference to the task and await
     it (or check ``task.done()``) before the next turn. The history is snapshotted first.
+    ``fold_answered`` as in `compress_in_background`.
 
     Raises:
         RuntimeError: No event loop is running.
@@ -1351,6 +1370,7 @@ def acompress_in_background(
         'The user said hi.'
     """
     snapshot = list(messages)
+    compressor = _after_reply(compressor) if fold_answered else compressor
     loop = asyncio.get_running_loop()
     return loop.create_task(
         compressor.acompress(snapshot, summary, config=config), name="histcompress-compress"

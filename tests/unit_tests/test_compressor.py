@@ -441,26 +441,21 @@ def test_thread_summarizer_folds_each_finished_exchange_but_never_the_latest() -
     c = thread_summarizer(model, token_counter=count_tokens_approximately)
     assert (c.rounds_to_compress, c.rounds_to_retain, c.placement) == (1, 0, "append_to_system")
     messages: list[BaseMessage] = [SYSTEM, HumanMessage("hi", id="h0")]
-    assert not c.compress(messages).compressed  # the open question is never summarized
     summary = None
-    for n in range(5):
-        messages.append(AIMessage(f"a{n}", id=f"a{n}"))  # answered: fold it right away
+    result = c.compress(messages)
+    assert not result.compressed  # the current question is never summarized
+    messages.append(AIMessage("hello", id="a0"))
+    assert not c.compress(messages).compressed  # the latest round stays verbatim
+    for n in range(1, 6):
+        messages.append(HumanMessage(f"q{n}", id=f"h{n}"))
         result = c.compress(messages, summary)
         summary = result.summary
         assert result.calls == 1
-        assert prompt_ids(model.prompts[-1]) == [f"h{n}", f"a{n}"]
-        messages.append(HumanMessage(f"q{n + 1}", id=f"h{n + 1}"))
-        assert not c.compress(messages, summary).compressed  # nothing left for the next call
-        shown = c.view(messages, summary)
-        assert [m.id for m in shown] == ["sys", f"h{n + 1}"]
-        assert str(shown[0].content).startswith(str(SYSTEM.content))
+        assert prompt_ids(model.prompts[-1]) == [f"h{n - 1}", f"a{n - 1}"]
+        assert [m.id for m in result.messages] == ["sys", f"h{n}"]
+        assert str(result.messages[0].content).startswith(str(SYSTEM.content))
+        messages.append(AIMessage(f"a{n}", id=f"a{n}"))
     assert summary is not None and summary.version == 5
-
-
-def test_thread_summarizer_never_folds_a_round_waiting_for_tool_results() -> None:
-    c = thread_summarizer(ScriptedSummarizer(), token_counter=count_tokens_approximately)
-    calling = AIMessage("", id="c0", tool_calls=[{"name": "t", "args": {}, "id": "call-0"}])
-    assert not c.compress([SYSTEM, HumanMessage("hi", id="h0"), calling]).compressed
 
 
 def test_compress_in_background_returns_first_and_updates_after() -> None:
@@ -494,10 +489,10 @@ def test_compress_in_background_with_executor_and_errors() -> None:
 async def test_acompress_in_background_task() -> None:
     model = ScriptedSummarizer(script=[Hang(0.01, summary_json("folded"))])
     c = thread_summarizer(model, token_counter=count_tokens_approximately)
-    task = acompress_in_background(c, history(1))  # the exchange just answered
+    task = acompress_in_background(c, history(2))
     assert isinstance(task, asyncio.Task)
     result = await task
-    assert result.summary is not None and result.summary.text == "folded"
+    assert result.updates[0].text == "folded"
 
 
 async def test_acompress_cancellation_propagates() -> None:
