@@ -108,6 +108,7 @@ def test_tiny_file_produces_table_json_markdown_and_pngs(
     assert sorted(p.name for p in out.iterdir()) == [
         "bench.json",
         "bench.md",
+        "billed_vs_history_tiny.png",
         "recall_vs_tokens.png",
         "tokens_per_call_tiny.png",
     ]
