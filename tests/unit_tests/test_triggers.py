@@ -154,3 +154,30 @@ def test_models_as_provider_strings(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     with pytest.raises(ConfigurationError, match=r"needs its package \(pip install langchain-ol"):
         chat_model_from_spec("ollama:llama3")
+
+
+def test_middleware_folds_when_the_provider_reports_a_large_request() -> None:
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+
+    from langchain_histcompress import RoundCompressionMiddleware
+
+    usage = {"input_tokens": 7000, "output_tokens": 100, "total_tokens": 7100}
+    answers = [AIMessage(f"answer {n}", usage_metadata=usage) for n in range(4)]
+    trigger = CompressionTrigger(
+        trigger=("fraction", 0.5), keep=("rounds", 1), use_usage_metadata=True
+    )
+    summarizer = ScriptedSummarizer(profile={"max_input_tokens": 10_000})
+    middleware = RoundCompressionMiddleware(
+        RoundCompressor(summarizer, token_counter=per_message, trigger=trigger)
+    )
+    agent = create_agent(FakeMessagesListChatModel(responses=answers), middleware=[middleware])
+    state: dict[str, Any] = {"messages": []}
+    for n in range(3):
+        messages = [*state["messages"], HumanMessage(f"q{n}")]
+        state = agent.invoke(
+            {"messages": messages, "running_summary": state.get("running_summary")}
+        )
+    # Counted, three short rounds are tiny; the provider said 7,100 of 10,000 tokens: fold.
+    assert summarizer.calls == 2
+    assert state["running_summary"]["version"] == 2
