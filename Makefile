@@ -28,7 +28,9 @@ typecheck: install
 	$(BIN)/mypy
 
 # -rs: say why each skipped test was skipped (missing PostgreSQL binaries, data, extras).
-PYTEST := $(BIN)/pytest -q -rs
+# -n: parallel workers (pytest-xdist); each has its own PostgreSQL cluster, port and temp dirs.
+WORKERS ?= 2
+PYTEST := $(BIN)/pytest -q -rs -n $(WORKERS)
 
 unit: install
 	$(PYTEST) tests/unit_tests langchain_histcompress
