@@ -225,6 +225,8 @@ def _bench(args: argparse.Namespace) -> int:
         written = write_reports(result, out, plots=not args.no_plots)
     except OSError as exc:
         return _fail(f"cannot write reports to {out}: {exc.strerror or exc}")
+    except ImportError as exc:  # matplotlib is there but broken
+        return _fail(f"cannot draw the plots ({exc}); pass --no-plots")
     if args.readme is not None:
         try:
             written["readme"] = update_readme(Path(args.readme), readme_section(result))
