@@ -1091,9 +1091,9 @@ class RoundCompressor:
             reasons.append("idle_gap")
         if self.trigger is not None:
             lead = parts.lead if summary is None else parts.preamble
-            view = [*lead, *self._summary_messages(summary), *parts.tail]
+            shown = [*lead, *self._summary_messages(summary), *parts.tail]
             needed = self.trigger.due_rounds(
-                view, pending, counter=self.token_counter, retain=self.rounds_to_retain
+                shown, pending, counter=self.token_counter, retain=self.rounds_to_retain
             )
             if needed:
                 due = max(due, needed)
