@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -268,8 +269,8 @@ context window, but object has no profile with max_input_tokens; pass context_wi
                 "pass context_window=<tokens>"
             )
             raise ConfigurationError(msg)
-        bound = object.__new__(CompressionTrigger)
-        bound.__dict__.update(self.__dict__, context_window=window)
+        bound = copy.copy(self)
+        bound.context_window = window
         return bound
 
     def _tokens(self, unit: ContextUnit, amount: float) -> float:
