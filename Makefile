@@ -43,7 +43,7 @@ notebooks: install
 
 # Offline on purpose: an API key in the environment must not turn tests into paid calls.
 test: lint typecheck
-	OPENAI_API_KEY= $(PYTEST)
+	OPENAI_API_KEY= $(PYTEST) --durations=10
 	OPENAI_API_KEY= $(PYTEST) -o addopts= --nbmake cookbook
 
 # The offline MiniLM extra in its own virtualenv: it needs torch (install a CPU build first;

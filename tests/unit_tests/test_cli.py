@@ -275,9 +275,13 @@ def _no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
     seen: list[object] = []
 
+    class Result:
+        def failed_strategies(self) -> list[str]:
+            return []
+
     def run(config: object, **_: object) -> object:
         seen.append(config)
-        return "result"
+        return Result()
 
     def write(result: object, out: Path, *, plots: bool = True) -> dict[str, Path]:
         seen.append({"plots": plots})
