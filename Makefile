@@ -6,13 +6,17 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= postgres,agents,bench,test
 LOCOMO ?= ../shared/data/locomo
 
-.PHONY: install lint typecheck unit integration notebooks test test-embeddings demo bench clean
+.PHONY: install lint typecheck unit integration notebooks test test-embeddings demo bench \
+	bench-readme clean
 
 $(STAMP): pyproject.toml
+	@echo "Creating $(VENV) and installing the package with the extras [$(EXTRAS)]"
+	@echo "(first run only: 1-2 minutes, quiet until it is done)..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	touch $(STAMP)
+	@echo "Installed into $(VENV)."
 
 install: $(STAMP)
 
@@ -23,19 +27,24 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# -rs: say why each skipped test was skipped (missing PostgreSQL binaries, data, extras).
+# -n: parallel workers (pytest-xdist); each has its own PostgreSQL cluster, port and temp dirs.
+WORKERS ?= 2
+PYTEST := $(BIN)/pytest -q -rs -n $(WORKERS)
+
 unit: install
-	$(BIN)/pytest -q tests/unit_tests langchain_histcompress
+	$(PYTEST) tests/unit_tests langchain_histcompress
 
 integration: install
-	$(BIN)/pytest -q tests/integration_tests
+	$(PYTEST) tests/integration_tests
 
 notebooks: install
-	OPENAI_API_KEY= $(BIN)/pytest -q -o addopts= --nbmake cookbook
+	OPENAI_API_KEY= $(PYTEST) -o addopts= --nbmake cookbook
 
 # Offline on purpose: an API key in the environment must not turn tests into paid calls.
 test: lint typecheck
-	OPENAI_API_KEY= $(BIN)/pytest -q
-	OPENAI_API_KEY= $(BIN)/pytest -q -o addopts= --nbmake cookbook
+	OPENAI_API_KEY= $(PYTEST) --durations=10
+	OPENAI_API_KEY= $(PYTEST) -o addopts= --nbmake cookbook
 
 # The offline MiniLM extra in its own virtualenv: it needs torch (install a CPU build first;
 # from PyPI, a plain `torch` is the multi-GB CUDA build).
@@ -52,7 +61,12 @@ test-embeddings:
 demo: install
 	$(BIN)/histcompress demo
 
+# Figures, JSON, Markdown and plots go to bench-out/; README.md is left alone.
 bench: install
+	$(BIN)/histcompress bench --data $(LOCOMO) --out bench-out --faces
+
+# The same run, also writing the figures between the README's bench markers.
+bench-readme: install
 	$(BIN)/histcompress bench --data $(LOCOMO) --out bench-out --readme README.md --faces
 
 clean:

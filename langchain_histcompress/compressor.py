@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import itertools
 import logging
 import math
@@ -72,7 +73,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from langchain_histcompress._model_edge import submit_to_worker
@@ -100,6 +101,7 @@ from langchain_histcompress.summary import (
     _memo,
 )
 from langchain_histcompress.tokens import TokenCounter, message_costs
+from langchain_histcompress.triggers import CompressionTrigger
 
 __all__ = [
     "SUMMARY_METADATA_KEY",
@@ -124,7 +126,7 @@ Placement = Literal["system_message", "append_to_system"]
 """Where the summary goes in the view: its own ``SystemMessage`` right after the preamble, or
 appended to a copy of the preamble's last system message."""
 
-TriggerReason = Literal["rounds", "tokens", "idle_gap", "oversized_round"]
+TriggerReason = Literal["rounds", "tokens", "idle_gap", "oversized_round", "trigger"]
 """Why a compression was planned."""
 
 OnInvalidHistory = Literal["repair", "raise"]
@@ -499,6 +501,14 @@ def _visible(messages: Sequence[BaseMessage], covered: AbstractSet[str]) -> list
     ]
 
 
+def _answered(pending: Sequence[Round]) -> bool:
+    """The latest round ends with a final answer (an AI message without any tool call)."""
+    if not pending:
+        return False
+    last = pending[-1].messages[-1]
+    return isinstance(last, AIMessage) and not last.tool_calls and not last.invalid_tool_calls
+
+
 def _pending(tail: Sequence[BaseMessage], covered: AbstractSet[str]) -> list[Round]:
     """The tail's rounds with their uncovered messages.
 
@@ -742,7 +752,8 @@ class RoundCompressor:
     """Rolling round compression of a chat history into a running summary.
 
     Args:
-        model: The summarizer chat model (may be cheaper than the answering model).
+        model: The summarizer chat model (may be cheaper than the answering model), or a
+            ``"provider:model"`` string for `models.chat_model_from_spec`.
         rounds_to_compress: Rounds folded per summarizer call.
         rounds_to_retain: Newest rounds always kept verbatim (the latest round is always
             kept, so 0 behaves like 1 for the trigger).
@@ -752,7 +763,14 @@ class RoundCompressor:
         placement: ``"system_message"`` or ``"append_to_system"`` (see `view`).
         enabled: ``False`` turns compression off: ``compress`` only builds the view.
         compress_on_rounds: Use the round-count trigger (turn off for token / idle triggers
-            only).
+            only). Default: on, unless ``trigger`` is given.
+        trigger: A `CompressionTrigger` (``SummarizationMiddleware``-style trigger and keep:
+            fractions of the context window, tokens, messages, AND / OR, usage metadata, a cap
+            on each summarizer call's input).
+        fold_answered_round: With ``rounds_to_retain=0``, also fold the latest round once it
+            is answered (it ends with an AI message without tool calls): for compressing after
+            the reply (`compress_in_background` does it by default). Never set it on a
+            compressor that runs before a model call: that call needs the latest question.
         compression_threshold_tokens: Also compress when the uncompressed part exceeds this
             many tokens (oldest rounds first, ``rounds_to_retain`` kept).
         idle_gap: Also compress everything before the latest round when its human message
@@ -802,7 +820,7 @@ class RoundCompressor:
 
     def __init__(
         self,
-        model: Runnable[Any, Any],
+        model: Runnable[Any, Any] | str,
         *,
         rounds_to_compress: int = 2,
         rounds_to_retain: int = 3,
@@ -810,7 +828,9 @@ class RoundCompressor:
         structured_output: bool = False,
         placement: Placement = "system_message",
         enabled: bool = True,
-        compress_on_rounds: bool = True,
+        compress_on_rounds: bool | None = None,
+        trigger: CompressionTrigger | None = None,
+        fold_answered_round: bool = False,
         compression_threshold_tokens: int | None = None,
         idle_gap: timedelta | None = None,
         timestamp_getter: Callable[[BaseMessage], datetime | None] | None = None,
@@ -849,10 +869,20 @@ class RoundCompressor:
         if timestamp_getter is not None and not callable(timestamp_getter):
             msg = f"timestamp_getter must be callable, got {timestamp_getter!r}"
             raise ConfigurationError(msg)
+        if trigger is not None and not isinstance(trigger, CompressionTrigger):
+            msg = f"trigger must be a CompressionTrigger or None, got {type(trigger).__name__}"
+            raise ConfigurationError(msg)
+        if compress_on_rounds is None:
+            compress_on_rounds = trigger is None
+        if isinstance(model, str):
+            from langchain_histcompress.models import chat_model_from_spec
+
+            model = chat_model_from_spec(model)
         for name, flag in (
             ("structured_output", structured_output),
             ("enabled", enabled),
             ("compress_on_rounds", compress_on_rounds),
+            ("fold_answered_round", fold_answered_round),
         ):
             if not isinstance(flag, bool):
                 msg = f"{name} must be a bool, got {flag!r}"
@@ -878,6 +908,8 @@ class RoundCompressor:
         self.placement: Placement = placement
         self.enabled = enabled
         self.compress_on_rounds = compress_on_rounds
+        self.trigger = trigger.bind(model) if trigger is not None else None
+        self.fold_answered_round = fold_answered_round
         self.compression_threshold_tokens = compression_threshold_tokens
         self.idle_gap = idle_gap
         self.timestamp_getter = timestamp_getter or message_timestamp
@@ -956,6 +988,9 @@ class RoundCompressor:
             needed += 1
         step = self.rounds_to_compress
         return min(math.ceil(needed / step) * step, eligible)
+
+    def _summary_messages(self, summary: RunningSummary | None) -> list[BaseMessage]:
+        return [] if summary is None else view([], summary, placement="system_message")
 
     def _idle(self, parts: _Parts) -> bool:
         assert self.idle_gap is not None
@@ -1038,6 +1073,8 @@ class RoundCompressor:
         pending = _pending(parts.tail, covered)
         step = self.rounds_to_compress
         retain = max(self.rounds_to_retain, 1)
+        if self.fold_answered_round and self.rounds_to_retain == 0 and _answered(pending):
+            retain = 0
         eligible = max(len(pending) - retain, 0)
         due = 0
         reasons: list[TriggerReason] = []
@@ -1052,12 +1089,24 @@ class RoundCompressor:
         if self.idle_gap is not None and len(pending) >= 2 and self._idle(parts):
             due = max(due, len(pending) - 1)
             reasons.append("idle_gap")
+        if self.trigger is not None:
+            lead = parts.lead if summary is None else parts.preamble
+            shown = [*lead, *self._summary_messages(summary), *parts.tail]
+            needed = self.trigger.due_rounds(
+                shown, pending, counter=self.token_counter, retain=self.rounds_to_retain
+            )
+            if needed:
+                due = max(due, needed)
+                reasons.append("trigger")
+            sizes = self.trigger.chunk_sizes(self._costs(pending[:due]), due)
+        else:
+            sizes = [min(step, due - start) for start in range(0, due, step)]
+        starts = list(itertools.accumulate(sizes, initial=0))
         chunks = [
             CompressionChunk(
-                tuple(m for r in pending[start : min(start + step, due)] for m in r.foldable),
-                rounds=min(step, due - start),
+                tuple(m for r in pending[start : start + size] for m in r.foldable), rounds=size
             )
-            for start in range(0, due, step)
+            for start, size in zip(starts, sizes, strict=False)
         ][: self.max_calls_per_compress]
         deferred = due - sum(c.rounds for c in chunks)
         latest_is_last = bool(pending) and pending[-1].messages[-1] is parts.tail[-1]
@@ -1217,7 +1266,8 @@ def thread_summarizer(model: Runnable[Any, Any], **kwargs: Any) -> RoundCompress
     To answer first and summarize after, build the view with ``compressor.view(history,
     summary)`` (no model call), reply, then fold in the background with
     `compress_in_background` / `acompress_in_background` and use the finished result's
-    summary on the next turn.
+    summary on the next turn: after the reply they fold the exchange just answered, so the
+    next call already has it in its summary.
 
     Example:
         >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -1240,6 +1290,15 @@ def thread_summarizer(model: Runnable[Any, Any], **kwargs: Any) -> RoundCompress
     return RoundCompressor(model, **options)
 
 
+def _after_reply(compressor: RoundCompressor) -> RoundCompressor:
+    """``compressor`` folding the answered latest round too (a copy; the original is unchanged)."""
+    if compressor.fold_answered_round or compressor.rounds_to_retain != 0:
+        return compressor
+    after = copy.copy(compressor)
+    after.fold_answered_round = True
+    return after
+
+
 def compress_in_background(
     compressor: RoundCompressor,
     messages: Sequence[BaseMessage],
@@ -1247,8 +1306,13 @@ def compress_in_background(
     *,
     config: RunnableConfig | None = None,
     executor: concurrent.futures.Executor | None = None,
+    fold_answered: bool = True,
 ) -> concurrent.futures.Future[CompressionResult]:
     """Start ``compressor.compress`` in the background and return its future at once.
+
+    Meant for after the reply: with ``fold_answered`` (default) a compressor that retains no
+    round (`thread_summarizer`) also folds the exchange just answered (see
+    ``RoundCompressor(fold_answered_round=...)``), so the next call finds it in the summary.
 
     The history is snapshotted (a new list) before returning, so the caller may keep appending
     to its own list. Runs on ``executor`` when given, else on a daemon thread (context
@@ -1260,14 +1324,14 @@ def compress_in_background(
         >>> from langchain_core.messages import AIMessage, HumanMessage
         >>> model = GenericFakeChatModel(messages=iter(
         ...     [AIMessage('{"ConversationSummary": "The user said hi."}')]))
-        >>> history = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1"),
-        ...            HumanMessage("bye", id="h2"), AIMessage("bye!", id="a2")]
+        >>> history = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1")]  # answered
         >>> future = compress_in_background(
         ...     thread_summarizer(model, token_counter="approximate"), history)
         >>> sorted(future.result(timeout=30).summary.covered_ids)
         ['a1', 'h1']
     """
     snapshot = list(messages)
+    compressor = _after_reply(compressor) if fold_answered else compressor
     if executor is not None:
         return executor.submit(compressor.compress, snapshot, summary, config=config)
     return submit_to_worker(lambda: compressor.compress(snapshot, summary, config=config))
@@ -1279,11 +1343,13 @@ def acompress_in_background(
     summary: RunningSummary | None = None,
     *,
     config: RunnableConfig | None = None,
+    fold_answered: bool = True,
 ) -> asyncio.Task[CompressionResult]:
     """Schedule ``compressor.acompress`` as an ``asyncio.Task`` on the running loop.
 
     Call it from a coroutine after the reply was sent; keep a reference to the task and await
     it (or check ``task.done()``) before the next turn. The history is snapshotted first.
+    ``fold_answered`` as in `compress_in_background`.
 
     Raises:
         RuntimeError: No event loop is running.
@@ -1295,8 +1361,7 @@ def acompress_in_background(
         >>> model = GenericFakeChatModel(messages=iter(
         ...     [AIMessage('{"ConversationSummary": "The user said hi."}')]))
         >>> compressor = thread_summarizer(model, token_counter="approximate")
-        >>> history = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1"),
-        ...            HumanMessage("bye", id="h2"), AIMessage("bye!", id="a2")]
+        >>> history = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1")]
         >>> async def turn():
         ...     task = acompress_in_background(compressor, history)
         ...     # ... the reply has already been returned to the user here ...
@@ -1305,6 +1370,7 @@ def acompress_in_background(
         'The user said hi.'
     """
     snapshot = list(messages)
+    compressor = _after_reply(compressor) if fold_answered else compressor
     loop = asyncio.get_running_loop()
     return loop.create_task(
         compressor.acompress(snapshot, summary, config=config), name="histcompress-compress"

@@ -53,13 +53,22 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
-from langchain.agents.middleware.types import (
-    AgentMiddleware,
-    AgentState,
-    ModelCallResult,
-    ModelRequest,
-    ModelResponse,
-)
+try:
+    from langchain.agents.middleware.types import (
+        AgentMiddleware,
+        AgentState,
+        ModelCallResult,
+        ModelRequest,
+        ModelResponse,
+    )
+except ModuleNotFoundError as _missing:  # pragma: no cover - exercised with langchain hidden
+    if (_missing.name or "").split(".")[0] != "langchain":
+        raise
+    _msg = (
+        "RoundCompressionMiddleware needs LangChain v1's create_agent (the langchain package): "
+        "pip install 'langchain-histcompress[agents]'"
+    )
+    raise ImportError(_msg, name=__name__) from _missing
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime

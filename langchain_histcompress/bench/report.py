@@ -6,10 +6,11 @@ no global state changed).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,14 +18,18 @@ from typing import Any
 from langchain_histcompress.bench.faces import write_face_reports
 from langchain_histcompress.bench.metrics import ReplayFigures
 from langchain_histcompress.bench.recall import RecallSummary
-from langchain_histcompress.bench.runner import BenchResult
+from langchain_histcompress.bench.runner import BASELINE, BenchResult
 from langchain_histcompress.bench.strategies import available_strategies
 from langchain_histcompress.errors import ConfigurationError
 
 __all__ = [
     "DEFINITIONS",
     "INTERNAL_CALLS_DEFINITION",
+    "RECALL_TARGET",
     "format_table",
+    "plot_billed_vs_history",
+    "plot_recall_vs_tokens",
+    "plot_tokens_per_call",
     "result_to_dict",
     "write_json",
     "write_markdown",
@@ -437,68 +442,186 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
-def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw PNG plots into ``out_dir`` and return their paths.
+RECALL_TARGET = 0.85
+"""Evidence recall the retrieval strategies aim for (marked on the recall plot)."""
 
-    One ``tokens_per_call_<conversation>.png`` per conversation (prompt tokens of each
-    answering call against the assistant turn, one line per strategy) and one
-    ``recall_vs_tokens.png`` (evidence recall against mean context tokens).
-    """
-    from matplotlib import colormaps
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "8", "d")
+
+
+@dataclass(frozen=True)
+class _Style:
+    colour: Any
+    marker: str
+    linestyle: str
+
+
+_COLOURS = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#000000", "#b8860b", "#000080", "#008080",
+)  # fmt: skip
+
+
+def _styles(strategies: Sequence[str]) -> dict[str, _Style]:
+    """One colour, marker and line style per strategy, the same in every plot."""
+    return {
+        s: _Style(_COLOURS[i % len(_COLOURS)], _MARKERS[i % len(_MARKERS)], "-" if i < 10 else "--")
+        for i, s in enumerate(strategies)
+    }
+
+
+def _axes(width: float = 10.0, height: float = 5.5) -> tuple[Any, Any]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    # One distinct colour per strategy, the same in every plot (the default cycle repeats at 10).
-    palette = colormaps["tab20"]
-    colour = {s: palette(i % 20) for i, s in enumerate(result.strategies)}
-    written: list[Path] = []
-    for conversation in result.conversations:
-        figure = Figure(figsize=(10, 5.5), dpi=100)
-        FigureCanvasAgg(figure)
-        axes = figure.add_subplot()
-        for strategy in result.strategies:
-            run = result.run(strategy, conversation)
-            if run is None or not run.turns:
-                continue
-            series = [t.prompt_tokens for t in run.turns]
-            axes.plot(
-                range(1, len(series) + 1),
-                series,
-                label=strategy,
-                linewidth=1.2,
-                color=colour[strategy],
-            )
-        axes.set_xlabel("assistant turn")
-        axes.set_ylabel("prompt tokens per call")
-        axes.set_title(f"Prompt tokens per call, conversation {conversation}")
-        axes.grid(True, alpha=0.3)
-        axes.legend(fontsize="small")
-        path = out_dir / f"tokens_per_call_{_safe(conversation)}.png"
-        figure.savefig(path, bbox_inches="tight")
-        written.append(path)
-    figure = Figure(figsize=(8, 5.5), dpi=100)
+    figure = Figure(figsize=(width, height), dpi=100)
     FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
+    return figure, figure.add_subplot()
+
+
+def _save(figure: Any, axes: Any, path: Path, *, legend: bool = True) -> Path:
+    axes.grid(True, which="major", alpha=0.3)
+    if legend:
+        axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    figure.savefig(path, bbox_inches="tight")
+    return path
+
+
+def _line(axes: Any, xs: Sequence[float], ys: Sequence[float], label: str, style: _Style) -> None:
+    axes.plot(
+        xs,
+        ys,
+        label=label,
+        color=style.colour,
+        linestyle=style.linestyle,
+        linewidth=1.3,
+        marker=style.marker,
+        markersize=4,
+        markevery=max(1, len(xs) // 12),
+    )
+
+
+def plot_tokens_per_call(result: BenchResult, conversation: str, out_dir: Path) -> Path:
+    """How many prompt tokens each strategy sends per call as ``conversation`` goes on.
+
+    Log scale: the full history grows by orders of magnitude past every other strategy.
+    """
+    styles = _styles(result.strategies)
+    figure, axes = _axes()
+    for strategy in result.strategies:
+        run = result.run(strategy, conversation)
+        if run is None or not run.turns:
+            continue
+        series = [max(t.prompt_tokens, 1) for t in run.turns]
+        _line(axes, range(1, len(series) + 1), series, strategy, styles[strategy])
+    axes.set_yscale("log")
+    axes.set_xlabel("assistant turn")
+    axes.set_ylabel("prompt tokens per answering call (log)")
+    axes.set_title(f"Prompt tokens per call, conversation {conversation}")
+    return _save(figure, axes, out_dir / f"tokens_per_call_{_safe(conversation)}.png")
+
+
+def plot_billed_vs_history(result: BenchResult, conversation: str, out_dir: Path) -> Path:
+    """What each strategy has billed so far against the history's size, on ``conversation``.
+
+    Billed = prompt + completion tokens of every call, the strategy's own internal calls
+    included; the history size is the full history's message count at that turn. Log-log.
+    """
+    styles = _styles(result.strategies)
+    baseline = result.run(BASELINE, conversation)
+    sizes = [t.input_messages for t in baseline.turns] if baseline is not None else []
+    figure, axes = _axes()
+    for strategy in result.strategies:
+        run = result.run(strategy, conversation)
+        if run is None or not run.turns:
+            continue
+        billed = list(
+            itertools.accumulate(
+                t.prompt_tokens + t.completion_tokens + t.internal_billed for t in run.turns
+            )
+        )
+        xs = sizes[: len(billed)] if len(sizes) >= len(billed) else range(1, len(billed) + 1)
+        _line(axes, xs, billed, strategy, styles[strategy])
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("messages in the history (log)")
+    axes.set_ylabel("billed tokens so far, internal calls included (log)")
+    axes.set_title(f"Billed tokens as the history grows, conversation {conversation}")
+    return _save(figure, axes, out_dir / f"billed_vs_history_{_safe(conversation)}.png")
+
+
+def _label_points(figure: Any, axes: Any, points: Sequence[tuple[str, float, float, Any]]) -> None:
+    """Write each point's name beside it, moved until it covers no other label or point."""
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    renderer = figure.canvas.get_renderer()
+    inside = axes.get_window_extent(renderer)
+    taken: list[Any] = []
+    for _, x, y, _ in points:
+        px, py = axes.transData.transform((x, y))
+        taken.append(Bbox.from_extents(px - 5, py - 5, px + 5, py + 5))
+    shifts = [(8, -4), (8, 8), (8, -16), (-8, 8), (8, 20), (8, -28), (8, 32), (8, 44), (8, 56)]
+    for name, x, y, colour in sorted(points, key=lambda p: (p[1], p[2])):
+        for dx, dy in shifts:
+            label = axes.annotate(
+                name, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize="small",
+                color=colour, ha="left" if dx > 0 else "right",
+                arrowprops={"arrowstyle": "-", "color": colour, "lw": 0.5} if dy != -4 else None,
+            )  # fmt: skip
+            label.update_positions(renderer)
+            box = Text.get_window_extent(label, renderer)
+            fits = inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1)
+            free = not any(box.overlaps(other) for other in taken)
+            if (fits and free) or (dx, dy) == shifts[-1]:
+                taken.append(box)
+                break
+            label.remove()
+
+
+def plot_recall_vs_tokens(result: BenchResult, out_dir: Path) -> Path:
+    """Evidence recall against the context tokens spent per question, every strategy labelled.
+
+    The recall target is drawn as a dashed line; labels of points close together are staggered
+    so none hides another.
+    """
+    styles = _styles(result.strategies)
+    figure, axes = _axes(9.0, 6.0)
+    points: list[tuple[str, float, float]] = []
     for strategy in result.strategies:
         recall = result.recall(strategy)
-        if recall is None:
-            continue
+        if recall is not None:
+            points.append((strategy, max(recall.mean_context_tokens, 1.0), 100 * recall.recall))
+    for strategy, x, y in points:
+        style = styles[strategy]
         axes.scatter(
-            [recall.mean_context_tokens],
-            [100 * recall.recall],
-            label=strategy,
-            color=colour[strategy],
-        )
+            [x], [y], color=style.colour, marker=style.marker, s=60, alpha=0.85,
+            edgecolors="black", linewidths=0.5, zorder=3, label=strategy,
+        )  # fmt: skip
     axes.set_xscale("log")
-    axes.set_xlabel("mean context tokens at question time (log)")
-    axes.set_ylabel("evidence recall (%)")
     axes.set_ylim(-5, 105)
-    axes.set_title("Evidence recall vs context size")
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize="small")
-    path = out_dir / "recall_vs_tokens.png"
-    figure.savefig(path, bbox_inches="tight")
-    written.append(path)
+    _label_points(figure, axes, [(s, x, y, styles[s].colour) for s, x, y in points])
+    axes.axhline(100 * RECALL_TARGET, color="grey", linestyle="--", linewidth=1)
+    axes.annotate(
+        f"target {RECALL_TARGET:.0%}", (0.01, 100 * RECALL_TARGET), xycoords=("axes fraction",
+        "data"), xytext=(0, 4), textcoords="offset points", fontsize="small", color="grey",
+    )  # fmt: skip
+    axes.set_xlabel("mean context tokens at question time (log)")
+    axes.set_ylabel("evidence recall (%): every evidence turn in the context")
+    axes.set_title("Evidence recall vs context size (top left is best)")
+    return _save(figure, axes, out_dir / "recall_vs_tokens.png")
+
+
+def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw every PNG plot into ``out_dir`` and return their paths.
+
+    Per conversation: `plot_tokens_per_call` and `plot_billed_vs_history`; once:
+    `plot_recall_vs_tokens`. Each plot answers one question and has its own function.
+    """
+    written: list[Path] = []
+    for conversation in result.conversations:
+        written.append(plot_tokens_per_call(result, conversation, out_dir))
+        written.append(plot_billed_vs_history(result, conversation, out_dir))
+    written.append(plot_recall_vs_tokens(result, out_dir))
     return written
 
 

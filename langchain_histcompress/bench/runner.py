@@ -359,40 +359,22 @@ class ProgressBar:
 
 
 def make_chat_model(spec: str) -> BaseChatModel:
-    """Build a real chat model from ``provider:name`` with ``init_chat_model``.
+    """Build a real chat model from ``provider:name`` (see `models.chat_model_from_spec`).
 
     Raises:
-        ConfigurationError: The spec is malformed, the provider package is missing, or the
-            model cannot be created (typically a missing API key).
+        ConfigurationError: The spec is malformed, the provider is unknown, its package or
+            API key is missing, or the model cannot be created.
 
     Example:
         >>> try:
         ...     make_chat_model("gpt-4o-mini")
         ... except ConfigurationError as exc:
         ...     print(str(exc).split(" (")[0])
-        --model must look like provider:name
+        --model must look like provider:model
     """
-    if ":" not in spec or not all(part.strip() for part in spec.split(":", 1)):
-        msg = f"--model must look like provider:name (e.g. openai:gpt-4o-mini), got {spec!r}"
-        raise ConfigurationError(msg)
-    try:
-        from langchain.chat_models import init_chat_model
-    except ImportError as exc:
-        msg = "--model needs langchain (pip install 'langchain-histcompress[bench]')"
-        raise ConfigurationError(msg) from exc
-    try:
-        model = init_chat_model(spec)
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        msg = (
-            f"cannot create model {spec!r}: {reason} "
-            "(set the provider's API key, e.g. OPENAI_API_KEY, and install its package)"
-        )
-        raise ConfigurationError(msg) from exc
-    if not isinstance(model, BaseChatModel):
-        msg = f"{spec!r} did not give a chat model"
-        raise ConfigurationError(msg)
-    return model
+    from langchain_histcompress.models import chat_model_from_spec
+
+    return chat_model_from_spec(spec, option="--model")
 
 
 def _metered(model: BaseChatModel, ledger: UsageLedger) -> BaseChatModel:

@@ -79,6 +79,7 @@ __all__ = [
     "available_strategies",
     "build_strategy",
     "register_strategy",
+    "unavailable_strategies",
 ]
 
 
@@ -525,6 +526,20 @@ def available_strategies() -> dict[str, StrategySpec]:
         ['full', 'truncation', 'max_tokens']
     """
     return {n: s for n, s in _REGISTRY.items() if all(_installed(m) for m in s.requires)}
+
+
+def unavailable_strategies() -> dict[str, tuple[str, ...]]:
+    """Registered strategies that cannot run here, with the modules each one is missing.
+
+    Example:
+        >>> "full" in unavailable_strategies()
+        False
+    """
+    return {
+        name: missing
+        for name, spec in _REGISTRY.items()
+        if (missing := tuple(m for m in spec.requires if not _installed(m)))
+    }
 
 
 def build_strategy(name: str, env: StrategyEnv) -> Strategy:

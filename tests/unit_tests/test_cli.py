@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,14 +69,13 @@ def test_bad_model_spec_and_missing_key_exit_2(
     path = write_tiny(tmp_path / "t.json")
     out = str(tmp_path / "o")
     assert main(["bench", "--data", str(path), "--model", "gpt-4o", "--out", out]) == 2
-    assert "--model must look like provider:name" in _error_line(capsys)
+    assert "--model must look like provider:model" in _error_line(capsys)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_ADMIN_KEY", raising=False)
     code = main(["bench", "--data", str(path), "--model", "openai:gpt-4o-mini", "--out", out])
     assert code == 2
     line = _error_line(capsys)
-    assert "cannot create model 'openai:gpt-4o-mini'" in line
-    assert "API key" in line
+    assert "--model openai:gpt-4o-mini needs an API key: set OPENAI_API_KEY" in line
 
 
 def test_argparse_errors_return_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,6 +110,7 @@ def test_tiny_file_produces_table_json_markdown_and_pngs(
     assert sorted(p.name for p in out.iterdir()) == [
         "bench.json",
         "bench.md",
+        "billed_vs_history_tiny.png",
         "recall_vs_tokens.png",
         "tokens_per_call_tiny.png",
     ]
@@ -174,13 +177,33 @@ def test_demo_runs_the_demo_module(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen == [["--fast"]]
 
 
+def first_sessions(data: dict[str, Any], count: int) -> dict[str, Any]:
+    """A LoCoMo conversation cut after ``count`` sessions, with the questions it can answer."""
+
+    def session(key: str) -> int:
+        found = re.match(r"(?:events_)?session_(\d+)", key)
+        return int(found.group(1)) if found else 0
+
+    def answerable(qa: dict[str, Any]) -> bool:
+        ids = [e for e in qa.get("evidence", []) if re.match(r"D\d+:", e)]
+        return all(int(e.split(":")[0][1:]) <= count for e in ids)
+
+    cut = {key: value for key, value in data.items() if session(key) <= count}
+    cut["qa"] = [qa for qa in data["qa"] if answerable(qa)]
+    return cut
+
+
 @pytest.mark.skipif(
     not (LOCOMO_DIR / "30.json").is_file(),
     reason=f"LoCoMo data not found in {LOCOMO_DIR} (set HISTCOMPRESS_LOCOMO_DIR)",
 )
 def test_real_conversation_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The first 8 of 19 sessions (80 assistant turns): every strategy's own calls still happen.
+    data = first_sessions(json.loads((LOCOMO_DIR / "30.json").read_text("utf-8")), 8)
+    path = tmp_path / "30.json"
+    path.write_text(json.dumps(data), "utf-8")
     out = tmp_path / "real"
-    assert main(["bench", "--data", str(LOCOMO_DIR / "30.json"), "--quick", "--out", str(out)]) == 0
+    assert main(["bench", "--data", str(path), "--quick", "--out", str(out)]) == 0
     assert "failed:" not in capsys.readouterr().out
     data = json.loads((out / "bench.json").read_text("utf-8"))
     totals = data["totals"]
@@ -226,3 +249,107 @@ def test_readme_without_markers_exits_2_and_is_untouched(
 def test_bad_summary_cap_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(_bench_args(tmp_path, "--summary-tokens", "0")) == 2
     assert "summary_tokens" in _error_line(capsys)
+
+
+# --------------------------------------------------------------------------- first run
+
+
+def test_unknown_bench_option_prints_the_bench_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--data", "x.json", "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: histcompress bench ")
+    assert "histcompress bench: error: unrecognized arguments: --bogus" in err
+
+
+def test_bench_help_lists_the_strategies_and_the_output_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["bench", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: histcompress-bench)" in text
+    assert "round_compression, round_compression_5_10, thread_summary" in text
+
+
+def _no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    from langchain_histcompress.bench import report, runner
+
+    seen: list[object] = []
+
+    class Result:
+        def failed_strategies(self) -> list[str]:
+            return []
+
+    def run(config: object, **_: object) -> object:
+        seen.append(config)
+        return Result()
+
+    def write(result: object, out: Path, *, plots: bool = True) -> dict[str, Path]:
+        seen.append({"plots": plots})
+        return {}
+
+    monkeypatch.setattr(runner, "run_benchmark", run)
+    monkeypatch.setattr(report, "write_reports", write)
+    monkeypatch.setattr(report, "format_table", lambda result: "table")
+    return seen
+
+
+def test_unwritable_output_is_reported_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _no_run(monkeypatch)
+    blocker = tmp_path / "file"
+    blocker.write_text("x", "utf-8")
+    args = ["bench", "--data", str(write_tiny(tmp_path / "t.json")), "--out", str(blocker / "o")]
+    assert main(args) == 2
+    assert _error_line(capsys) == (
+        f"histcompress: error: cannot write reports to {blocker / 'o'}: {blocker} is not a folder"
+    )
+    assert seen == []
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: object) -> object:
+        return None if name in modules else real(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+def test_without_the_bench_extra_says_what_is_skipped_and_runs_without_plots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _no_run(monkeypatch)
+    _without(monkeypatch, "matplotlib", "langmem", "langchain.agents")
+    path = write_tiny(tmp_path / "t.json")
+    assert main(["bench", "--data", str(path), "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "note: skipping strategy 'langmem': it needs langmem (pip install " in err
+    assert "note: skipping strategy 'summarization_middleware': it needs langchain" in err
+    assert "note: no plots: drawing them needs matplotlib (pip install " in err
+    assert seen[-1] == {"plots": False}
+    strategies = seen[0].strategy_names()  # type: ignore[attr-defined]
+    assert "langmem" not in strategies and "round_compression" in strategies
+
+
+def test_a_strategy_asked_for_without_its_package_fails_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _no_run(monkeypatch)
+    _without(monkeypatch, "langmem")
+    path = write_tiny(tmp_path / "t.json")
+    args = ["bench", "--data", str(path), "--strategies", "langmem", "--out", str(tmp_path)]
+    assert main(args) == 2
+    line = _error_line(capsys)
+    assert "strategy 'langmem' needs langmem (pip install 'langchain-histcompress[bench]')" in line
+    assert seen == []
+
+
+def test_unknown_model_provider_is_our_own_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_tiny(tmp_path / "t.json")
+    assert main(["bench", "--data", str(path), "--model", "nosuch:x", "--out", str(tmp_path)]) == 2
+    line = _error_line(capsys)
+    assert line.startswith("histcompress: error: unknown model provider 'nosuch' in 'nosuch:x'")
+    assert "known providers: " in line and "openai" in line

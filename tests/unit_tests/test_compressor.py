@@ -492,7 +492,7 @@ async def test_acompress_in_background_task() -> None:
     task = acompress_in_background(c, history(2))
     assert isinstance(task, asyncio.Task)
     result = await task
-    assert result.summary is not None and result.summary.text == "folded"
+    assert result.updates[0].text == "folded"
 
 
 async def test_acompress_cancellation_propagates() -> None:

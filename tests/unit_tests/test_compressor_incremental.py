@@ -144,7 +144,7 @@ def read(raw: dict[str, Any]) -> RunningSummary:
 # --------------------------------------------------------------------------- equivalence
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario(), options(), st.data())
 def test_cursor_gives_the_same_results_as_a_full_scan(
     messages: list[BaseMessage], opts: dict[str, Any], data: st.DataObject

@@ -163,7 +163,7 @@ def check(
         assert result.summary.version == previous.version + result.calls
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario(), options())
 def test_one_shot_invariants(messages: list[BaseMessage], opts: dict[str, Any]) -> None:
     c, model = make(opts)
@@ -175,7 +175,7 @@ def test_one_shot_invariants(messages: list[BaseMessage], opts: dict[str, Any]) 
     assert result.messages == view(messages, result.summary, placement=opts["placement"])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario(), options(), st.data())
 def test_replay_invariants(
     messages: list[BaseMessage], opts: dict[str, Any], data: st.DataObject
@@ -203,7 +203,7 @@ def test_replay_invariants(
         assert pending < opts["rounds_to_compress"] + max(opts["rounds_to_retain"], 1)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario(allow_leading_tools=True), options())
 def test_broken_histories_are_repaired_and_lose_nothing(
     messages: list[BaseMessage], opts: dict[str, Any]
@@ -221,7 +221,7 @@ def test_broken_histories_are_repaired_and_lose_nothing(
             assert (message.id in shown) != (message.id in covered)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario(), options())
 def test_async_matches_sync(messages: list[BaseMessage], opts: dict[str, Any]) -> None:
     sync_c, sync_model = make(opts)
@@ -251,7 +251,7 @@ def naive_view(messages: list[BaseMessage], summary: RunningSummary) -> list[Bas
     return repair_history([*preamble, summary.to_message(), *shown]).messages
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario(allow_leading_tools=True), st.data())
 def test_view_matches_naive_definition_for_any_coverage(
     messages: list[BaseMessage], data: st.DataObject

@@ -313,7 +313,7 @@ facts_strategy = st.lists(
 )
 
 
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     history(),
     facts_strategy,
@@ -475,7 +475,7 @@ def test_evidence_configuration_is_validated() -> None:
         builder(data_format="json")
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     history(),
     facts_strategy,
@@ -621,7 +621,7 @@ def test_data_the_history_does_not_show_is_kept_when_everything_fits() -> None:
 facts_from_history = st.lists(st.integers(0, 10_000), max_size=6)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     history(allow_leading_tools=False),
     facts_from_history,

@@ -387,9 +387,9 @@ def test_model_without_key_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_malformed_or_unknown_model_exits_2() -> None:
     code, _, err = run(["--model", "gpt-4o-mini"])
-    assert code == 2 and "provider:name" in err
+    assert code == 2 and "provider:model" in err
     code, _, err = run(["--model", "no-such-provider:some-model"])
-    assert code == 2 and "cannot create model" in err
+    assert code == 2 and "unknown model provider 'no-such-provider'" in err
 
 
 def test_real_model_failure_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -319,7 +319,7 @@ def op_sequences(draw: st.DrawFn) -> list[FactOp]:
     return ops
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(op_sequences(), op_sequences())
 def test_merge_properties(first: list[FactOp], second: list[FactOp]) -> None:
     left = merge_facts(None, first, now=NOW)

@@ -23,7 +23,7 @@ from tests.histories import history
 from tests.unit_tests.test_nodes import Harness, make_compressor
 
 PROPERTY_SETTINGS = settings(
-    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 compressor_options = st.fixed_dictionaries(

@@ -331,7 +331,7 @@ def test_agent_topology_snapshot() -> None:
     assert agent.get_graph().draw_mermaid() == EXPECTED_AGENT_MERMAID
 
 
-# --------------------------------------------------------------------------- 200 conversations
+# --------------------------------------------------------------------------- generated conversations
 
 CONFIGS: list[dict[str, Any]] = [
     {"compressor": {}, "destructive": False},
@@ -352,7 +352,7 @@ def random_plan(rng: random.Random) -> list[int]:
     return [rng.choice([1, 1, 2, 3, 4]) for _ in range(steps)]
 
 
-async def test_two_hundred_generated_conversations_never_send_an_orphan() -> None:
+async def test_generated_conversations_never_send_an_orphan() -> None:
     rng = random.Random(20240517)
     agents = []
     for options in CONFIGS:
@@ -364,7 +364,9 @@ async def test_two_hundred_generated_conversations_never_send_an_orphan() -> Non
         agent, model = make_agent(middleware)
         agents.append((agent, model, summarizer, options["destructive"]))
     checked = 0
-    for conversation in range(200):
+    # 60 conversations (15 per configuration, 1-7 turns, 0-5 tool steps each, sync and async)
+    # reach every configuration's summarizer many times; more only repeat the same paths.
+    for conversation in range(60):
         agent, model, summarizer, destructive = agents[conversation % len(agents)]
         config = {"configurable": {"thread_id": f"conv-{conversation}"}}
         seen: set[str] = set()
@@ -391,8 +393,8 @@ async def test_two_hundred_generated_conversations_never_send_an_orphan() -> Non
             if destructive:
                 assert kept.isdisjoint(covered)
             assert validate_history(state["messages"], allow_in_flight=False) == []
-    assert checked > 1000
-    assert all(s.calls > 10 for _, _, s, _ in agents)
+    assert checked > 500
+    assert all(s.calls >= 5 for _, _, s, _ in agents)  # every configuration compressed
     # summarizer prompts never contain a summary rendered as a conversation message
     for _, _, summarizer, _ in agents:
         for prompt in summarizer.prompts:

@@ -25,3 +25,23 @@ def test_readme_block_runs(
         {"__name__": "__readme__"},
     )
     assert capsys.readouterr().out.strip(), "every README block shows the user something"
+
+
+def test_thread_summarization_example_folds_the_exchange_just_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (block,) = [b for b in BLOCKS if "thread_summarizer(cheap)" in b]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "README.md[thread summarization]", "exec"), {"__name__": "__readme__"})
+    assert capsys.readouterr().out.splitlines() == [
+        "turn 1: 2 messages sent, summary: None",
+        "turn 2: 2 messages sent, summary: Lisbon in May: mild.",
+        "turn 3: 2 messages sent, summary: Lisbon in May: mild. Porto: rainier.",
+    ]
+
+
+def test_install_instructions_work_without_a_public_index() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert "pip install langchain-histcompress" not in text.replace("`", "")
+    assert 'pip install "./langchain-histcompress[agents]"' in text
+    assert "pip wheel --no-deps -w dist" in text and ".whl[agents,postgres]" in text

@@ -34,7 +34,7 @@ def _check(
     assert positions == sorted(positions), "order changed"
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(history(), st.integers(1, 15), st.integers(0, 5))
 def test_truncation_invariants(msgs: list[BaseMessage], target: int, threshold: int) -> None:
     before = copy.deepcopy(msgs)
@@ -43,7 +43,7 @@ def test_truncation_invariants(msgs: list[BaseMessage], target: int, threshold: 
     )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(history(), st.integers(20, 600))
 def test_max_tokens_invariants(msgs: list[BaseMessage], budget: int) -> None:
     before = copy.deepcopy(msgs)

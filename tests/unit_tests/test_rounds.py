@@ -180,7 +180,7 @@ def test_ensure_ids_is_stable_and_does_not_mutate() -> None:
     assert ensure_ids(msgs, namespace="s2")[0].id != first[0].id
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(history(allow_leading_tools=False))
 def test_generated_histories_without_orphans_are_valid(msgs: list) -> None:
     assert validate_history(msgs) == []

@@ -103,7 +103,7 @@ def message(draw: st.DrawFn) -> BaseMessage:
     return AIMessage(body, tool_calls=draw(tool_calls()), usage_metadata=usage, **common)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(message())
 def test_encode_decode_is_exact(m: BaseMessage) -> None:
     back = decode_message(encode_message(m))
@@ -116,7 +116,7 @@ _SQLITE = SQLHistoryStore(":memory:")
 
 
 @settings(
-    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.lists(message(), min_size=1, max_size=6))
 def test_store_round_trip_is_exact(batch: list[BaseMessage]) -> None:

@@ -103,7 +103,7 @@ def test_in_front_of_a_chat_model() -> None:
 _ids = itertools.count()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(history(allow_leading_tools=False), st.integers(1, 8))
 def test_properties(msgs: list[BaseMessage], target: int) -> None:
     before = copy.deepcopy(msgs)

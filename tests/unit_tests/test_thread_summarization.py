@@ -1,0 +1,79 @@
+"""Thread summarization: the exchange just answered is in the summary of the next call."""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages.utils import count_tokens_approximately
+
+from langchain_histcompress.compressor import (
+    RoundCompressor,
+    acompress_in_background,
+    compress_in_background,
+    thread_summarizer,
+)
+from tests.fakes import ScriptedSummarizer, prompt_ids
+
+SYSTEM = SystemMessage("Be brief.", id="sys")
+
+
+def answer_then_fold(compressor: RoundCompressor, turns: int) -> list[list[str]]:
+    """Replay the recipe: view (no call), reply, fold in the background; ids sent per turn."""
+    history: list[BaseMessage] = [SYSTEM]
+    summary = None
+    folding = None
+    sent: list[list[str]] = []
+    for n in range(turns):
+        if folding is not None:
+            summary = folding.result(timeout=30).summary
+        history.append(HumanMessage(f"q{n}", id=f"h{n}"))
+        view = compressor.view(history, summary)
+        sent.append([str(m.id) for m in view if not isinstance(m, SystemMessage)])
+        history.append(AIMessage(f"a{n}", id=f"a{n}"))
+        folding = compress_in_background(compressor, history, summary)
+    return sent
+
+
+def test_each_call_sees_only_its_question_the_rest_is_in_the_summary() -> None:
+    model = ScriptedSummarizer()
+    compressor = thread_summarizer(model, token_counter=count_tokens_approximately)
+    assert answer_then_fold(compressor, 4) == [["h0"], ["h1"], ["h2"], ["h3"]]
+    assert [prompt_ids(p) for p in model.prompts[:3]] == [
+        ["h0", "a0"],
+        ["h1", "a1"],
+        ["h2", "a2"],
+    ]
+    assert compressor.fold_answered_round is False  # the caller's compressor is not changed
+
+
+def test_before_a_model_call_the_latest_round_is_never_folded() -> None:
+    compressor = thread_summarizer(ScriptedSummarizer(), token_counter=count_tokens_approximately)
+    answered = [SYSTEM, HumanMessage("q0", id="h0"), AIMessage("a0", id="a0")]
+    # compress() runs before model calls (nodes, middleware): the latest round stays verbatim,
+    # even when the assistant is about to speak again after its own answer.
+    assert not compressor.compress(answered).compressed
+    calling = AIMessage("", id="c0", tool_calls=[{"name": "t", "args": {}, "id": "call-0"}])
+    future = compress_in_background(compressor, [SYSTEM, HumanMessage("q0", id="h0"), calling])
+    assert not future.result(timeout=30).compressed  # waiting for a tool result: not answered
+    assert (
+        not compress_in_background(compressor, answered, fold_answered=False)
+        .result(timeout=30)
+        .compressed
+    )
+
+
+def test_the_option_on_the_compressor_and_the_async_path() -> None:
+    import asyncio
+
+    answered = [SYSTEM, HumanMessage("q0", id="h0"), AIMessage("a0", id="a0")]
+    eager = thread_summarizer(
+        ScriptedSummarizer(), token_counter=count_tokens_approximately, fold_answered_round=True
+    )
+    assert eager.compress(answered).summary.covered_ids == {"h0", "a0"}  # type: ignore[union-attr]
+
+    async def after_reply() -> frozenset[str]:
+        plain = thread_summarizer(ScriptedSummarizer(), token_counter=count_tokens_approximately)
+        result = await acompress_in_background(plain, answered)
+        assert result.summary is not None
+        return result.summary.covered_ids
+
+    assert asyncio.run(after_reply()) == {"h0", "a0"}
