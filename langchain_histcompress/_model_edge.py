@@ -574,7 +574,7 @@ def _chat_model_for_internal_call(
     model: BaseChatModel, timeout: float | None, max_output_tokens: int | None
 ) -> BaseChatModel:
     fields = type(model).model_fields
-    updates: dict[str, Any] = {"disable_streaming": True}
+    updates: dict[str, Any] = {}
     if "streaming" in fields and getattr(model, "streaming", False):
         updates["streaming"] = False
     if "max_retries" in fields and getattr(model, "max_retries", None) != 0:
@@ -589,6 +589,11 @@ def _chat_model_for_internal_call(
             if client is not None:
                 updates[root] = client
                 updates[resource] = client.chat.completions  # type: ignore[attr-defined]
+    if not updates:
+        # No provider settings to pin (a local or fake model): use it as it is, so a model
+        # that keeps state between calls (a scripted list of answers) still advances.
+        return model
+    updates["disable_streaming"] = True
     return model.model_copy(update=updates)
 
 
@@ -612,7 +617,8 @@ def internal_model(
       finish reason, even while a graph streams;
     * ``max_tokens`` lowered to ``max_output_tokens`` where the model has that field.
 
-    Anything else (a plain runnable, a chain) is returned unchanged.
+    A chat model with none of those fields (a local or scripted model) and anything else (a
+    plain runnable, a chain) are returned unchanged, so their own state between calls holds.
 
     Example:
         >>> from langchain_openai import ChatOpenAI

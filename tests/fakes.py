@@ -102,7 +102,7 @@ class ScriptedChatModel(BaseChatModel):
     """Answers (as a script item would) once the script is used up; None fails the test."""
     fail_with: BaseException | None = None
     """While set, every call raises it (the prompt is still recorded)."""
-    prompts: list[list[BaseMessage]] = Field(default_factory=list)
+    prompts: list[list[BaseMessage]] = Field(default_factory=list, repr=False)
     """Every prompt the model was called with, oldest first."""
     release: threading.Event = Field(default_factory=threading.Event)
     """Set it to end every ``Hang``, now and later."""
