@@ -574,7 +574,7 @@ def _chat_model_for_internal_call(
     model: BaseChatModel, timeout: float | None, max_output_tokens: int | None
 ) -> BaseChatModel:
     fields = type(model).model_fields
-    updates: dict[str, Any] = {}
+    updates: dict[str, Any] = {"disable_streaming": True}
     if "streaming" in fields and getattr(model, "streaming", False):
         updates["streaming"] = False
     if "max_retries" in fields and getattr(model, "max_retries", None) != 0:
@@ -589,11 +589,6 @@ def _chat_model_for_internal_call(
             if client is not None:
                 updates[root] = client
                 updates[resource] = client.chat.completions  # type: ignore[attr-defined]
-    if not updates:
-        # No provider settings to pin (a local or fake model): use it as it is, so a model
-        # that keeps state between calls (a scripted list of answers) still advances.
-        return model
-    updates["disable_streaming"] = True
     return model.model_copy(update=updates)
 
 
@@ -617,8 +612,10 @@ def internal_model(
       finish reason, even while a graph streams;
     * ``max_tokens`` lowered to ``max_output_tokens`` where the model has that field.
 
-    A chat model with none of those fields (a local or scripted model) and anything else (a
-    plain runnable, a chain) are returned unchanged, so their own state between calls holds.
+    Anything else (a plain runnable, a chain) is returned unchanged. State a model keeps on
+    itself between calls stays on the copy: a test double that answers from a list should
+    share an iterator (``GenericFakeChatModel(messages=iter(...))``), not keep an index
+    (``FakeMessagesListChatModel`` would repeat its first answer).
 
     Example:
         >>> from langchain_openai import ChatOpenAI

@@ -689,13 +689,3 @@ def test_failures_are_recorded_per_context() -> None:
     assert [f.call for f in outer] == ["summarize", "rephrase"]
     _model_edge.report_failure("rephrase", "timeout", 1)  # nobody records now
     assert len(outer) == 2
-
-
-def test_a_model_without_provider_settings_is_used_as_given() -> None:
-    from langchain_core.language_models import FakeMessagesListChatModel
-
-    from langchain_histcompress._model_edge import internal_model
-
-    model = FakeMessagesListChatModel(responses=[AIMessage("first"), AIMessage("second")])
-    answers = [internal_model(model, timeout=5.0).invoke("q").content for _ in range(2)]
-    assert answers == ["first", "second"]
