@@ -188,6 +188,7 @@ def _preflight(args: argparse.Namespace, names: tuple[str, ...]) -> tuple[str, .
 
 
 def _bench(args: argparse.Namespace) -> int:
+    from langchain_histcompress.bench.cost_report import format_cost_table
     from langchain_histcompress.bench.report import (
         format_table,
         readme_section,
@@ -233,6 +234,7 @@ def _bench(args: argparse.Namespace) -> int:
         except (OSError, ConfigurationError) as exc:
             return _fail(f"cannot update {args.readme}: {exc}")
     sys.stdout.write(format_table(result) + "\n\n")
+    sys.stdout.write(format_cost_table(result) + "\n\n")
     for kind, path in written.items():
         sys.stdout.write(f"{kind}: {path}\n")
     return _bench_exit_code(result.failed_strategies(), tolerate=args.tolerate_failures)

@@ -15,6 +15,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from langchain_histcompress.bench.cost_report import (
+    COST_DEFINITIONS,
+    cost_to_dict,
+    markdown_cost_table,
+    pricing_assumptions_markdown,
+    write_cost_plot,
+)
 from langchain_histcompress.bench.faces import write_face_reports
 from langchain_histcompress.bench.metrics import ReplayFigures
 from langchain_histcompress.bench.recall import RecallSummary
@@ -335,6 +342,7 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
         "overhead": [asdict(o) for o in result.overhead],
         "incremental_counting": result.counting,
         "notes": list(result.notes),
+        "costs": cost_to_dict(result),
     }
 
 
@@ -379,6 +387,14 @@ def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = (
     if failures:
         lines.append("")
     lines += _internal_calls_markdown(result)
+    lines += [
+        "## Cost under prompt caching",
+        "",
+        markdown_cost_table(result),
+        "",
+        pricing_assumptions_markdown(),
+        "",
+    ]
     lines += ["## Strategies", ""]
     lines += [f"- `{s}`: {specs[s].description if s in specs else ''}" for s in result.strategies]
     lines.append("")
@@ -431,7 +447,7 @@ def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = (
         lines += [f"![{p.stem}]({p.name})" for p in plots]
         lines.append("")
     lines += ["## Definitions", ""]
-    lines += [f"- **{k}**: {v}." for k, v in DEFINITIONS.items()]
+    lines += [f"- **{k}**: {v}." for k, v in {**DEFINITIONS, **COST_DEFINITIONS}.items()]
     if result.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in result.notes]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -615,13 +631,17 @@ def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
     """Draw every PNG plot into ``out_dir`` and return their paths.
 
     Per conversation: `plot_tokens_per_call` and `plot_billed_vs_history`; once:
-    `plot_recall_vs_tokens`. Each plot answers one question and has its own function.
+    `plot_recall_vs_tokens` and the cost per pricing model (`cost_report.write_cost_plot`).
+    Each plot answers one question and has its own function.
     """
     written: list[Path] = []
     for conversation in result.conversations:
         written.append(plot_tokens_per_call(result, conversation, out_dir))
         written.append(plot_billed_vs_history(result, conversation, out_dir))
     written.append(plot_recall_vs_tokens(result, out_dir))
+    cost_plot = write_cost_plot(result, out_dir)
+    if cost_plot is not None:
+        written.append(cost_plot)
     return written
 
 
@@ -678,6 +698,13 @@ def readme_section(result: BenchResult) -> str:
         "| " + " | ".join(header) + " |",
         "| :--- | " + " | ".join("---:" for _ in header[1:]) + " |",
         *["| " + " | ".join(r) + " |" for r in rows],
+        "",
+        "Cost under prompt caching (savings against the full history priced the same way; "
+        "cached = share of prompt tokens read from the cache):",
+        "",
+        markdown_cost_table(result),
+        "",
+        pricing_assumptions_markdown(),
     ]
     return "\n".join(lines)
 

@@ -111,6 +111,7 @@ def test_tiny_file_produces_table_json_markdown_and_pngs(
         "bench.json",
         "bench.md",
         "billed_vs_history_tiny.png",
+        "cost_by_pricing.png",
         "recall_vs_tokens.png",
         "tokens_per_call_tiny.png",
     ]
