@@ -54,6 +54,9 @@ DEFINITIONS: dict[str, str] = {
     "evidence recall": "share of category 1-4 questions whose evidence turns are all in the "
     "context built for the question, verbatim or through a fact sourced from them; a summary "
     "covering a turn does not count",
+    "answer coverage": "share of category 1-4 questions whose normalized gold answer "
+    "appears in the context built for the question (summary and facts included, the question "
+    "left out); an upper bound that credits what a summary keeps",
     "context tokens": "mean token count of the question contexts (question included)",
     "overhead": "wall time of the strategy's own work per assistant turn, internal model time "
     "excluded: mean over the replay, and median over a few turns once the history holds "
@@ -71,6 +74,7 @@ _COLUMNS = (
     ("billed", ">"),
     ("savings", ">"),
     ("recall", ">"),
+    ("answer cov", ">"),
     ("ctx tokens", ">"),
     ("ms/turn", ">"),
 )
@@ -119,6 +123,7 @@ def _row(
         _tokens(figures.billed),
         _percent(figures.savings),
         _percent(recall.recall if recall else None),
+        _percent(recall.answer_coverage if recall and recall.answered else None),
         _tokens(recall.mean_context_tokens if recall else None),
         _ms(figures.overhead_ms_mean),
     ]
@@ -265,6 +270,9 @@ def _recall_dict(recall: RecallSummary | None) -> dict[str, Any] | None:
         "hits": recall.hits,
         "recall": recall.recall,
         "via_fact_hits": recall.via_fact_hits,
+        "answered": recall.answered,
+        "answers_covered": recall.answers_covered,
+        "answer_coverage": recall.answer_coverage,
         "mean_context_tokens": recall.mean_context_tokens,
         "by_category": {
             str(k): {"hits": h, "questions": n, "recall": h / n if n else 0.0}
