@@ -30,7 +30,7 @@ import statistics
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from langchain_core.messages import BaseMessage
 
@@ -55,6 +55,7 @@ __all__ = [
     "RunCost",
     "cost_figures",
     "parse_session_time",
+    "stamped_messages",
     "turn_times",
 ]
 
@@ -109,6 +110,33 @@ def turn_times(conversation: LocomoConversation, *, turn_gap: float = TURN_GAP) 
             times[turn.dia_id] = begin + position * turn_gap
         clock = begin + (len(session.turns) - 1) * turn_gap
     return times
+
+
+def stamped_messages(
+    conversation: LocomoConversation, *, turn_gap: float = TURN_GAP
+) -> list[BaseMessage]:
+    """The conversation's messages, each with its time in ``additional_kwargs["timestamp"]``.
+
+    Times are `turn_times` from the first session's date (or 2000-01-01 when unreadable), as
+    ISO 8601 strings; the compressor's timestamp reader understands them.
+
+    Example:
+        >>> from langchain_histcompress.bench.locomo import parse_locomo
+        >>> conversation = parse_locomo({"speaker_a": "A", "speaker_b": "B", "qa": [],
+        ...     "session_1_date_time": "1:56 pm on 8 May, 2023",
+        ...     "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]})
+        >>> stamped_messages(conversation)[0].additional_kwargs
+        {'timestamp': '2023-05-08T13:56:00+00:00'}
+    """
+    first = conversation.sessions[0].date_time if conversation.sessions else ""
+    origin = parse_session_time(first) or datetime(2000, 1, 1, tzinfo=timezone.utc)
+    times = turn_times(conversation, turn_gap=turn_gap)
+    out: list[BaseMessage] = []
+    for message in conversation.messages():
+        at = origin + timedelta(seconds=times[str(message.id)])
+        kwargs = {**message.additional_kwargs, "timestamp": at.isoformat()}
+        out.append(message.model_copy(update={"additional_kwargs": kwargs}))
+    return out
 
 
 class RequestEncoder:

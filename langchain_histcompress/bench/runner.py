@@ -40,6 +40,7 @@ from langchain_histcompress.bench.costs import (
     RequestEncoder,
     RunCost,
     cost_figures,
+    stamped_messages,
     turn_times,
 )
 from langchain_histcompress.bench.faces import FACES, FaceOverhead, measure_faces
@@ -466,7 +467,7 @@ def _replay(
     history: list[BaseMessage] = [conversation.system_message()]
     turns: list[TurnRecord] = []
     try:
-        for message in conversation.messages():
+        for message in stamped_messages(conversation):
             if isinstance(message, AIMessage):
                 if max_turns is not None and len(turns) >= max_turns:
                     break
