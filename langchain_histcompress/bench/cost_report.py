@@ -20,9 +20,13 @@ from langchain_histcompress.pricing import PRICING_MODELS, PricingModel
 
 __all__ = [
     "COST_DEFINITIONS",
+    "agent_rows",
+    "agent_to_dict",
     "cost_rows",
     "cost_to_dict",
+    "format_agent_table",
     "format_cost_table",
+    "markdown_agent_table",
     "markdown_cost_table",
     "pricing_assumptions_markdown",
     "write_cost_plot",
@@ -119,6 +123,101 @@ def markdown_cost_table(result: BenchResult, conversation: str | None = None) ->
     return "\n".join(lines)
 
 
+def agent_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
+    """Agent workload: per strategy, failures, calls, tool-pairing breaks, savings per pricing.
+
+    ``worse`` counts the trajectories on which the strategy cost more than the full history
+    under at least one pricing model.
+    """
+    header = ["strategy", "failed", "internal", "broken", "worse"]
+    header += [f"savings @ {name}" for name in REPORTED_PRICINGS]
+    agent = result.agent
+    rows: list[list[str]] = []
+    if agent is None:
+        return header, rows
+    for strategy in agent.strategies:
+        runs = agent.runs_of(strategy)
+        worse: set[str] = set()
+        for name in REPORTED_PRICINGS:
+            figures = agent.cost(strategy, name)
+            if figures is None:
+                continue
+            completed = [r.trajectory for r in runs if not r.error]
+            worse |= {
+                t
+                for t, s in zip(completed, figures.per_conversation_savings, strict=False)
+                if s < -1e-12
+            }
+        cells = [
+            strategy,
+            f"{len(agent.failures(strategy))}/{len(runs)}",
+            f"{sum(r.internal_calls for r in runs):,}",
+            f"{sum(r.violations for r in runs):,}",
+            str(len(worse)),
+        ]
+        for name in REPORTED_PRICINGS:
+            figures = agent.cost(strategy, name)
+            cells.append(_percent(figures.savings if figures else None))
+        rows.append(cells)
+    return header, rows
+
+
+def format_agent_table(result: BenchResult) -> str:
+    """The agent workload as an aligned plain-text table ("" when it was not run)."""
+    if result.agent is None:
+        return ""
+    header, rows = agent_rows(result)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        first = f"{cells[0]:<{widths[0]}}"
+        rest = [f"{c:>{w}}" for c, w in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join([first, *rest]).rstrip()
+
+    title = (
+        f"Agent workload: {len(result.agent.trajectories)} tau-bench trajectories "
+        "(savings against full history, over the trajectories each strategy completed)"
+    )
+    return "\n".join(
+        [title, line(header), line(["-" * w for w in widths]), *[line(r) for r in rows]]
+    )
+
+
+def markdown_agent_table(result: BenchResult) -> str:
+    """The agent workload as a Markdown table ("" when it was not run)."""
+    if result.agent is None:
+        return ""
+    header, rows = agent_rows(result)
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "| :--- | " + " | ".join("---:" for _ in header[1:]) + " |",
+    ]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def agent_to_dict(result: BenchResult) -> dict[str, Any] | None:
+    """The agent workload as JSON-ready data (``None`` when it was not run)."""
+    agent = result.agent
+    if agent is None:
+        return None
+    return {
+        "trajectories": list(agent.trajectories),
+        "strategies": {
+            s: {
+                "failed": [
+                    {"trajectory": r.trajectory, "error": r.error} for r in agent.failures(s)
+                ],
+                "internal_calls": sum(r.internal_calls for r in agent.runs_of(s)),
+                "answering_calls": sum(r.calls for r in agent.runs_of(s)),
+                "tool_pairing_violations": sum(r.violations for r in agent.runs_of(s)),
+                "costs": {name: _figures_dict(agent.cost(s, name)) for name in REPORTED_PRICINGS},
+            }
+            for s in agent.strategies
+        },
+    }
+
+
 def _figures_dict(figures: CostFigures | None) -> dict[str, Any] | None:
     if figures is None:
         return None
@@ -173,6 +272,7 @@ def cost_to_dict(result: BenchResult) -> dict[str, Any]:
             for c in result.conversations
         },
         "provider_reported_cached_tokens": reported,
+        "agent_workload": agent_to_dict(result),
     }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from langchain_histcompress.bench.cost_report import (
     COST_DEFINITIONS,
     cost_to_dict,
+    markdown_agent_table,
     markdown_cost_table,
     pricing_assumptions_markdown,
     write_cost_plot,
@@ -403,6 +404,8 @@ def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = (
         pricing_assumptions_markdown(),
         "",
     ]
+    if result.agent is not None:
+        lines += ["## Agent workload (tau-bench)", "", markdown_agent_table(result), ""]
     lines += ["## Strategies", ""]
     lines += [f"- `{s}`: {specs[s].description if s in specs else ''}" for s in result.strategies]
     lines.append("")
@@ -714,6 +717,16 @@ def readme_section(result: BenchResult) -> str:
         "",
         pricing_assumptions_markdown(),
     ]
+    if result.agent is not None:
+        lines += [
+            "",
+            f"Agent workload ({len(result.agent.trajectories)} tau-bench trajectories, UUID "
+            "message ids, tool definitions in the prompt; failed = trajectories the strategy "
+            "raised on, broken = requests breaking the tool-pairing rules, worse = "
+            "trajectories costing more than the full history under some pricing model):",
+            "",
+            markdown_agent_table(result),
+        ]
     return "\n".join(lines)
 
 

@@ -34,6 +34,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_histcompress._model_edge import InternalFailure, recording_failures
+from langchain_histcompress.bench.agent import TAU_BENCH_FILE, AgentResult, run_agent_workload
 from langchain_histcompress.bench.costs import (
     CostFigures,
     CostMeter,
@@ -92,6 +93,7 @@ BASELINE = "full"
 
 FULL_SIZES: tuple[int, ...] = (1_000, 10_000, 100_000)
 QUICK_SIZES: tuple[int, ...] = (1_000,)
+QUICK_AGENT_TRAJECTORIES = 20
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,10 @@ class BenchConfig:
     """Also measure the overhead of every package face (see ``bench.faces``)."""
     face_turns: int = 30
     """Turns timed per face and size (10 when quick)."""
+    agent_data: Path | None = None
+    """tau-bench folder replayed as the agent workload (``bench.agent``); ``None`` to skip."""
+    agent_limit: int | None = None
+    """Trajectories replayed from ``agent_data`` (default all, 20 when quick)."""
 
     def __post_init__(self) -> None:
         """Validate sizes and budgets."""
@@ -254,6 +260,8 @@ class BenchResult:
     """Wall time of the whole run."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """Warnings worth reporting (e.g. strategies not installed)."""
+    agent: AgentResult | None = None
+    """The agent workload (``None`` when not run; see ``notes`` for why)."""
 
     def run(self, strategy: str, conversation: str) -> StrategyRun | None:
         """The run of ``strategy`` on ``conversation``."""
@@ -618,6 +626,7 @@ def run_benchmark(
             done = len(run.turns)
             bar.advance(_assistant_turns(conversation, config.max_turns) - done)
             runs.append(run)
+    agent = _agent(config, names, counter, bar, notes)
     overhead = _overhead(config, names, conversations[0], counter, bar)
     faces = _faces(config, conversations[0], counter, bar) if config.faces else []
     counting = None
@@ -637,6 +646,44 @@ def run_benchmark(
         faces=tuple(faces),
         seconds=time.perf_counter() - started,
         notes=tuple(notes),
+        agent=agent,
+    )
+
+
+def _agent(
+    config: BenchConfig,
+    names: Sequence[str],
+    counter: TiktokenCounter,
+    bar: ProgressBar,
+    notes: list[str],
+) -> AgentResult | None:
+    """Replay the agent workload when its folder is given and present."""
+    folder = config.agent_data
+    if folder is None:
+        return None
+    if not (folder / TAU_BENCH_FILE).is_file():
+        notes.append(f"agent workload skipped: {folder / TAU_BENCH_FILE} not found")
+        return None
+
+    def env(model: BaseChatModel) -> StrategyEnv:
+        return StrategyEnv(
+            counter=counter,
+            model=model,
+            budget_tokens=config.budget_tokens,
+            keep_messages=config.keep_messages,
+            summary_tokens=config.summary_tokens,
+            context_tokens=config.context_tokens,
+        )
+
+    limit = config.agent_limit or (QUICK_AGENT_TRAJECTORIES if config.quick else None)
+    return run_agent_workload(
+        folder,
+        names,
+        counter=counter,
+        make_env=env,
+        limit=limit,
+        summary_tokens=config.summary_tokens,
+        on_trajectory=lambda name: bar.advance(0, f"agent {name}"),
     )
 
 
