@@ -75,6 +75,7 @@ from langchain_histcompress._model_edge import (
     run_steps,
     strip_think,
 )
+from langchain_histcompress.aliases import IdAliases
 from langchain_histcompress.coverage import CoveredIds, CoveredIdsField, as_covered_ids
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.render import escape_data, render_transcript, wrap_data
@@ -579,8 +580,8 @@ def build_summary_prompt(
     Example:
         >>> from langchain_core.messages import HumanMessage
         >>> prompt = build_summary_prompt([HumanMessage("hi", id="h1")])
-        >>> print(prompt[1].content.splitlines()[3])
-        <message id="h1" role="user">hi</message>
+        >>> print(prompt[1].content.splitlines()[3])  # ids shown as short aliases
+        <message id="m1" role="user">hi</message>
     """
     cfg = config or SummarizationConfig()
     parts = [_BASE_INSTRUCTIONS.format(max_tokens=cfg.max_summary_tokens)]
@@ -592,7 +593,8 @@ def build_summary_prompt(
         parts.append(cfg.instructions)
     data = [
         _previous_block(previous, previous_text),
-        f"<conversation>\n{render_transcript(messages)}\n</conversation>",
+        f"<conversation>\n{render_transcript(IdAliases.for_messages(messages).apply(messages))}"
+        "\n</conversation>",
         _format_instructions(cfg.profile),
     ]
     if rejection:
