@@ -45,14 +45,13 @@ from langchain_core.messages import (
     ToolMessage,
     convert_to_messages,
 )
-from langchain_core.messages.ai import UsageMetadata
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatResult
 from pydantic import Field
 
 from langchain_histcompress.bench.costs import REPORTED_PRICINGS, CostFigures, CostMeter, RunCost
 from langchain_histcompress.bench.costs import cost_figures as pool_costs
 from langchain_histcompress.bench.metrics import UsageLedger
-from langchain_histcompress.bench.replay import detect_prompt_kind
+from langchain_histcompress.bench.replay import counted_reply, detect_prompt_kind
 from langchain_histcompress.bench.strategies import StrategyEnv, build_strategy
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.render import message_text
@@ -207,17 +206,7 @@ class AgentReplayModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        reply = self.reply_for(messages)
-        prompt_tokens = self.counter.count_messages(messages)
-        completion_tokens = self.counter.count_text(reply)
-        usage = UsageMetadata(
-            input_tokens=prompt_tokens,
-            output_tokens=completion_tokens,
-            total_tokens=prompt_tokens + completion_tokens,
-        )
-        return ChatResult(
-            generations=[ChatGeneration(message=AIMessage(reply, usage_metadata=usage))]
-        )
+        return counted_reply(self.reply_for(messages), messages, self.counter)
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ __all__ = [
     "ReplayChatModel",
     "build_fact_operations",
     "build_running_summary",
+    "counted_reply",
     "detect_prompt_kind",
     "read_prompt",
     "render_fact_operations",
@@ -440,14 +441,25 @@ class ReplayChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        reply = self.reply_for(messages)
-        counter = self._counter()
-        prompt_tokens = counter.count_messages(messages)
-        completion_tokens = counter.count_text(reply)
-        usage = UsageMetadata(
-            input_tokens=prompt_tokens,
-            output_tokens=completion_tokens,
-            total_tokens=prompt_tokens + completion_tokens,
-        )
-        message = AIMessage(reply, usage_metadata=usage)
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return counted_reply(self.reply_for(messages), messages, self._counter())
+
+
+def counted_reply(
+    reply: str, prompt: Sequence[BaseMessage], counter: TiktokenCounter
+) -> ChatResult:
+    """A chat result answering ``prompt`` with ``reply``, its usage counted by ``counter``.
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> result = counted_reply("yo", [HumanMessage("hi")], TiktokenCounter())
+        >>> result.generations[0].message.usage_metadata["output_tokens"]
+        1
+    """
+    prompt_tokens = counter.count_messages(prompt)
+    completion_tokens = counter.count_text(reply)
+    usage = UsageMetadata(
+        input_tokens=prompt_tokens,
+        output_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+    )
+    return ChatResult(generations=[ChatGeneration(message=AIMessage(reply, usage_metadata=usage))])
