@@ -188,13 +188,12 @@ class AgentReplayModel(BaseChatModel):
             ]
             return json.dumps(operations, ensure_ascii=False)
         pieces = [" ".join(body.split()[:12]) for _, body in shown if body]
-        summary = ""
+        summary = "Earlier:"  # a quoted "I'm sorry..." must not open the summary
         for piece in pieces:
             candidate = f"{summary} {piece}".strip()
             if self.counter.count_text(candidate) > self.summary_token_cap:
                 break
             summary = candidate
-        summary = summary or "The agent is serving the customer."
         if kind == "summary_json":
             return json.dumps({"ConversationSummary": summary}, ensure_ascii=False)
         return summary
