@@ -66,3 +66,18 @@ def test_aliases_change_only_ids_and_map_back(messages: list[Any]) -> None:
     assert aliases.resolve_all(str(m.id) for m in shown) == [str(m.id) for m in messages]
     shown_ids = [m.id for m in shown]
     assert len(set(shown_ids)) == len(set(m.id for m in messages))
+
+
+def test_the_replay_model_follows_aliased_ids_back_to_turns() -> None:
+    from langchain_histcompress.bench.locomo import parse_locomo
+    from langchain_histcompress.bench.replay import ReplayChatModel
+    from tests.unit_tests.test_bench_locomo import tiny_locomo_data
+
+    conversation = parse_locomo(tiny_locomo_data())
+    renamed = {t.dia_id: _uuid(i) for i, t in enumerate(conversation.turns)}
+    messages = [m.model_copy(update={"id": renamed[str(m.id)]}) for m in conversation.messages()]
+    model = ReplayChatModel(conversation=conversation)
+    result = FactExtractor(model).extract(messages)
+    assert result.facts
+    sources = {s for f in result.facts.values() for s in f.source_ids}
+    assert sources and sources <= set(renamed.values())
