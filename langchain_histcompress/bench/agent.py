@@ -221,7 +221,10 @@ class AgentRun:
     internal_calls: int = 0
     """Summarizer / extractor calls made."""
     violations: int = 0
-    """Requests that broke the tool-pairing rules."""
+    """Requests that broke the tool-pairing rules or left out the latest user message."""
+    system_changed: int = 0
+    """Requests whose system text differs from the trajectory's (``append_to_system``
+    placements do this on purpose; it also invalidates the provider's cache)."""
     costs: Mapping[str, RunCost] = field(default_factory=dict)
     """The replay priced by each pricing model."""
     error: str | None = None
@@ -279,7 +282,7 @@ def _replay(
     strategy = build_strategy(strategy_name, env)
     strategy.reset()
     history: list[BaseMessage] = []
-    calls = internal = violations = 0
+    calls = internal = violations = system_changed = 0
     try:
         for message in trajectory.messages:
             if isinstance(message, AIMessage) and history:
@@ -292,12 +295,9 @@ def _replay(
                         meter.internal(call.prompt, output_tokens=call.completion_tokens, at=at)
                 output = env.counter.count_message(message)
                 meter.answer(model_input, output_tokens=output, at=at)
-                violations += bool(tool_pairing_violations(model_input))
-                system = trajectory.messages[0]
-                if model_input[0].content != system.content or not any(
-                    isinstance(m, HumanMessage) for m in model_input
-                ):
-                    violations += 1  # system text changed or no user message left
+                latest = any(isinstance(m, HumanMessage) for m in model_input)
+                violations += bool(tool_pairing_violations(model_input)) or not latest
+                system_changed += model_input[0].content != trajectory.messages[0].content
                 calls += 1
             history.append(message)
     except Exception as exc:
@@ -310,9 +310,12 @@ def _replay(
             calls,
             internal,
             violations,
+            system_changed,
             error=f"{type(exc).__name__}: {exc}",
         )
-    return AgentRun(strategy_name, trajectory.name, calls, internal, violations, meter.costs())
+    return AgentRun(
+        strategy_name, trajectory.name, calls, internal, violations, system_changed, meter.costs()
+    )
 
 
 def run_agent_workload(

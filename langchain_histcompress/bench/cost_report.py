@@ -126,10 +126,12 @@ def markdown_cost_table(result: BenchResult, conversation: str | None = None) ->
 def agent_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     """Agent workload: per strategy, failures, calls, tool-pairing breaks, savings per pricing.
 
-    ``worse`` counts the trajectories on which the strategy cost more than the full history
+    ``broken`` counts requests breaking the tool-pairing rules or without a user message,
+    ``sys changed`` requests whose system text differs from the trajectory's; ``worse`` counts
+    the trajectories on which the strategy cost more than the full history
     under at least one pricing model.
     """
-    header = ["strategy", "failed", "internal", "broken", "worse"]
+    header = ["strategy", "failed", "internal", "broken", "sys changed", "worse"]
     header += [f"savings @ {name}" for name in REPORTED_PRICINGS]
     agent = result.agent
     rows: list[list[str]] = []
@@ -153,6 +155,7 @@ def agent_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
             f"{len(agent.failures(strategy))}/{len(runs)}",
             f"{sum(r.internal_calls for r in runs):,}",
             f"{sum(r.violations for r in runs):,}",
+            f"{sum(r.system_changed for r in runs):,}",
             str(len(worse)),
         ]
         for name in REPORTED_PRICINGS:
@@ -211,6 +214,7 @@ def agent_to_dict(result: BenchResult) -> dict[str, Any] | None:
                 "internal_calls": sum(r.internal_calls for r in agent.runs_of(s)),
                 "answering_calls": sum(r.calls for r in agent.runs_of(s)),
                 "tool_pairing_violations": sum(r.violations for r in agent.runs_of(s)),
+                "system_text_changed": sum(r.system_changed for r in agent.runs_of(s)),
                 "costs": {name: _figures_dict(agent.cost(s, name)) for name in REPORTED_PRICINGS},
             }
             for s in agent.strategies

@@ -722,7 +722,8 @@ def readme_section(result: BenchResult) -> str:
             "",
             f"Agent workload ({len(result.agent.trajectories)} tau-bench trajectories, UUID "
             "message ids, tool definitions in the prompt; failed = trajectories the strategy "
-            "raised on, broken = requests breaking the tool-pairing rules, worse = "
+            "raised on, broken = requests breaking the tool-pairing rules, sys changed = "
+            "requests whose system text was changed, worse = "
             "trajectories costing more than the full history under some pricing model):",
             "",
             markdown_agent_table(result),

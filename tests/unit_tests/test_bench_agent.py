@@ -124,7 +124,7 @@ def test_bench_replays_the_agent_workload_beside_locomo(tmp_path: Path) -> None:
     assert full is not None and full.savings == 0.0
     assert all(r.calls == 4 and not r.error for r in result.agent.runs)
     header, rows = agent_rows(result)
-    assert header[:5] == ["strategy", "failed", "internal", "broken", "worse"]
+    assert header[:6] == ["strategy", "failed", "internal", "broken", "sys changed", "worse"]
     assert rows[0][:4] == ["full", "0/3", "0", "0"]
     assert "3 tau-bench trajectories" in format_agent_table(result)
     data = result_to_dict(result)["costs"]["agent_workload"]
