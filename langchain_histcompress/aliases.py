@@ -33,7 +33,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 __all__ = ["SHORT_ID_CHARS", "IdAliases"]
 
-SHORT_ID_CHARS = 8
+SHORT_ID_CHARS = 16
 """Ids this short are shown as they are."""
 
 
