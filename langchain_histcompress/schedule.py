@@ -22,6 +22,10 @@ the summarizer's cap), ``D = F - (S' - S)`` the tokens every later request stops
 - saving: ``D`` tokens on each of the next ``horizon`` requests, the first at ``w`` when cold
   (``r`` when warm), the others at ``r``.
 
+A fold is chosen only when its expected saving is at least ``payback_factor`` (2) times its
+cost: the horizon below is a median estimate, so half of all conversations end sooner than it
+says, and a fold that barely pays on the median loses on them.
+
 The horizon is how many requests the folded rounds would otherwise ride along before the next
 chance to fold: the mean number of rounds between two cold starts seen in the pending rounds
 when timestamps tell, else the number of rounds so far (a conversation is expected to go on
@@ -81,6 +85,8 @@ class FoldDecision:
     """Why."""
     net_saving: float
     """Expected saving minus cost, in uncached input tokens (0.0 when not folding)."""
+    cost: float = 0.0
+    """Expected cost of the fold (call and cache penalty), in uncached input tokens."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,8 @@ class FoldSchedule:
     """Tokens of the summarizer's instructions and framing, paid on every call."""
     retain_rounds: int = 1
     """Newest rounds never folded (the latest round always stays)."""
+    payback_factor: float = 2.0
+    """How many times its cost a fold must be expected to save."""
     verbatim_floor: int | None = None
     """Smallest preamble + kept rounds (in tokens) a fold may leave; ``None``
     for the provider's ``min_cached_tokens`` when it caches, else 0."""
@@ -121,6 +129,10 @@ class FoldSchedule:
             or self.retain_rounds < 1
         ):
             msg = f"retain_rounds must be an integer >= 1, got {self.retain_rounds!r}"
+            raise ConfigurationError(msg)
+        factor = self.payback_factor
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1:
+            msg = f"payback_factor must be a number >= 1, got {factor!r}"
             raise ConfigurationError(msg)
         floor = self.verbatim_floor
         if floor is not None and (
@@ -162,10 +174,10 @@ class FoldSchedule:
             >>> from langchain_histcompress.pricing import PRICING_MODELS
             >>> schedule = FoldSchedule(pricing=PRICING_MODELS["openai-90"], summary_tokens=128)
             >>> rounds = [150] * 20
-            >>> warm = schedule.decide(fixed_tokens=60, summary_tokens=128, round_tokens=rounds,
-            ...                        cold=False, horizon=10)
-            >>> cold = schedule.decide(fixed_tokens=60, summary_tokens=128, round_tokens=rounds,
-            ...                        cold=True, horizon=10)
+            >>> state = dict(fixed_tokens=60, summary_tokens=128, round_tokens=rounds,
+            ...              horizon=10, rounds_so_far=100)
+            >>> warm = schedule.decide(cold=False, **state)
+            >>> cold = schedule.decide(cold=True, **state)
             >>> warm.rounds, cold.rounds, cold.reason
             (0, 13, 'cold')
         """
@@ -192,9 +204,11 @@ class FoldSchedule:
             penalty = 0.0 if cold else (new_summary + kept) * max(0.0, write - read)
             first = write if cold else read
             saving = reduction * (first + read * (horizon - 1))
-            net = saving - call - penalty
-            if net > best.net_saving:
-                best = FoldDecision(k, "cold" if cold and pricing.caches else "payback", net)
+            cost = call + penalty
+            net = saving - cost
+            if saving >= self.payback_factor * cost and net > best.net_saving:
+                reason: FoldReason = "cold" if cold and pricing.caches else "payback"
+                best = FoldDecision(k, reason, net, cost)
         return best
 
 

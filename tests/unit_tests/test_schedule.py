@@ -51,6 +51,7 @@ def test_unknown_pricing_name_is_rejected() -> None:
         ("instruction_tokens", -1, "instruction_tokens must be an integer >= 0"),
         ("retain_rounds", 0, "retain_rounds must be an integer >= 1"),
         ("verbatim_floor", -5, "verbatim_floor must be None or an integer >= 0"),
+        ("payback_factor", 0.5, "payback_factor must be a number >= 1"),
         ("pricing", "openai-90", "pricing must be a PricingModel"),
     ],
 )
@@ -139,6 +140,8 @@ def test_a_chosen_fold_is_expected_to_pay_and_respects_floor_and_retention(
     assert 0 <= decision.rounds <= max(0, len(rounds) - 2)
     if decision.rounds:
         assert decision.net_saving > 0
+        saving = decision.net_saving + decision.cost
+        assert saving >= schedule.payback_factor * decision.cost - 1e-6
         assert 50 + sum(rounds[decision.rounds :]) >= schedule.floor
     else:
         assert decision.reason == "none"
