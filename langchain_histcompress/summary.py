@@ -580,8 +580,8 @@ def build_summary_prompt(
     Example:
         >>> from langchain_core.messages import HumanMessage
         >>> prompt = build_summary_prompt([HumanMessage("hi", id="h1")])
-        >>> print(prompt[1].content.splitlines()[3])  # ids shown as short aliases
-        <message id="m1" role="user">hi</message>
+        >>> print(prompt[1].content.splitlines()[3])
+        <message id="h1" role="user">hi</message>
     """
     cfg = config or SummarizationConfig()
     parts = [_BASE_INSTRUCTIONS.format(max_tokens=cfg.max_summary_tokens)]
