@@ -241,8 +241,9 @@ def _bench(args: argparse.Namespace) -> int:
             return _fail(f"cannot update {args.readme}: {exc}")
     sys.stdout.write(format_table(result) + "\n\n")
     sys.stdout.write(format_cost_table(result) + "\n\n")
-    if result.agent is not None:
-        sys.stdout.write(format_agent_table(result) + "\n\n")
+    agent_table = format_agent_table(result)
+    if agent_table:
+        sys.stdout.write(agent_table + "\n\n")
     for kind, path in written.items():
         sys.stdout.write(f"{kind}: {path}\n")
     return _bench_exit_code(result.failed_strategies(), tolerate=args.tolerate_failures)

@@ -677,12 +677,6 @@ register_strategy(
     requires=("langchain_histcompress.compressor",),
 )
 register_strategy(
-    "round_compression_cost",
-    lambda env: _compressor(env, rounds_to_compress=2, rounds_to_retain=3, pricing="openai-90"),
-    "RoundCompressor folding by cost under OpenAI 90%-off caching (schedule.FoldSchedule)",
-    requires=("langchain_histcompress.compressor",),
-)
-register_strategy(
     "round_compression_5_10",
     lambda env: _compressor(env, rounds_to_compress=5, rounds_to_retain=10),
     "RoundCompressor: fold 5 rounds once 5 + 10 are pending, keep 10 verbatim",
@@ -692,6 +686,12 @@ register_strategy(
     "thread_summary",
     _thread_summary,
     "thread_summarizer: running summary updated after every exchange",
+    requires=("langchain_histcompress.compressor",),
+)
+register_strategy(
+    "round_compression_cost",
+    lambda env: _compressor(env, rounds_to_compress=2, rounds_to_retain=3, pricing="openai-90"),
+    "RoundCompressor folding by cost under OpenAI 90%-off caching (schedule.FoldSchedule)",
     requires=("langchain_histcompress.compressor",),
 )
 register_strategy(
