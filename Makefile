@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS ?= postgres,agents,bench,test
 LOCOMO ?= ../shared/data/locomo
+TAU_BENCH ?= ../shared/data/tau-bench
 
 .PHONY: install lint typecheck unit integration notebooks test test-embeddings demo bench \
 	bench-readme clean
@@ -63,11 +64,11 @@ demo: install
 
 # Figures, JSON, Markdown and plots go to bench-out/; README.md is left alone.
 bench: install
-	$(BIN)/histcompress bench --data $(LOCOMO) --out bench-out --faces
+	$(BIN)/histcompress bench --data $(LOCOMO) --agent-data $(TAU_BENCH) --out bench-out --faces
 
 # The same run, also writing the figures between the README's bench markers.
 bench-readme: install
-	$(BIN)/histcompress bench --data $(LOCOMO) --out bench-out --readme README.md --faces
+	$(BIN)/histcompress bench --data $(LOCOMO) --agent-data $(TAU_BENCH) --out bench-out --readme README.md --faces
 
 clean:
 	rm -rf $(VENV) $(EMB_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis bench-out

@@ -50,6 +50,15 @@ from langchain_histcompress.nodes import (
     build_model_input,
     summary_from_state,
 )
+from langchain_histcompress.pricing import (
+    Bill,
+    PricingModel,
+    PromptCache,
+    PromptRequest,
+    RequestCost,
+    encode_request,
+    price_requests,
+)
 from langchain_histcompress.reducers import (
     HistoryReducer,
     MaxTokensReducer,
@@ -125,6 +134,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BM25FactRetriever",
     "BM25TurnRetriever",
+    "Bill",
     "BudgetError",
     "BuiltContext",
     "CompressingChatMessageHistory",
@@ -152,7 +162,11 @@ __all__ = [
     "InvalidHistoryError",
     "MaxTokensReducer",
     "MiniLMEmbeddings",
+    "PricingModel",
+    "PromptCache",
+    "PromptRequest",
     "RepairedHistory",
+    "RequestCost",
     "Round",
     "RoundCompressionMiddleware",
     "RoundCompressionNode",
@@ -177,10 +191,12 @@ __all__ = [
     "create_compact_history_retriever",
     "create_conversational_rag_chain",
     "create_history_rephraser",
+    "encode_request",
     "ensure_ids",
     "is_pinned",
     "is_summary_message",
     "merge_facts",
+    "price_requests",
     "repair_history",
     "split_rounds",
     "split_units",

@@ -124,6 +124,11 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "--no-plots", action="store_true", help="skip the PNG plots (they need matplotlib)"
     )
     bench.add_argument(
+        "--agent-data",
+        metavar="DIR",
+        help="tau-bench folder replayed as the agent workload (skipped when absent)",
+    )
+    bench.add_argument(
         "--summary-tokens",
         type=int,
         default=None,
@@ -188,6 +193,7 @@ def _preflight(args: argparse.Namespace, names: tuple[str, ...]) -> tuple[str, .
 
 
 def _bench(args: argparse.Namespace) -> int:
+    from langchain_histcompress.bench.cost_report import format_agent_table, format_cost_table
     from langchain_histcompress.bench.report import (
         format_table,
         readme_section,
@@ -214,6 +220,7 @@ def _bench(args: argparse.Namespace) -> int:
             model=args.model,
             quick=args.quick,
             faces=args.faces,
+            agent_data=Path(args.agent_data) if args.agent_data else None,
             **extra,
         )
         config.strategy_names()
@@ -233,6 +240,10 @@ def _bench(args: argparse.Namespace) -> int:
         except (OSError, ConfigurationError) as exc:
             return _fail(f"cannot update {args.readme}: {exc}")
     sys.stdout.write(format_table(result) + "\n\n")
+    sys.stdout.write(format_cost_table(result) + "\n\n")
+    agent_table = format_agent_table(result)
+    if agent_table:
+        sys.stdout.write(agent_table + "\n\n")
     for kind, path in written.items():
         sys.stdout.write(f"{kind}: {path}\n")
     return _bench_exit_code(result.failed_strategies(), tolerate=args.tolerate_failures)

@@ -79,6 +79,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_histcompress._model_edge import submit_to_worker
 from langchain_histcompress.coverage import covers_all
 from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
+from langchain_histcompress.pricing import PRICING_MODELS, PricingModel
 from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import (
     ACCEPTED_KINDS,
@@ -92,6 +93,7 @@ from langchain_histcompress.rounds import (
     split_units,
     validate_history,
 )
+from langchain_histcompress.schedule import FoldSchedule, cache_horizon
 from langchain_histcompress.summary import (
     RunningSummary,
     Summarizer,
@@ -126,7 +128,7 @@ Placement = Literal["system_message", "append_to_system"]
 """Where the summary goes in the view: its own ``SystemMessage`` right after the preamble, or
 appended to a copy of the preamble's last system message."""
 
-TriggerReason = Literal["rounds", "tokens", "idle_gap", "oversized_round", "trigger"]
+TriggerReason = Literal["rounds", "tokens", "idle_gap", "oversized_round", "trigger", "cost"]
 """Why a compression was planned."""
 
 OnInvalidHistory = Literal["repair", "raise"]
@@ -778,6 +780,12 @@ class RoundCompressor:
         timestamp_getter: Reads a message's time (default `message_timestamp`).
         max_round_tokens: Fold the older tool groups of the latest round when that round alone
             exceeds this many tokens.
+        pricing: A `pricing.PricingModel` (or a preset name of ``pricing.PRICING_MODELS``)
+            to fold by cost instead of by round count: `schedule.FoldSchedule` folds the
+            backlog in one call only when that is expected to cost less than re-sending it
+            under the provider's prompt cache (cold cache after a pause longer than its
+            lifetime; ``rounds_to_retain`` newest rounds and a cacheable floor always kept).
+            ``None`` (default) keeps the round-count trigger.
         max_calls_per_compress: Upper bound on summarizer calls per ``compress``; a larger
             backlog stays verbatim and the next call continues.
         max_summary_tokens: Cap on the summary's tokens; longer answers are retried.
@@ -848,8 +856,12 @@ class RoundCompressor:
         sleep: Callable[[float], None] | None = None,
         async_sleep: Callable[[float], Awaitable[None]] | None = None,
         clock: Callable[[], datetime] | None = None,
+        pricing: PricingModel | str | None = None,
     ) -> None:
         """Validate the configuration (see the class docstring)."""
+        if isinstance(pricing, str) and pricing not in PRICING_MODELS:
+            msg = f"unknown pricing {pricing!r}; presets: {', '.join(PRICING_MODELS)}"
+            raise ConfigurationError(msg)
         _check_int("rounds_to_compress", rounds_to_compress, 1)
         _check_int("rounds_to_retain", rounds_to_retain, 0)
         _check_int("max_calls_per_compress", max_calls_per_compress, 1)
@@ -916,6 +928,13 @@ class RoundCompressor:
         self.max_round_tokens = max_round_tokens
         self.max_calls_per_compress = max_calls_per_compress
         self.on_invalid_history: OnInvalidHistory = on_invalid_history
+        self.schedule: FoldSchedule | None = None
+        if pricing is not None:
+            self.schedule = FoldSchedule(
+                pricing=PRICING_MODELS[pricing] if isinstance(pricing, str) else pricing,
+                summary_tokens=max_summary_tokens,
+                retain_rounds=max(rounds_to_retain, 1),
+            )
 
     @property
     def token_counter(self) -> TokenCounter:
@@ -992,8 +1011,9 @@ class RoundCompressor:
     def _summary_messages(self, summary: RunningSummary | None) -> list[BaseMessage]:
         return [] if summary is None else view([], summary, placement="system_message")
 
-    def _idle(self, parts: _Parts) -> bool:
-        assert self.idle_gap is not None
+    def _idle(self, parts: _Parts, gap: timedelta | None = None) -> bool:
+        gap = gap or self.idle_gap
+        assert gap is not None
         tail = parts.tail
         latest = next(
             (i for i in range(len(tail) - 1, -1, -1) if isinstance(tail[i], HumanMessage)), None
@@ -1015,8 +1035,27 @@ class RoundCompressor:
         for message in earlier:
             before = _to_datetime(self.timestamp_getter(message))
             if before is not None:
-                return resumed - before > self.idle_gap
+                return resumed - before > gap
         return False
+
+    def _scheduled(
+        self, parts: _Parts, pending: Sequence[Round], summary: RunningSummary | None
+    ) -> int:
+        """Rounds the cost schedule folds now (see `schedule.FoldSchedule`)."""
+        schedule = self.schedule
+        assert schedule is not None
+        lifetime = schedule.pricing.cache_lifetime
+        times = [_to_datetime(self.timestamp_getter(r.messages[0])) for r in pending]
+        so_far = len(pending) + (summary.rounds_covered if summary else 0)
+        decision = schedule.decide(
+            fixed_tokens=sum(message_costs(self.token_counter, parts.preamble)),
+            summary_tokens=self.token_counter([SystemMessage(summary.text)]) if summary else 0,
+            round_tokens=self._costs(pending),
+            cold=self._idle(parts, timedelta(seconds=lifetime)),
+            horizon=cache_horizon(times, lifetime=lifetime, rounds_so_far=so_far),
+            rounds_so_far=so_far,
+        )
+        return decision.rounds
 
     def _oversized_fold(self, latest: Round) -> CompressionChunk | None:
         limit = self.max_round_tokens
@@ -1078,7 +1117,11 @@ class RoundCompressor:
         eligible = max(len(pending) - retain, 0)
         due = 0
         reasons: list[TriggerReason] = []
-        if self.compress_on_rounds and eligible >= step:
+        if self.schedule is not None:
+            due = self._scheduled(parts, pending, summary)
+            if due:
+                reasons.append("cost")
+        elif self.compress_on_rounds and eligible >= step:
             due = eligible // step * step
             reasons.append("rounds")
         if self.compression_threshold_tokens is not None and eligible:
@@ -1099,6 +1142,8 @@ class RoundCompressor:
                 due = max(due, needed)
                 reasons.append("trigger")
             sizes = self.trigger.chunk_sizes(self._costs(pending[:due]), due)
+        elif self.schedule is not None:
+            sizes = [due] if due else []  # the whole backlog in one call
         else:
             sizes = [min(step, due - start) for start in range(0, due, step)]
         starts = list(itertools.accumulate(sizes, initial=0))

@@ -84,10 +84,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress.errors import BudgetError, ConfigurationError, InvalidHistoryError
 from langchain_histcompress.facts import Fact, facts_from_state
+from langchain_histcompress.layout import PromptLayout, arrange, check_layout
 from langchain_histcompress.render import (
     ROLE_NAMES,
     escape_data,
@@ -284,6 +285,26 @@ def _data_message(data: _Data, data_format: DataFormat = "compact") -> SystemMes
     content = "\n".join(sections)
     digest = hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
     return SystemMessage(content, id=f"histcompress-context-{digest}", additional_kwargs=kwargs)
+
+
+def _data_messages(
+    data: _Data, data_format: DataFormat, layout: PromptLayout
+) -> tuple[BaseMessage | None, BaseMessage | None]:
+    """The (stable, volatile) data messages of ``layout`` (see ``layout``).
+
+    ``"data_first"`` gives one message with everything; ``"cache_stable"`` gives the summary
+    alone, then facts and retrieved turns in a user-role message placed just before the
+    current round (a system message there is not accepted by every provider).
+    """
+    if layout == "data_first":
+        return _data_message(data, data_format), None
+    stable = _data_message(_Data(summary=data.summary), data_format)
+    block = _data_message(_Data(None, data.facts, data.turns), data_format)
+    if block is None:
+        return stable, None
+    return stable, HumanMessage(
+        block.content, id=block.id, additional_kwargs=block.additional_kwargs
+    )
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
@@ -529,6 +550,10 @@ class ContextBuilder:
         evidence_retriever: Ranks facts and raw messages together (replaces
             ``fact_retriever`` and ``turn_retriever``).
         data_format: ``"compact"`` or ``"xml"`` rendering of facts and retrieved messages.
+        layout: ``"data_first"`` (default: one data message right after the preamble) or
+            ``"cache_stable"`` (the summary after the preamble, facts and retrieved turns
+            just before the current round, so that a provider's prompt cache keeps the
+            verbatim rounds; see ``layout``).
 
     Raises:
         ConfigurationError: A parameter is invalid.
@@ -562,8 +587,10 @@ class ContextBuilder:
         summary_budget_ratio: float = 0.25,
         evidence_retriever: EvidenceRetriever | None = None,
         data_format: DataFormat = "compact",
+        layout: PromptLayout = "data_first",
     ) -> None:
         """Validate and store the configuration (see the class docstring)."""
+        self.layout = check_layout(layout)
         self.max_context_tokens = _check_int("max_context_tokens", max_context_tokens, 1)
         self.top_k_facts = _check_int("top_k_facts", top_k_facts, 0)
         self.raw_turn_retrieval = _check_int("raw_turn_retrieval", raw_turn_retrieval, 0)
@@ -821,16 +848,16 @@ class ContextBuilder:
         pool = self._fact_pool(facts, now) if self.top_k_facts else []
 
         def compose(data: _Data, kept: int) -> tuple[list[BaseMessage], int]:
-            data_message = _data_message(data, self.data_format)
-            current_part = [*head, *(m for unit in tail for m in unit)]
+            stable, volatile = _data_messages(data, self.data_format, self.layout)
             omitted = len(rounds) - kept
-            out = [
-                *preamble,
-                *([data_message] if data_message else []),
-                *(m for i, m in pinned if i < omitted),
-                *win.messages(kept),
-                *current_part,
-            ]
+            out = arrange(
+                self.layout,
+                preamble=preamble,
+                stable=[stable] if stable else [],
+                verbatim=[*(m for i, m in pinned if i < omitted), *win.messages(kept)],
+                volatile=[volatile] if volatile else [],
+                current=[*head, *(m for unit in tail for m in unit)],
+            )
             return out, self.token_counter(out)
 
         # 2. everything verbatim, with only the data the history does not show, if it fits.
@@ -879,14 +906,14 @@ class ContextBuilder:
             raise InvalidHistoryError(violations)
         if len(rounds) - kept:
             logger.debug("context: %d older rounds left out", len(rounds) - kept)
-        shown_start = len(preamble) + (1 if data.size() else 0)
+        shown = [m for m in out[len(preamble) :] if not is_context_message(m)]
         return BuiltContext(
             messages=out,
             tokens=total,
             fact_ids=tuple(f.id for f in data.facts),
             fact_source_ids=tuple(dict.fromkeys(s for f in data.facts for s in f.source_ids)),
             retrieved_ids=tuple(str(m.id) for _, m in sorted(data.turns, key=lambda t: t[0])),
-            verbatim_ids=tuple(str(ided(m).id) for m in out[shown_start:]),
+            verbatim_ids=tuple(str(ided(m).id) for m in shown),
             summary_included=data.summary is not None,
             omitted_rounds=len(rounds) - kept,
             notes=tuple(dict.fromkeys(notes)),

@@ -68,6 +68,7 @@ from langchain_histcompress._model_edge import (
     run_steps,
     strip_think,
 )
+from langchain_histcompress.aliases import IdAliases
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.render import render_transcript, wrap_data
 from langchain_histcompress.rounds import ensure_ids, is_summary_message
@@ -1130,6 +1131,15 @@ def fact_output_cap(
     return max_output_tokens
 
 
+def _with_real_sources(op: FactOp, aliases: IdAliases) -> FactOp:
+    """``op`` with the prompt's id aliases in its ``source_ids`` mapped back to real ids."""
+    sources = op.fields.get("source_ids") if op.fields else None
+    if not sources:
+        return op
+    fields = {**op.fields, "source_ids": aliases.resolve_all(sources)}
+    return op.model_copy(update={"fields": fields})
+
+
 @dataclass(frozen=True)
 class _Call:
     prompt: list[BaseMessage]
@@ -1137,6 +1147,7 @@ class _Call:
     shown_ids: tuple[str, ...]
     message_ids: tuple[str, ...]
     now: datetime
+    aliases: IdAliases = field(default_factory=IdAliases)
 
 
 class FactExtractor:
@@ -1290,13 +1301,17 @@ class FactExtractor:
             return ExtractionResult(ExtractionReport(status="skipped"), current)
         transcript = render_transcript(shown_messages)
         shown = self._select_facts(current, transcript)
-        prompt = build_extraction_prompt(shown, shown_messages, instructions=self.instructions)
+        aliases = IdAliases.for_messages(shown_messages)
+        prompt = build_extraction_prompt(
+            shown, aliases.apply(shown_messages), instructions=self.instructions
+        )
         return _Call(
             prompt=prompt,
             facts=current,
             shown_ids=tuple(f.id for f in shown),
             message_ids=tuple(str(m.id) for m in shown_messages),
             now=when,
+            aliases=aliases,
         )
 
     @property
@@ -1327,12 +1342,13 @@ class FactExtractor:
         ops, rejected = parse_extraction_output(  # _MalformedOutputError: see _steps
             output,
             shown_fact_ids=call.shown_ids,
-            message_ids=call.message_ids,
+            message_ids=[str(call.aliases.alias(i)) for i in call.message_ids],
             max_ops=self.max_ops,
             max_content_chars=self.max_content_chars,
             ttl_by_type=self.ttl_by_type,
             now=call.now,
         )
+        ops = [_with_real_sources(op, call.aliases) for op in ops]
         rejected_dicts = tuple(r.to_dict() for r in rejected)
         if not ops and not rejected:
             report = ExtractionReport(

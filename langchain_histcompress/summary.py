@@ -75,6 +75,7 @@ from langchain_histcompress._model_edge import (
     run_steps,
     strip_think,
 )
+from langchain_histcompress.aliases import IdAliases
 from langchain_histcompress.coverage import CoveredIds, CoveredIdsField, as_covered_ids
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.render import escape_data, render_transcript, wrap_data
@@ -592,7 +593,8 @@ def build_summary_prompt(
         parts.append(cfg.instructions)
     data = [
         _previous_block(previous, previous_text),
-        f"<conversation>\n{render_transcript(messages)}\n</conversation>",
+        f"<conversation>\n{render_transcript(IdAliases.for_messages(messages).apply(messages))}"
+        "\n</conversation>",
         _format_instructions(cfg.profile),
     ]
     if rejection:

@@ -587,6 +587,69 @@ class TiktokenCounter:
             total += self.count_text(call_id) + TOKENS_PER_TOOL_CALL
         return total
 
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of ``text`` (special-token text encoded as ordinary text).
+
+        Example:
+            >>> len(TiktokenCounter().encode_text("hello world"))
+            2
+        """
+        return self._encode(text)
+
+    def encode_message(self, message: BaseMessage) -> list[int]:
+        """Token ids of one message as the provider reads them, ``count_message`` long.
+
+        Text is encoded exactly; the per-message framing, the name separator, the per-call
+        framing and image blocks are stand-in ids above the vocabulary (the provider's own
+        framing tokens are not public), so two encodings share a prefix exactly when the
+        provider's would. Used to simulate prompt caching (see ``pricing``).
+
+        Example:
+            >>> from langchain_core.messages import HumanMessage
+            >>> counter = TiktokenCounter()
+            >>> ids = counter.encode_message(HumanMessage("hello world"))
+            >>> len(ids) == counter.count_message(HumanMessage("hello world"))
+            True
+        """
+        start, sep, end, name_sep, call, image = (self._encoding.n_vocab + k for k in range(6))
+        calls = _calls(message)
+        ids = [start, *self._encode(_role(message)), sep]
+        content = message.content
+        if isinstance(content, str):
+            ids += self._encode(content)
+        else:
+            call_ids = {call_id for _, _, call_id in calls}
+            for block in content:
+                if isinstance(block, str):
+                    ids += self._encode(block)
+                    continue
+                kind, text = block.get("type"), block.get("text")
+                if kind in _TEXT_BLOCK_TYPES and isinstance(text, str):
+                    ids += self._encode(text)
+                elif kind in _IMAGE_BLOCK_TYPES:
+                    ids += [image] * self._image_tokens
+                elif kind != "tool_use" or block.get("id") not in call_ids:
+                    ids += self._encode(_dumps(block))
+        if message.name and not isinstance(message, ToolMessage):
+            ids += [name_sep, *self._encode(message.name)]
+        if isinstance(message, ToolMessage):
+            ids += self._encode(message.tool_call_id)
+        for name, arguments, call_id in calls:
+            ids += [call, *self._encode(name), call, *self._encode(arguments)]
+            ids += [call, *self._encode(call_id)]
+        ids.append(end)
+        return ids
+
+    def encode_reply_priming(self) -> list[int]:
+        """The ids closing every request (the start of the assistant's reply), 3 long.
+
+        Example:
+            >>> len(TiktokenCounter().encode_reply_priming())
+            3
+        """
+        start, sep = self._encoding.n_vocab, self._encoding.n_vocab + 1
+        return [start, *self._encode("assistant"), sep]
+
     def count_message(self, message: BaseMessage) -> int:
         """Count one message's tokens, reply priming excluded (see the formula above).
 

@@ -39,6 +39,15 @@ def prompt_ids(prompt: Sequence[BaseMessage]) -> list[str]:
     return _MESSAGE_ID.findall(str(prompt[-1].content))
 
 
+_MESSAGE_TEXT = re.compile(r"<message [^>]*>([^<]*)</message>")
+
+
+def prompt_message_texts(prompt: Sequence[BaseMessage]) -> list[str]:
+    """Texts of the conversation messages shown in a summary or extraction prompt (long
+    ids are shown as aliases there, texts as they are)."""
+    return _MESSAGE_TEXT.findall(str(prompt[-1].content))
+
+
 def prompt_text(prompt: Sequence[BaseMessage]) -> str:
     """Every message of a prompt as one text, one message a line."""
     return "\n".join(str(m.content) for m in prompt)

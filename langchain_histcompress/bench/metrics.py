@@ -80,6 +80,8 @@ class ModelCall:
     """tiktoken count of the prompt, beside a reported figure (ledgers with ``estimate``)."""
     estimated_completion_tokens: int | None = None
     """tiktoken count of the answer, beside a reported figure (ledgers with ``estimate``)."""
+    prompt: tuple[BaseMessage, ...] = field(default=(), repr=False, compare=False)
+    """The messages sent (to price the call under prompt caching, ``bench.costs``)."""
 
     @property
     def billed(self) -> int:
@@ -179,6 +181,7 @@ class UsageLedger(BaseCallbackHandler):
             time.perf_counter() - start,
             reported=reported,
             cached_tokens=cached,
+            prompt=tuple(prompt),
             estimated_prompt_tokens=estimated_prompt if reported else None,
             estimated_completion_tokens=estimated_completion if reported else None,
         )

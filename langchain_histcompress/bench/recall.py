@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from langchain_core.messages import BaseMessage
 
+from langchain_histcompress.bench.coverage import answer_covered
 from langchain_histcompress.bench.locomo import QAItem
 
 __all__ = [
@@ -76,6 +77,9 @@ class QuestionRecall:
     """Evidence ids present neither way."""
     context_tokens: int
     """Token count of the context."""
+    answer_covered: bool | None = None
+    """The normalized gold answer appears in the context (``bench.coverage``); ``None``
+    when the question has no gold answer."""
 
     @property
     def hit(self) -> bool:
@@ -105,6 +109,7 @@ def score_question(qa: QAItem, context: QuestionContext, *, context_tokens: int)
         via_fact=via_fact,
         missing=missing,
         context_tokens=context_tokens,
+        answer_covered=answer_covered(qa.answer, context.messages, question=qa.question),
     )
 
 
@@ -122,11 +127,20 @@ class RecallSummary:
     """Category -> (hits, questions)."""
     via_fact_hits: int = 0
     """Hits that needed at least one fact (not all evidence verbatim)."""
+    answered: int = 0
+    """Questions with a gold answer (the base of answer coverage)."""
+    answers_covered: int = 0
+    """Questions whose gold answer appears in the context (``bench.coverage``)."""
 
     @property
     def recall(self) -> float:
         """``hits / questions`` (0.0 without questions)."""
         return self.hits / self.questions if self.questions else 0.0
+
+    @property
+    def answer_coverage(self) -> float:
+        """``answers_covered / answered`` (0.0 without answers)."""
+        return self.answers_covered / self.answered if self.answered else 0.0
 
 
 def summarize_recall(results: Iterable[QuestionRecall]) -> RecallSummary:
@@ -151,4 +165,6 @@ def summarize_recall(results: Iterable[QuestionRecall]) -> RecallSummary:
         mean_context_tokens=tokens / len(items) if items else 0.0,
         by_category=dict(sorted(by_category.items())),
         via_fact_hits=sum(1 for i in items if i.hit and i.via_fact),
+        answered=sum(1 for i in items if i.answer_covered is not None),
+        answers_covered=sum(1 for i in items if i.answer_covered),
     )

@@ -62,8 +62,8 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -83,6 +83,7 @@ __all__ = [
     "ReplayChatModel",
     "build_fact_operations",
     "build_running_summary",
+    "counted_reply",
     "detect_prompt_kind",
     "read_prompt",
     "render_fact_operations",
@@ -153,6 +154,8 @@ class PromptView:
     """Ids of turns already covered by a previous summary quoted in the prompt."""
     complete_sessions: frozenset[int]
     """Sessions whose file summary is quoted in the prompt (finished earlier)."""
+    shown_as: Mapping[str, str] = field(default_factory=dict)
+    """Turn id -> the id the prompt shows for it, when it shows an alias (``m1``)."""
 
 
 class _Index:
@@ -173,6 +176,7 @@ class _Index:
 
 def _read_with_index(messages: Sequence[BaseMessage], index: _Index) -> PromptView:
     shown: set[str] = set()
+    shown_as: dict[str, str] = {}
     instructions: list[str] = []
     texts: list[str] = []
     last = -1
@@ -188,7 +192,8 @@ def _read_with_index(messages: Sequence[BaseMessage], index: _Index) -> PromptVi
             if found is not None:
                 candidate = _base_id(html.unescape(found.group(1)))
                 turn_id = candidate if candidate in index.position else None
-            elif (element := _PLAIN_ELEMENT.match(text, tag.start())) is not None:
+            if turn_id is None and (element := _PLAIN_ELEMENT.match(text, tag.start())):
+                # no id, or a prompt alias (``m1``): find the turn by its text
                 options = index.by_text.get(html.unescape(element.group(2)).strip(), [])
                 later = [o for o in options if index.position[o] > last]
                 chosen = later or options
@@ -196,6 +201,8 @@ def _read_with_index(messages: Sequence[BaseMessage], index: _Index) -> PromptVi
             if turn_id is not None:
                 shown.add(turn_id)
                 last = index.position[turn_id]
+                if found is not None and _base_id(html.unescape(found.group(1))) != turn_id:
+                    shown_as[turn_id] = html.unescape(found.group(1))
         instructions.append(_PLAIN_ELEMENT.sub("", text))
     normalized = _normalize("\n".join(texts))
     complete = frozenset(n for n, s in index.summaries if s and s in normalized)
@@ -211,6 +218,7 @@ def _read_with_index(messages: Sequence[BaseMessage], index: _Index) -> PromptVi
         shown_ids=tuple(sorted(shown, key=index.position.__getitem__)),
         carried_ids=frozenset(carried),
         complete_sessions=complete,
+        shown_as=shown_as,
     )
 
 
@@ -412,6 +420,8 @@ class ReplayChatModel(BaseChatModel):
             operations = build_fact_operations(
                 self.conversation, view.shown_ids, confidence=self.fact_confidence
             )
+            for operation in operations:  # answer with the ids the prompt showed
+                operation["source_ids"] = [view.shown_as.get(i, i) for i in operation["source_ids"]]
             return render_fact_operations(operations)
         text = build_running_summary(
             self.conversation,
@@ -431,14 +441,25 @@ class ReplayChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        reply = self.reply_for(messages)
-        counter = self._counter()
-        prompt_tokens = counter.count_messages(messages)
-        completion_tokens = counter.count_text(reply)
-        usage = UsageMetadata(
-            input_tokens=prompt_tokens,
-            output_tokens=completion_tokens,
-            total_tokens=prompt_tokens + completion_tokens,
-        )
-        message = AIMessage(reply, usage_metadata=usage)
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return counted_reply(self.reply_for(messages), messages, self._counter())
+
+
+def counted_reply(
+    reply: str, prompt: Sequence[BaseMessage], counter: TiktokenCounter
+) -> ChatResult:
+    """A chat result answering ``prompt`` with ``reply``, its usage counted by ``counter``.
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> result = counted_reply("yo", [HumanMessage("hi")], TiktokenCounter())
+        >>> result.generations[0].message.usage_metadata["output_tokens"]
+        1
+    """
+    prompt_tokens = counter.count_messages(prompt)
+    completion_tokens = counter.count_text(reply)
+    usage = UsageMetadata(
+        input_tokens=prompt_tokens,
+        output_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+    )
+    return ChatResult(generations=[ChatGeneration(message=AIMessage(reply, usage_metadata=usage))])

@@ -15,6 +15,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from langchain_histcompress.bench.cost_report import (
+    COST_DEFINITIONS,
+    cost_to_dict,
+    markdown_agent_table,
+    markdown_cost_table,
+    pricing_assumptions_markdown,
+    write_cost_plot,
+)
 from langchain_histcompress.bench.faces import write_face_reports
 from langchain_histcompress.bench.metrics import ReplayFigures
 from langchain_histcompress.bench.recall import RecallSummary
@@ -47,6 +55,9 @@ DEFINITIONS: dict[str, str] = {
     "evidence recall": "share of category 1-4 questions whose evidence turns are all in the "
     "context built for the question, verbatim or through a fact sourced from them; a summary "
     "covering a turn does not count",
+    "answer coverage": "share of category 1-4 questions whose normalized gold answer "
+    "appears in the context built for the question (summary and facts included, the question "
+    "left out); an upper bound that credits what a summary keeps",
     "context tokens": "mean token count of the question contexts (question included)",
     "overhead": "wall time of the strategy's own work per assistant turn, internal model time "
     "excluded: mean over the replay, and median over a few turns once the history holds "
@@ -64,6 +75,7 @@ _COLUMNS = (
     ("billed", ">"),
     ("savings", ">"),
     ("recall", ">"),
+    ("answer cov", ">"),
     ("ctx tokens", ">"),
     ("ms/turn", ">"),
 )
@@ -112,6 +124,7 @@ def _row(
         _tokens(figures.billed),
         _percent(figures.savings),
         _percent(recall.recall if recall else None),
+        _percent(recall.answer_coverage if recall and recall.answered else None),
         _tokens(recall.mean_context_tokens if recall else None),
         _ms(figures.overhead_ms_mean),
     ]
@@ -258,6 +271,9 @@ def _recall_dict(recall: RecallSummary | None) -> dict[str, Any] | None:
         "hits": recall.hits,
         "recall": recall.recall,
         "via_fact_hits": recall.via_fact_hits,
+        "answered": recall.answered,
+        "answers_covered": recall.answers_covered,
+        "answer_coverage": recall.answer_coverage,
         "mean_context_tokens": recall.mean_context_tokens,
         "by_category": {
             str(k): {"hits": h, "questions": n, "recall": h / n if n else 0.0}
@@ -335,6 +351,7 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
         "overhead": [asdict(o) for o in result.overhead],
         "incremental_counting": result.counting,
         "notes": list(result.notes),
+        "costs": cost_to_dict(result),
     }
 
 
@@ -379,6 +396,16 @@ def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = (
     if failures:
         lines.append("")
     lines += _internal_calls_markdown(result)
+    lines += [
+        "## Cost under prompt caching",
+        "",
+        markdown_cost_table(result),
+        "",
+        pricing_assumptions_markdown(),
+        "",
+    ]
+    if result.agent is not None:
+        lines += ["## Agent workload (tau-bench)", "", markdown_agent_table(result), ""]
     lines += ["## Strategies", ""]
     lines += [f"- `{s}`: {specs[s].description if s in specs else ''}" for s in result.strategies]
     lines.append("")
@@ -431,7 +458,7 @@ def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = (
         lines += [f"![{p.stem}]({p.name})" for p in plots]
         lines.append("")
     lines += ["## Definitions", ""]
-    lines += [f"- **{k}**: {v}." for k, v in DEFINITIONS.items()]
+    lines += [f"- **{k}**: {v}." for k, v in {**DEFINITIONS, **COST_DEFINITIONS}.items()]
     if result.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in result.notes]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -615,13 +642,17 @@ def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
     """Draw every PNG plot into ``out_dir`` and return their paths.
 
     Per conversation: `plot_tokens_per_call` and `plot_billed_vs_history`; once:
-    `plot_recall_vs_tokens`. Each plot answers one question and has its own function.
+    `plot_recall_vs_tokens` and the cost per pricing model (`cost_report.write_cost_plot`).
+    Each plot answers one question and has its own function.
     """
     written: list[Path] = []
     for conversation in result.conversations:
         written.append(plot_tokens_per_call(result, conversation, out_dir))
         written.append(plot_billed_vs_history(result, conversation, out_dir))
     written.append(plot_recall_vs_tokens(result, out_dir))
+    cost_plot = write_cost_plot(result, out_dir)
+    if cost_plot is not None:
+        written.append(cost_plot)
     return written
 
 
@@ -678,7 +709,25 @@ def readme_section(result: BenchResult) -> str:
         "| " + " | ".join(header) + " |",
         "| :--- | " + " | ".join("---:" for _ in header[1:]) + " |",
         *["| " + " | ".join(r) + " |" for r in rows],
+        "",
+        "Cost under prompt caching (savings against the full history priced the same way; "
+        "cached = share of prompt tokens read from the cache):",
+        "",
+        markdown_cost_table(result),
+        "",
+        pricing_assumptions_markdown(),
     ]
+    if result.agent is not None:
+        lines += [
+            "",
+            f"Agent workload ({len(result.agent.trajectories)} tau-bench trajectories, UUID "
+            "message ids, tool definitions in the prompt; failed = trajectories the strategy "
+            "raised on, broken = requests breaking the tool-pairing rules, sys changed = "
+            "requests whose system text was changed, worse = "
+            "trajectories costing more than the full history under some pricing model):",
+            "",
+            markdown_agent_table(result),
+        ]
     return "\n".join(lines)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
@@ -34,9 +34,20 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_histcompress._model_edge import InternalFailure, recording_failures
+from langchain_histcompress.bench.agent import TAU_BENCH_FILE, AgentResult, run_agent_workload
+from langchain_histcompress.bench.costs import (
+    CostFigures,
+    CostMeter,
+    RequestEncoder,
+    RunCost,
+    cost_figures,
+    stamped_messages,
+    turn_times,
+)
 from langchain_histcompress.bench.faces import FACES, FaceOverhead, measure_faces
 from langchain_histcompress.bench.locomo import LocomoConversation, find_locomo_files, load_locomo
 from langchain_histcompress.bench.metrics import (
+    ModelCall,
     OverheadFigure,
     ReplayFigures,
     TurnRecord,
@@ -82,6 +93,7 @@ BASELINE = "full"
 
 FULL_SIZES: tuple[int, ...] = (1_000, 10_000, 100_000)
 QUICK_SIZES: tuple[int, ...] = (1_000,)
+QUICK_AGENT_TRAJECTORIES = 20
 
 
 @dataclass(frozen=True)
@@ -123,6 +135,10 @@ class BenchConfig:
     """Also measure the overhead of every package face (see ``bench.faces``)."""
     face_turns: int = 30
     """Turns timed per face and size (10 when quick)."""
+    agent_data: Path | None = None
+    """tau-bench folder replayed as the agent workload (``bench.agent``); ``None`` to skip."""
+    agent_limit: int | None = None
+    """Trajectories replayed from ``agent_data`` (default all, 20 when quick)."""
 
     def __post_init__(self) -> None:
         """Validate sizes and budgets."""
@@ -190,6 +206,11 @@ class StrategyRun:
     """Internal calls (summarize / extract / rephrase) that gave up during the run: their
     strategy then went on without them (stale summary, missing facts, raw question)."""
 
+    costs: Mapping[str, RunCost] = field(default_factory=dict)
+    """The replay priced by each pricing model under prompt caching (``bench.costs``)."""
+    reported_cached_tokens: int | None = None
+    """Cached input tokens a real internal model reported (``None``: not reported)."""
+
 
 @dataclass(frozen=True)
 class InternalCallFigures:
@@ -239,6 +260,8 @@ class BenchResult:
     """Wall time of the whole run."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """Warnings worth reporting (e.g. strategies not installed)."""
+    agent: AgentResult | None = None
+    """The agent workload (``None`` when not run; see ``notes`` for why)."""
 
     def run(self, strategy: str, conversation: str) -> StrategyRun | None:
         """The run of ``strategy`` on ``conversation``."""
@@ -266,6 +289,20 @@ class BenchResult:
         if not runs or any(r is None or r.error or r.recall is None for r in runs):
             return None
         return summarize_recall(q for r in runs if r is not None for q in r.questions)
+
+    def cost(
+        self, strategy: str, pricing: str, conversation: str | None = None
+    ) -> CostFigures | None:
+        """Cost of ``strategy`` under ``pricing`` on one conversation or all (``bench.costs``)."""
+        names = [conversation] if conversation is not None else list(self.conversations)
+        runs = [self.run(strategy, name) for name in names]
+        if not runs or any(r is None or r.error or not r.costs for r in runs):
+            return None
+        base = [self.run(BASELINE, name) for name in names]
+        baselines = None
+        if all(b is not None and not b.error and b.costs for b in base):
+            baselines = [b.costs for b in base if b is not None]
+        return cost_figures([r.costs for r in runs if r is not None], pricing, baselines=baselines)
 
     def internal_calls(self, strategy: str) -> InternalCallFigures:
         """Failures and token usage of ``strategy``'s internal calls, over all conversations."""
@@ -395,11 +432,13 @@ def replay_strategy(
     ledger: UsageLedger,
     on_turn: Callable[[], None] | None = None,
     max_turns: int | None = None,
+    meter: CostMeter | None = None,
 ) -> StrategyRun:
     """Replay ``conversation`` through ``strategy``, then score recall.
 
     Errors are recorded in the run, and so are the internal calls that gave up
     (`StrategyRun.failures`). ``max_turns`` stops the replay after that many assistant turns.
+    With a ``meter``, every call is also priced under prompt caching, at the turn's time.
     """
     with recording_failures() as failures:
         run = _replay(
@@ -409,6 +448,7 @@ def replay_strategy(
             ledger=ledger,
             on_turn=on_turn,
             max_turns=max_turns,
+            meter=meter,
         )
     if failures:
         logger.warning(
@@ -428,12 +468,14 @@ def _replay(
     ledger: UsageLedger,
     on_turn: Callable[[], None] | None,
     max_turns: int | None,
+    meter: CostMeter | None,
 ) -> StrategyRun:
     strategy.reset()
+    times = turn_times(conversation) if meter is not None else {}
     history: list[BaseMessage] = [conversation.system_message()]
     turns: list[TurnRecord] = []
     try:
-        for message in conversation.messages():
+        for message in stamped_messages(conversation):
             if isinstance(message, AIMessage):
                 if max_turns is not None and len(turns) >= max_turns:
                     break
@@ -443,6 +485,8 @@ def _replay(
                 model_input = strategy.model_input(snapshot)
                 elapsed = time.perf_counter() - start
                 calls = tuple(ledger.since(mark))
+                if meter is not None:
+                    _price_turn(meter, model_input, message, calls, counter, times)
                 turns.append(
                     TurnRecord(
                         message_id=str(message.id),
@@ -476,7 +520,30 @@ def _replay(
         turns=tuple(turns),
         recall=summarize_recall(questions),
         questions=tuple(questions),
+        costs=meter.costs() if meter is not None else {},
+        reported_cached_tokens=meter.reported_cached_tokens if meter is not None else None,
     )
+
+
+def _price_turn(
+    meter: CostMeter,
+    model_input: Sequence[BaseMessage],
+    answer: BaseMessage,
+    calls: Sequence[ModelCall],
+    counter: TiktokenCounter,
+    times: Mapping[str, float],
+) -> None:
+    """Price a turn's internal calls, then its answering call, at the turn's time."""
+    at = times.get(str(answer.id), 0.0)
+    for call in calls:
+        if not call.failed:
+            meter.internal(
+                call.prompt,
+                output_tokens=call.completion_tokens,
+                at=at,
+                reported_cached=call.cached_tokens if call.reported else None,
+            )
+    meter.answer(model_input, output_tokens=counter.count_text(message_text(answer)), at=at)
 
 
 def _unique_names(conversations: Sequence[LocomoConversation]) -> list[LocomoConversation]:
@@ -528,6 +595,7 @@ def run_benchmark(
     face_units = len(FACES) * len(config.sizes) if config.faces else 0
     bar = ProgressBar(replay_units + overhead_units + face_units + 1, progress)
     runs: list[StrategyRun] = []
+    encoder = RequestEncoder(counter)
     for conversation in conversations:
         ledger = UsageLedger(counter, estimate=real_model is not None)
         internal = real_model or ReplayChatModel(
@@ -553,10 +621,12 @@ def run_benchmark(
                 ledger=ledger,
                 on_turn=bar.advance,
                 max_turns=config.max_turns,
+                meter=CostMeter(counter, encoder=encoder),
             )
             done = len(run.turns)
             bar.advance(_assistant_turns(conversation, config.max_turns) - done)
             runs.append(run)
+    agent = _agent(config, names, counter, bar, notes)
     overhead = _overhead(config, names, conversations[0], counter, bar)
     faces = _faces(config, conversations[0], counter, bar) if config.faces else []
     counting = None
@@ -576,6 +646,44 @@ def run_benchmark(
         faces=tuple(faces),
         seconds=time.perf_counter() - started,
         notes=tuple(notes),
+        agent=agent,
+    )
+
+
+def _agent(
+    config: BenchConfig,
+    names: Sequence[str],
+    counter: TiktokenCounter,
+    bar: ProgressBar,
+    notes: list[str],
+) -> AgentResult | None:
+    """Replay the agent workload when its folder is given and present."""
+    folder = config.agent_data
+    if folder is None:
+        return None
+    if not (folder / TAU_BENCH_FILE).is_file():
+        notes.append(f"agent workload skipped: {folder / TAU_BENCH_FILE} not found")
+        return None
+
+    def env(model: BaseChatModel) -> StrategyEnv:
+        return StrategyEnv(
+            counter=counter,
+            model=model,
+            budget_tokens=config.budget_tokens,
+            keep_messages=config.keep_messages,
+            summary_tokens=config.summary_tokens,
+            context_tokens=config.context_tokens,
+        )
+
+    limit = config.agent_limit or (QUICK_AGENT_TRAJECTORIES if config.quick else None)
+    return run_agent_workload(
+        folder,
+        names,
+        counter=counter,
+        make_env=env,
+        limit=limit,
+        summary_tokens=config.summary_tokens,
+        on_trajectory=lambda name: bar.advance(0, f"agent {name}"),
     )
 
 

@@ -376,6 +376,7 @@ class FactsStrategy(Strategy):
         raw_turns: bool = False,
         fact_retriever: Any = None,
         evidence_retriever: Any = None,
+        layout: str = "data_first",
     ) -> None:
         """Build the node and the builder.
 
@@ -387,6 +388,7 @@ class FactsStrategy(Strategy):
                 ``EvidenceRetriever`` (facts only; ``raw_turns`` then uses BM25 turns).
             evidence_retriever: The ``EvidenceRetriever`` ranking facts and turns (default:
                 BM25 with the environment's speaker names).
+            layout: ``ContextBuilder`` layout (``layout.PromptLayout``).
         """
         memory = importlib.import_module("langchain_histcompress.memory")
         context = importlib.import_module("langchain_histcompress.context")
@@ -405,6 +407,7 @@ class FactsStrategy(Strategy):
             top_k_facts=_AS_MANY_AS_FIT,
             raw_turn_retrieval=_AS_MANY_AS_FIT if raw_turns else 0,
             data_budget_ratio=DATA_BUDGET_RATIO,
+            layout=layout,
             fact_retriever=fact_retriever,
             evidence_retriever=None
             if fact_retriever is not None
@@ -686,6 +689,12 @@ register_strategy(
     requires=("langchain_histcompress.compressor",),
 )
 register_strategy(
+    "round_compression_cost",
+    lambda env: _compressor(env, rounds_to_compress=2, rounds_to_retain=3, pricing="openai-90"),
+    "RoundCompressor folding by cost under OpenAI 90%-off caching (schedule.FoldSchedule)",
+    requires=("langchain_histcompress.compressor",),
+)
+register_strategy(
     "facts",
     lambda env: FactsStrategy(env),
     "FactExtractionNode + ContextBuilder: facts ranked for the question, newest rounds",
@@ -707,7 +716,6 @@ register_strategy(
     "facts and old raw turns ranked together, newest rounds; no summary, no summarizer calls",
     requires=("langchain_histcompress.memory", "langchain_histcompress.context"),
 )
-
 register_strategy(
     "facts_minilm",
     _facts_minilm,

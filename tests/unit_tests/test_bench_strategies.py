@@ -115,7 +115,8 @@ def test_every_strategy_gives_a_valid_view_over_a_long_history(
             assert model_input[-1] is prefix[-1]  # the newest message is there, verbatim
         assert validate_history(model_input) == [] or name == "full"
         seen_shorter = seen_shorter or counter(model_input) < counter(prefix)
-    assert seen_shorter == (name != "full")
+    # folding by cost: a 120-message chat of short turns never repays a summarizer call
+    assert seen_shorter == (name not in {"full", "round_compression_cost"})
     question = HumanMessage("Who teaches Ana?", id="question-0")
     context = strategy.context_for_question(history, question)
     assert context.messages[-1] is question
@@ -127,7 +128,7 @@ def test_every_strategy_gives_a_valid_view_over_a_long_history(
     [
         n
         for n in available_strategies()
-        if n not in {"full", "truncation", "max_tokens", "trim_messages"}
+        if n not in {"full", "truncation", "max_tokens", "trim_messages", "round_compression_cost"}
     ],
 )
 def test_summarizing_strategies_call_the_internal_model(

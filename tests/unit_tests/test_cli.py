@@ -111,6 +111,7 @@ def test_tiny_file_produces_table_json_markdown_and_pngs(
         "bench.json",
         "bench.md",
         "billed_vs_history_tiny.png",
+        "cost_by_pricing.png",
         "recall_vs_tokens.png",
         "tokens_per_call_tiny.png",
     ]
@@ -271,7 +272,7 @@ def test_bench_help_lists_the_strategies_and_the_output_default(
 
 
 def _no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    from langchain_histcompress.bench import report, runner
+    from langchain_histcompress.bench import cost_report, report, runner
 
     seen: list[object] = []
 
@@ -290,6 +291,8 @@ def _no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     monkeypatch.setattr(runner, "run_benchmark", run)
     monkeypatch.setattr(report, "write_reports", write)
     monkeypatch.setattr(report, "format_table", lambda result: "table")
+    monkeypatch.setattr(cost_report, "format_cost_table", lambda result: "costs")
+    monkeypatch.setattr(cost_report, "format_agent_table", lambda result: "")
     return seen
 
 

@@ -1,0 +1,120 @@
+"""Short aliases for message and tool-call ids in prompts to the package's internal models.
+
+LangGraph gives messages UUID ids (36 characters, about 24 tokens) and providers give tool
+calls ids of 24+ characters; written into every ``<message id="...">`` element of a summarizer
+or extractor prompt, they can be a fifth to a half of the prompt. Internal prompts show
+``m1``, ``m2``, ... for long message ids and ``c1``, ``c2``, ... for long tool-call ids
+instead, in order of appearance (ids of up to `SHORT_ID_CHARS` characters are already
+cheap and are shown as they are; an alias never equals an id shown in the same prompt), and
+the package maps whatever the model answers (a fact's ``source_ids``) back to the real ids.
+Coverage never depends on the model's answer: the ids recorded as covered are those of the
+messages sent.
+
+Example:
+    >>> from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    >>> uuid = "0f8e2a4c-1b7d-4e59-9a3c-5d2b8f1e6a70"
+    >>> call = "call_Xy7QpLm2Rt9ZbWc4Nd8Fh1Kj"
+    >>> messages = [HumanMessage("hi", id=uuid),
+    ...             AIMessage("", id="ai-1", tool_calls=[{"name": "f", "args": {}, "id": call}]),
+    ...             ToolMessage("ok", tool_call_id=call, id="t-1")]
+    >>> aliases = IdAliases.for_messages(messages)
+    >>> [m.id for m in aliases.apply(messages)], aliases.apply(messages)[2].tool_call_id
+    (['m1', 'ai-1', 't-1'], 'c1')
+    >>> aliases.resolve("m1") == uuid, aliases.resolve("m9")
+    (True, None)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+__all__ = ["SHORT_ID_CHARS", "IdAliases"]
+
+SHORT_ID_CHARS = 16
+"""Ids this short are shown as they are."""
+
+
+@dataclass(frozen=True)
+class IdAliases:
+    """A two-way map between real ids and the short aliases a prompt shows."""
+
+    to_alias: Mapping[str, str] = field(default_factory=dict)
+    """Real id -> alias."""
+    to_id: Mapping[str, str] = field(default_factory=dict)
+    """Alias -> real id."""
+
+    @classmethod
+    def for_messages(
+        cls, messages: Sequence[BaseMessage], *, short: int = SHORT_ID_CHARS
+    ) -> IdAliases:
+        """Aliases for the long message ids (``m<n>``) and tool-call ids (``c<n>``).
+
+        Example:
+            >>> from langchain_core.messages import HumanMessage
+            >>> messages = [HumanMessage("a", id="m1"), HumanMessage("b", id="x" * 36)]
+            >>> IdAliases.for_messages(messages).to_alias == {"x" * 36: "m2"}
+            True
+        """
+        ids = [(message.id, "m") for message in messages if message.id]
+        ids += [(call_id, "c") for message in messages for call_id in _call_ids(message)]
+        taken = {real for real, _ in ids if len(real) <= short}
+        to_alias: dict[str, str] = {}
+        counters = {"m": 0, "c": 0}
+        for real, kind in ids:
+            if len(real) <= short or real in to_alias:
+                continue
+            alias = real
+            while alias == real or alias in taken:
+                counters[kind] += 1
+                alias = f"{kind}{counters[kind]}"
+            taken.add(alias)
+            to_alias[real] = alias
+        return cls(to_alias, {alias: real for real, alias in to_alias.items()})
+
+    def alias(self, real: str | None) -> str | None:
+        """The alias of ``real`` (itself when it has none)."""
+        return self.to_alias.get(real, real) if real is not None else None
+
+    def resolve(self, alias: str) -> str | None:
+        """The real id behind ``alias`` (``None`` when the prompt showed no such alias)."""
+        return self.to_id.get(alias)
+
+    def resolve_all(self, shown: Iterable[str]) -> list[str]:
+        """Real ids of ids as the prompt showed them (aliases mapped back, others kept).
+
+        Example:
+            >>> IdAliases({"uuid-1": "m1"}, {"m1": "uuid-1"}).resolve_all(["m1", "h7"])
+            ['uuid-1', 'h7']
+        """
+        return [self.to_id.get(i, i) for i in shown]
+
+    def apply(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Copies of ``messages`` showing aliases instead of ids (the originals are untouched)."""
+        out: list[BaseMessage] = []
+        for message in messages:
+            update: dict[str, object] = {"id": self.alias(message.id)}
+            if isinstance(message, ToolMessage):
+                update["tool_call_id"] = self.alias(message.tool_call_id)
+            if isinstance(message, AIMessage) and (
+                message.tool_calls or message.invalid_tool_calls
+            ):
+                update["tool_calls"] = [
+                    {**c, "id": self.alias(c["id"])} for c in message.tool_calls
+                ]
+                update["invalid_tool_calls"] = [
+                    {**c, "id": self.alias(c["id"])} for c in message.invalid_tool_calls
+                ]
+            out.append(message.model_copy(update=update))
+        return out
+
+
+def _call_ids(message: BaseMessage) -> list[str]:
+    if isinstance(message, ToolMessage):
+        return [message.tool_call_id]
+    if isinstance(message, AIMessage):
+        ids = [c["id"] or "" for c in message.tool_calls]
+        return ids + [c["id"] or "" for c in message.invalid_tool_calls]
+    return []

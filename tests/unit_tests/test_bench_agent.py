@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+from langchain_histcompress.bench.agent import (
+    TAU_BENCH_FILE,
+    AgentReplayModel,
+    load_tau_bench,
+    tool_pairing_violations,
+)
+from langchain_histcompress.bench.cost_report import agent_rows, format_agent_table
+from langchain_histcompress.bench.report import result_to_dict
+from langchain_histcompress.bench.runner import BenchConfig, run_benchmark
+from tests.unit_tests.test_bench_locomo import write_tiny
+
+TAU_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "tau-bench"
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+def _call(call_id: str, name: str = "get_user") -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": '{"user_id": "u1"}'},
+    }
+
+
+def _trajectory(reuse: bool = False) -> list[dict[str, Any]]:
+    second = "call_1" if reuse else "call_2"
+    return [
+        {"role": "system", "content": "# Policy\n" + "Be careful. " * 50},
+        {"role": "user", "content": "I want to change my flight."},
+        {"role": "assistant", "content": None, "tool_calls": [_call("call_1")]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "get_user", "content": "{}"},
+        {"role": "assistant", "content": "Which flight?"},
+        {"role": "user", "content": "The one on May 20th."},
+        {"role": "assistant", "content": None, "tool_calls": [_call(second)]},
+        {"role": "tool", "tool_call_id": second, "name": "get_user", "content": "{}"},
+        {"role": "assistant", "content": "Done."},
+    ]
+
+
+def write_tau(folder: Path, count: int = 3) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {
+        "tools": [{"type": "function", "function": {"name": "get_user", "parameters": {}}}],
+        "trajectories": [
+            {"task_id": i, "trial": 0, "reward": 1.0, "traj": _trajectory(reuse=i == 0)}
+            for i in range(count)
+        ],
+    }
+    (folder / TAU_BENCH_FILE).write_text(json.dumps(data), encoding="utf-8")
+    return folder
+
+
+def test_trajectories_get_uuid_ids_and_the_tools_text(tmp_path: Path) -> None:
+    trajectories, tools = load_tau_bench(write_tau(tmp_path), limit=2)
+    assert [t.name for t in trajectories] == ["task0-0", "task1-0"]
+    ids = [m.id for t in trajectories for m in t.messages]
+    assert all(UUID.match(str(i)) for i in ids)
+    assert len(set(ids)) == len(ids)
+    assert json.loads(tools)[0]["function"]["name"] == "get_user"
+    again, _ = load_tau_bench(tmp_path, limit=2)
+    assert [m.id for m in again[0].messages] == [m.id for m in trajectories[0].messages]
+
+
+def test_missing_file_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="cannot read tau-bench trajectories"):
+        load_tau_bench(tmp_path)
+
+
+def test_pairing_checker_follows_the_openai_rules() -> None:
+    call = AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c1"}])
+    reply = ToolMessage("ok", tool_call_id="c1")
+    assert tool_pairing_violations([HumanMessage("q"), call, reply, AIMessage("a")]) == []
+    assert tool_pairing_violations([call]) == []  # in flight at the end
+    assert tool_pairing_violations([call, HumanMessage("q")]) == [
+        "messages[1]: calls left unanswered before this message"
+    ]
+    assert tool_pairing_violations([call, reply, reply]) == ["messages[2]: call answered twice"]
+    reused = [call, reply, AIMessage("x"), call, reply]
+    assert tool_pairing_violations(reused) == []
+
+
+def test_agent_replay_model_answers_summaries_and_fact_extraction() -> None:
+    model = AgentReplayModel(summary_token_cap=10)
+    prompt = [
+        SystemMessage('Answer as {"ConversationSummary": "..."}'),
+        HumanMessage(
+            '<message id="m1" role="user">Change my flight to Boston please now.</message>\n'
+            '<message id="m2" role="assistant">Sure, which date?</message>'
+        ),
+    ]
+    summary = json.loads(model.invoke(prompt).text)["ConversationSummary"]
+    assert summary.startswith("Earlier: Change my")
+    assert model.counter.count_text(summary) <= 10
+    facts = model.reply_for([prompt[1], HumanMessage('Return [{"op": "ADD"}]')])
+    assert [f["source_ids"] for f in json.loads(facts)] == [["m1"]]
+
+
+def test_bench_replays_the_agent_workload_beside_locomo(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    write_tiny(tmp_path / "data" / "t1.json")
+    config = BenchConfig(
+        data=(tmp_path / "data",),
+        strategies=("truncation",),
+        overhead_sizes=(10,),
+        overhead_turns=1,
+        keep_messages=2,
+        counting=False,
+        agent_data=write_tau(tmp_path / "tau"),
+    )
+    result = run_benchmark(config, progress=io.StringIO())
+    assert result.agent is not None
+    assert result.agent.trajectories == ("task0-0", "task1-0", "task2-0")
+    full = result.agent.cost("full", "openai-90")
+    assert full is not None and full.savings == 0.0
+    assert all(r.calls == 4 and not r.error for r in result.agent.runs)
+    header, rows = agent_rows(result)
+    assert header[:6] == ["strategy", "failed", "internal", "broken", "sys changed", "worse"]
+    assert rows[0][:4] == ["full", "0/3", "0", "0"]
+    assert "3 tau-bench trajectories" in format_agent_table(result)
+    data = result_to_dict(result)["costs"]["agent_workload"]
+    assert data["strategies"]["truncation"]["answering_calls"] == 12
+
+
+def test_bench_notes_a_missing_agent_folder(tmp_path: Path) -> None:
+    write_tiny(tmp_path / "t1.json")
+    config = BenchConfig(
+        data=(tmp_path / "t1.json",),
+        strategies=("truncation",),
+        overhead_sizes=(10,),
+        overhead_turns=1,
+        counting=False,
+        agent_data=tmp_path / "absent",
+    )
+    result = run_benchmark(config, progress=io.StringIO())
+    assert result.agent is None
+    assert any("agent workload skipped" in n for n in result.notes)
+
+
+@pytest.mark.skipif(not TAU_BENCH.is_dir(), reason=f"tau-bench data not found at {TAU_BENCH}")
+def test_real_trajectories_load_with_their_tools() -> None:
+    trajectories, tools = load_tau_bench(TAU_BENCH, limit=3)
+    assert len(json.loads(tools)) == 14
+    assert all(isinstance(t.messages[0], SystemMessage) for t in trajectories)

@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+from langchain_histcompress.bench.cost_report import (
+    cost_rows,
+    format_cost_table,
+    pricing_assumptions_markdown,
+)
+from langchain_histcompress.bench.costs import (
+    REPORTED_PRICINGS,
+    SESSION_GAP,
+    TURN_GAP,
+    CostMeter,
+    RequestEncoder,
+    turn_times,
+)
+from langchain_histcompress.bench.locomo import parse_locomo
+from langchain_histcompress.bench.metrics import UsageLedger
+from langchain_histcompress.bench.report import readme_section, write_reports
+from langchain_histcompress.bench.runner import BenchConfig, BenchResult, run_benchmark
+from langchain_histcompress.pricing import encode_request
+from langchain_histcompress.tokens import TiktokenCounter
+from tests.unit_tests.test_bench_locomo import tiny_locomo_data, write_tiny
+
+COUNTER = TiktokenCounter()
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> BenchResult:
+    folder = tmp_path_factory.mktemp("data")
+    write_tiny(folder / "t1.json")
+    config = BenchConfig(
+        data=(folder,),
+        strategies=("truncation",),
+        overhead_sizes=(10,),
+        overhead_turns=1,
+        keep_messages=2,
+        counting=False,
+    )
+    return run_benchmark(config, progress=io.StringIO())
+
+
+def test_turns_of_a_session_are_close_and_sessions_are_days_apart() -> None:
+    conversation = parse_locomo(tiny_locomo_data())
+    times = turn_times(conversation)
+    first, second = conversation.sessions[0].turns, conversation.sessions[1].turns
+    assert times[first[1].dia_id] - times[first[0].dia_id] == TURN_GAP
+    gap = times[second[0].dia_id] - times[first[-1].dia_id]
+    assert gap > 7 * 86_400  # 1 March 9:00 -> 9 March 18:30
+
+
+def test_a_session_without_a_readable_date_starts_a_day_later() -> None:
+    data = tiny_locomo_data()
+    data["session_2_date_time"] = "later"
+    conversation = parse_locomo(data)
+    times = turn_times(conversation)
+    last = conversation.sessions[0].turns[-1].dia_id
+    assert times[conversation.sessions[1].turns[0].dia_id] - times[last] == SESSION_GAP
+
+
+def test_request_encoder_matches_the_uncached_encoding() -> None:
+    encoder = RequestEncoder(COUNTER, cache_size=2)
+    messages = [SystemMessage("s", id="s"), HumanMessage("hi", id="1"), AIMessage("yo", id="2")]
+    assert encoder.encode(messages) == encode_request(messages, COUNTER)
+    edited = [messages[0], HumanMessage("ho", id="1")]
+    assert encoder.encode(edited) == encode_request(edited, COUNTER)
+    assert encoder.encode(messages, tools_text="[]") == encode_request(
+        messages, COUNTER, tools_text="[]"
+    )
+
+
+def test_meter_shares_one_cache_between_internal_and_answering_calls() -> None:
+    meter = CostMeter(COUNTER, pricings=["openai-90", "anthropic"])
+    system = SystemMessage("rules " * 1500, id="s")
+    meter.internal([system, HumanMessage("summarize", id="x")], output_tokens=10, at=0.0)
+    meter.answer([system, HumanMessage("hi", id="1")], output_tokens=5, at=1.0)
+    costs = meter.costs()
+    assert costs["openai-90"].internal.cached_tokens == 0
+    assert costs["openai-90"].answer.cached_tokens == 1408  # the shared system prompt
+    assert costs["anthropic"].total.requests[0].cache_write_tokens > 1500
+    assert meter.reported_cached_tokens is None
+
+
+def test_ledger_reads_the_cached_tokens_a_provider_reports() -> None:
+    ledger = UsageLedger(COUNTER)
+    usage = {
+        "input_tokens": 2000,
+        "output_tokens": 10,
+        "total_tokens": 2010,
+        "input_token_details": {"cache_read": 1792},
+    }
+    model = FakeMessagesListChatModel(
+        responses=[AIMessage("ok", usage_metadata=usage)],  # type: ignore[arg-type]
+        callbacks=[ledger],
+    )
+    model.invoke([HumanMessage("hi")])
+    [call] = ledger.since(0)
+    assert call.cached_tokens == 1792
+    assert [m.content for m in call.prompt] == ["hi"]
+
+
+def test_every_run_is_priced_under_every_pricing_model(result: BenchResult) -> None:
+    for run in result.runs:
+        assert set(run.costs) == set(REPORTED_PRICINGS)
+        assert len(run.costs["none"].answer.requests) == len(run.turns)
+    for name in REPORTED_PRICINGS:
+        full = result.cost("full", name)
+        truncation = result.cost("truncation", name)
+        assert full is not None and truncation is not None
+        assert full.savings == 0.0
+        assert truncation.savings is not None and truncation.savings > 0
+    full = result.figures("full")
+    assert full is not None
+    assert result.cost("full", "none").input_tokens == full.answer_billed - sum(  # type: ignore[union-attr]
+        t.completion_tokens
+        for t in result.run("full", "t1").turns  # type: ignore[union-attr]
+    )
+
+
+def test_cost_table_json_markdown_plot_and_readme(result: BenchResult, tmp_path: Path) -> None:
+    header, rows = cost_rows(result)
+    assert header[:2] == ["strategy", "billed"]
+    assert [r[0] for r in rows] == ["full", "truncation"]
+    assert format_cost_table(result).splitlines()[1].startswith("strategy")
+    written = write_reports(result, tmp_path / "out")
+    data = json.loads(written["json"].read_text("utf-8"))
+    costs = data["costs"]
+    assert set(costs["pricing_models"]) == set(REPORTED_PRICINGS)
+    assert costs["totals"]["full"]["openai-90"]["savings"] == 0.0
+    assert costs["provider_reported_cached_tokens"] == {"full": None, "truncation": None}
+    markdown = written["markdown"].read_text("utf-8")
+    assert "## Cost under prompt caching" in markdown
+    assert "![cost_by_pricing](cost_by_pricing.png)" in markdown
+    assert written["plot:cost_by_pricing"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert pricing_assumptions_markdown() in readme_section(result)
