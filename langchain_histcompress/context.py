@@ -84,8 +84,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from langchain_histcompress._prefix import extends
 from langchain_histcompress.errors import BudgetError, ConfigurationError, InvalidHistoryError
 from langchain_histcompress.facts import Fact, facts_from_state
 from langchain_histcompress.layout import PromptLayout, arrange, check_layout
@@ -393,83 +394,125 @@ def _snapshot(raw: object) -> tuple[Any, ...]:
     return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in raw.items())
 
 
-@dataclass(frozen=True)
+def _unchanged(messages: list[BaseMessage]) -> bool:
+    """Whether ``messages`` is provider-valid as it is (`repair_history` returns the same)."""
+    fixed = repair_history(messages).messages
+    return len(fixed) == len(messages) and all(map(operator.is_, fixed, messages))
+
+
 class _Prepared:
     """What `ContextBuilder.assemble` derives from its input before choosing anything.
 
-    Kept between calls: when the next input starts with the same message objects (a growing
-    history, checked by identity at C speed), only the new messages are filtered and the
-    last round re-split; the lists are extended by copying pointers, never re-derived.
+    Kept between calls and grown in place: when the next input starts with the previous
+    input (the same objects, one pointer comparison at C speed, see `extends`), only the new
+    messages are checked, filtered and split (with the last round and the last tool step
+    they may complete), and every list below is appended to; nothing proportional to the
+    history is copied or read again. Input that needed a repair, or messages without ids,
+    are prepared from scratch on every call.
     """
 
-    messages: list[BaseMessage]
-    """The input messages (a copy of the list, same objects)."""
-    preamble: tuple[BaseMessage, ...]
-    """Leading system messages of the input (context messages left out)."""
-    rounds: tuple[Round, ...]
-    """Rounds of the input (context messages left out)."""
-    body: list[BaseMessage]
-    """The messages of ``rounds`` in order, each with an id."""
-    by_object: dict[int, BaseMessage] | None = None
-    """Original message (by ``id()``) -> copy with an id, when some messages have none."""
+    def __init__(self, messages: Sequence[BaseMessage]) -> None:
+        """Prepare ``messages`` from scratch (repaired first when a provider would reject them)."""
+        self.raw: list[BaseMessage] = list(messages)
+        """The input messages (a copy of the list, same objects)."""
+        self.valid = _unchanged(self.raw)
+        """Whether the input needed no repair (only then is it grown in place)."""
+        self.step = self._last_step(0)
+        """Index in ``raw`` of the last message that is not a tool result (its step's start)."""
+        repaired = self.raw if self.valid else repair_history(self.raw).messages
+        source = [m for m in repaired if not is_context_message(m)]
+        split = split_rounds(source)
+        self.preamble: tuple[BaseMessage, ...] = split.preamble
+        """Leading system messages of the input (context messages left out)."""
+        self.rounds: list[Round] = list(split.rounds)
+        """Rounds of the input (context messages left out)."""
+        self.by_object: dict[int, BaseMessage] | None = None
+        """Original message (by ``id()``) -> copy with an id, when some messages have none."""
+        if any(m.id is None for m in source):
+            with_ids = ensure_ids(source)
+            self.by_object = {id(orig): m for orig, m in zip(source, with_ids, strict=True)}
+            self.body: list[BaseMessage] = with_ids[len(split.preamble) :]
+            """The messages of ``rounds`` in order, each with an id."""
+        else:
+            self.body = source[len(split.preamble) :]
+        last = len(self.rounds[-1].messages) if self.rounds else 0
+        self.older: list[BaseMessage] = self.body[: len(self.body) - last]
+        """The messages of every round but the last, each with an id."""
+        self.pinned: list[tuple[int, BaseMessage]] = []
+        """Pinned messages (`is_pinned`) with the index of their round, in order."""
+        self._pin(0)
+
+    def _last_step(self, start: int) -> int:
+        for index in range(len(self.raw) - 1, start - 1, -1):
+            if not isinstance(self.raw[index], ToolMessage):
+                return index
+        return self.step if start else 0
+
+    def _pin(self, start: int) -> None:
+        self.pinned += [
+            (i, m)
+            for i in range(start, len(self.rounds))
+            for m in self.rounds[i].messages
+            if is_pinned(m)
+        ]
 
     def ided(self, message: BaseMessage) -> BaseMessage:
         """``message`` with an id (itself when it has one)."""
         return message if self.by_object is None else self.by_object[id(message)]
 
-    @classmethod
-    def of(cls, messages: Sequence[BaseMessage]) -> _Prepared:
-        """Prepare ``messages`` from scratch."""
-        source = [m for m in messages if not is_context_message(m)]
-        split = split_rounds(source)
-        rest = source[len(split.preamble) :]
-        if any(m.id is None for m in source):
-            with_ids = ensure_ids(source)
-            by_object = {id(orig): m for orig, m in zip(source, with_ids, strict=True)}
-            body = with_ids[len(split.preamble) :]
-            return cls(list(messages), split.preamble, split.rounds, body, by_object)
-        return cls(list(messages), split.preamble, split.rounds, rest)
-
-    def extended(self, messages: Sequence[BaseMessage]) -> _Prepared:
-        """Prepare ``messages``, reusing this preparation when they extend its input."""
-        known = len(self.messages)
+    def extend(self, messages: Sequence[BaseMessage]) -> bool:
+        """Grow to ``messages`` in place when they extend the input; ``False`` otherwise."""
+        known = len(self.raw)
         if (
             self.by_object is not None
+            or not self.valid
             or not self.rounds
-            or len(messages) < known
-            or not all(map(operator.is_, self.messages, messages))
+            or not extends(messages, self.raw)
         ):
-            return _Prepared.of(messages)
+            return False
         tail = list(messages[known:])
         new = [m for m in tail if not is_context_message(m)]
-        if any(m.id is None for m in new):
-            return _Prepared.of(messages)
+        if any(m.id is None for m in new) or not _unchanged(self.raw[self.step :] + tail):
+            return False
+        self.raw += tail
+        self.step = self._last_step(known)
         if not new:
-            return _Prepared(self.messages + tail, self.preamble, self.rounds, self.body)
-        last = split_rounds([*self.rounds[-1].messages, *new]).rounds
-        return _Prepared(
-            self.messages + tail, self.preamble, self.rounds[:-1] + last, self.body + new
-        )
+            return True
+        start = len(self.rounds) - 1
+        grown = split_rounds([*self.rounds[start].messages, *new]).rounds
+        del self.rounds[start:]
+        self.rounds += grown
+        self.body += new
+        for finished in grown[:-1]:
+            self.older += finished.messages
+        while self.pinned and self.pinned[-1][0] >= start:
+            self.pinned.pop()
+        self._pin(start)
+        return True
 
 
 class _Window:
     """The older rounds of one `ContextBuilder.assemble` call, as a verbatim window.
 
-    The window is the newest ``kept`` of ``rounds`` (whole rounds, contiguous); round costs
-    are counted once per call, as the window first reaches them.
+    The older rounds are the first ``count`` of ``rounds``; the window is the newest ``kept``
+    of them (whole rounds, contiguous). Round costs are counted once per call, as the window
+    first reaches them. Nothing here reads more than the rounds the window looks at.
     """
 
     def __init__(
         self,
         cost: Callable[[Sequence[BaseMessage]], int],
         rounds: Sequence[Round],
+        count: int,
         body: list[BaseMessage],
         current_ids: set[str],
     ) -> None:
         self._cost = cost
         self.rounds = rounds
+        self.count = count
+        """How many of ``rounds`` are older rounds (the rest is the current round)."""
         self.body = body
-        """The messages of ``rounds`` in order, each with an id."""
+        """The messages of the older rounds in order, each with an id."""
         self.current_ids = current_ids
         """Ids of the current round's messages that are sent."""
         self._costs: dict[int, int] = {}
@@ -477,7 +520,7 @@ class _Window:
     def fit(self, budget: int) -> int:
         """How many of the newest rounds fit in ``budget`` tokens."""
         count = 0
-        for index in range(len(self.rounds) - 1, -1, -1):
+        for index in range(self.count - 1, -1, -1):
             cost = self._costs.get(index)
             if cost is None:
                 cost = self._costs[index] = self._cost(self.rounds[index].messages)
@@ -487,14 +530,16 @@ class _Window:
             count += 1
         return count
 
+    def _newest(self, kept: int) -> range:
+        return range(self.count - kept, self.count)
+
     def start(self, kept: int) -> int:
         """Index in `body` of the first message of the newest ``kept`` rounds."""
-        size = sum(len(r.messages) for r in self.rounds[len(self.rounds) - kept :])
-        return len(self.body) - size
+        return len(self.body) - sum(len(self.rounds[i].messages) for i in self._newest(kept))
 
     def messages(self, kept: int) -> list[BaseMessage]:
         """The original messages of the newest ``kept`` rounds."""
-        return [m for r in self.rounds[len(self.rounds) - kept :] for m in r.messages]
+        return [m for i in self._newest(kept) for m in self.rounds[i].messages]
 
     def shown(self, kept: int) -> set[str]:
         """Ids shown verbatim with the newest ``kept`` rounds (current round included)."""
@@ -625,6 +670,8 @@ class ContextBuilder:
         self._prepared: _Prepared | None = None
         self._fact_cache: dict[str, tuple[object, tuple[Any, ...], Fact]] = {}
         self._lock = threading.Lock()
+        self._assembling = threading.Lock()
+        """Held by `assemble`: calls on one builder share the growing preparation."""
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -635,19 +682,14 @@ class ContextBuilder:
         message = _data_message(data, self.data_format)
         return self._cost([message]) if message is not None else 0
 
-    @staticmethod
-    def _body(prepared: _Prepared, rounds: Sequence[Round]) -> list[BaseMessage]:
-        """The messages of ``rounds`` (the older rounds, without the current one), with ids."""
-        size = sum(len(r.messages) for r in prepared.rounds[len(rounds) :])
-        return prepared.body[: len(prepared.body) - size]
-
     def _prepare(self, messages: Sequence[BaseMessage]) -> _Prepared:
-        """Split ``messages``, incrementally when they extend the previous call's input."""
-        with self._lock:
-            previous = self._prepared
-        prepared = previous.extended(messages) if previous else _Prepared.of(messages)
-        with self._lock:
-            self._prepared = prepared
+        """Split ``messages``, incrementally when they extend the previous call's input.
+
+        Call while holding ``_assembling``: the preparation is grown in place.
+        """
+        prepared = self._prepared
+        if prepared is None or not prepared.extend(messages):
+            prepared = self._prepared = _Prepared(messages)
         return prepared
 
     def _text_cost(self, text: str) -> int:
@@ -796,19 +838,34 @@ class ContextBuilder:
             InvalidHistoryError: Two messages of the output share an id.
             BudgetError: The preamble and the latest question alone exceed the budget.
         """
+        with self._assembling:
+            return self._assemble(messages, summary, facts, query, now)
+
+    def _assemble(
+        self,
+        messages: Sequence[BaseMessage],
+        summary: RunningSummary | None,
+        facts: object,
+        query: str | None,
+        now: datetime | None,
+    ) -> BuiltContext:
         now = now or datetime.now(timezone.utc)
-        prepared = self._prepare(repair_history(messages).messages)
+        prepared = self._prepare(messages)
         ided = prepared.ided if prepared.by_object is not None else _same
         preamble = list(prepared.preamble)
         if summary is not None:
             preamble = [m for m in preamble if not is_summary_message(m)]
-        rounds = list(prepared.rounds)
+        rounds = prepared.rounds
+        count = len(rounds)
         current: Round | None = None
+        older = prepared.body
         if rounds and rounds[-1].human is not None:
-            current = rounds.pop()
+            current = rounds[-1]
+            count -= 1
+            older = prepared.older
         head = [current.messages[0]] if current is not None else []
         # pinned messages of older rounds are sent even when their round is left out
-        pinned = [(i, m) for i, r in enumerate(rounds) for m in r.messages if is_pinned(m)]
+        pinned = [(i, m) for i, m in prepared.pinned if i < count]
         fixed = [*preamble, *(m for _, m in pinned), *head]
         base = self.token_counter(fixed) if fixed else 0
         limit = self.max_context_tokens
@@ -838,7 +895,7 @@ class ContextBuilder:
         current_ids = {str(ided(m).id) for m in head} | {
             str(ided(m).id) for unit in tail for m in unit
         }
-        win = _Window(self._cost, rounds, self._body(prepared, rounds), current_ids)
+        win = _Window(self._cost, rounds, count, older, current_ids)
 
         candidate = summary if self.include_summary else None
         candidate_cost = self._data_cost(_Data(summary=candidate)) if candidate is not None else 0
@@ -849,7 +906,7 @@ class ContextBuilder:
 
         def compose(data: _Data, kept: int) -> tuple[list[BaseMessage], int]:
             stable, volatile = _data_messages(data, self.data_format, self.layout)
-            omitted = len(rounds) - kept
+            omitted = count - kept
             out = arrange(
                 self.layout,
                 preamble=preamble,
@@ -862,10 +919,10 @@ class ContextBuilder:
 
         # 2. everything verbatim, with only the data the history does not show, if it fits.
         plan: tuple[_Data, int, list[BaseMessage], int] | None = None
-        if complete and win.fit(avail) == len(rounds):
+        if complete and win.fit(avail) == count:
             plan_notes: list[str] = []
-            _, data, kept = self._plan(win, len(rounds), candidate, pool, query, avail, plan_notes)
-            if kept == len(rounds):
+            _, data, kept = self._plan(win, count, candidate, pool, query, avail, plan_notes)
+            if kept == count:
                 out, total = compose(data, kept)
                 if total <= limit:
                     plan = (data, kept, out, total)
@@ -904,8 +961,8 @@ class ContextBuilder:
         violations = validate_history(out, allow_in_flight=True)
         if violations:  # pragma: no cover - cuts keep whole units of a repaired history
             raise InvalidHistoryError(violations)
-        if len(rounds) - kept:
-            logger.debug("context: %d older rounds left out", len(rounds) - kept)
+        if count - kept:
+            logger.debug("context: %d older rounds left out", count - kept)
         shown = [m for m in out[len(preamble) :] if not is_context_message(m)]
         return BuiltContext(
             messages=out,
@@ -915,7 +972,7 @@ class ContextBuilder:
             retrieved_ids=tuple(str(m.id) for _, m in sorted(data.turns, key=lambda t: t[0])),
             verbatim_ids=tuple(str(ided(m).id) for m in shown),
             summary_included=data.summary is not None,
-            omitted_rounds=len(rounds) - kept,
+            omitted_rounds=count - kept,
             notes=tuple(dict.fromkeys(notes)),
         )
 

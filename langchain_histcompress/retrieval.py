@@ -46,6 +46,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage
 from langgraph.store.base import BaseStore
 
+from langchain_histcompress._prefix import extends
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.render import message_text
@@ -585,7 +586,7 @@ class _TurnIndex:
     object costs one dictionary lookup; an equal-id message with another text is
     re-indexed. When a call's messages start with the previous call's messages (a growing
     history), only the new tail is looked at: the prefix is confirmed by one comparison of
-    references at C speed (see `_extends`). Messages without an id are keyed by position and
+    references at C speed (see `extends`). Messages without an id are keyed by position and
     dropped when the history changes.
     """
 
@@ -653,7 +654,7 @@ class _TurnIndex:
         if not (
             known
             and len(messages) >= known
-            and _extends(messages, self._previous)
+            and extends(messages, self._previous)
             and len(self._seen) <= self.max_cached
         ):
             self._restart()
@@ -681,27 +682,6 @@ class _TurnIndex:
             self.position[key] = position
             self.keys.append(key)
             self.by_key[key] = message
-
-
-def _extends(messages: Sequence[BaseMessage], previous: list[BaseMessage]) -> bool:
-    """Whether ``messages`` begins with ``previous`` (same objects, or equal values).
-
-    One C-speed comparison of references when the ends match by identity (identical
-    objects compare equal without calling ``__eq__``); equal but distinct messages (a
-    history rebuilt from a checkpoint) fail the identity check on the ends and are synced
-    message by message instead.
-    """
-    known = len(previous)
-    if messages[0] is not previous[0] or messages[known - 1] is not previous[-1]:
-        return False
-    if not isinstance(messages, list):
-        return list(messages[:known]) == previous
-    # Lists of equal length compare identical references as pointers, without touching the
-    # objects (a slice of ``messages`` would touch every one of them).
-    previous.extend(messages[known:])
-    same = previous == messages
-    del previous[known:]
-    return same
 
 
 DEFAULT_MAX_TERM_POSTINGS = 2_000
