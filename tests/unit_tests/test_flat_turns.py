@@ -14,11 +14,18 @@ from typing import Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.messages.utils import count_tokens_approximately
 
 from langchain_histcompress import retrieval
 from langchain_histcompress.compressor import RoundCompressor, thread_summarizer
+from langchain_histcompress.context import ContextBuilder
 from langchain_histcompress.coverage import CoveredIds
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.nodes import RoundCompressionNode, summary_to_state
@@ -279,6 +286,83 @@ def test_retrievers_index_only_new_messages(monkeypatch: pytest.MonkeyPatch) -> 
             counts.append(len(tokenized))
         per_size[rounds] = counts
     assert per_size[SHORT] == per_size[LONG] == [4] * TURNS  # 2 new messages, 2 retrievers
+
+
+class _Compared(Probe):
+    """A `Probe` that counts list comparisons (one pointer check per element, in C) apart."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        self.compared += 1
+        return list.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("strategy", ["facts", "hybrid", "hybrid_retrieval"])
+def test_context_builder_reads_only_new_messages(strategy: str) -> None:
+    """The retrieval strategies' context assembly reads the same few positions per turn.
+
+    The only look at the older history is one pointer comparison of the list with the
+    previous call's (which tells a grown history from another one).
+    """
+    per_size = {}
+    for rounds in (SHORT, LONG):
+        history = grown(rounds)
+        facts = [
+            Fact(id=f"f-{n}", content=f"The user asked question {n}", source_ids=[f"h{n}"])
+            for n in range(0, SHORT, 50)
+        ]
+        covered = CoveredIds(str(m.id) for m in history[1:41])
+        summary = RunningSummary(content="s", text="Earlier questions.", covered_ids=covered)
+        builder = ContextBuilder(
+            max_context_tokens=800,
+            token_counter=TiktokenCounter(),
+            evidence_retriever=EvidenceRetriever(),
+            raw_turn_retrieval=0 if strategy == "facts" else 8,
+        )
+        options: dict[str, Any] = {
+            "facts": facts,
+            "summary": summary if strategy == "hybrid" else None,
+        }
+        ends = turn_ends(rounds)
+        builder.build(history[: ends[0] - 2], **options)
+        counts = []
+        for end in ends:
+            probe = _Compared(history[:end])
+            built = builder.assemble(probe, query=f"question {end % 97}", **options)
+            assert built.messages[-1] is history[end - 1]
+            assert not probe.iterated
+            assert probe.compared == 1
+            counts.append(len(far_reads(probe, end, 40)))
+        per_size[rounds] = counts
+    assert per_size[SHORT] == per_size[LONG]
+    assert max(per_size[LONG]) <= 1  # the first message: the prefix check
+
+
+def test_grown_context_equals_a_fresh_one_across_tool_steps_and_repairs() -> None:
+    call = AIMessage("", id="c", tool_calls=[{"name": "f", "args": {}, "id": "t1"}])
+    history: list[BaseMessage] = [*grown(30), AIMessage("fine", id="a-x")]
+    steps: list[list[BaseMessage]] = [
+        [HumanMessage("use the tool", id="h-t"), call],  # in flight at the end of a call
+        [ToolMessage("42", tool_call_id="t1", id="r1"), AIMessage("it is 42", id="a-t")],
+        [HumanMessage("again", id="h-u"), call.model_copy(update={"id": "c2"})],
+        [HumanMessage("never mind", id="h-v")],  # the call above is left unanswered: repaired
+        [AIMessage("ok", id="a-v"), HumanMessage("question 3?", id="h-w")],
+    ]
+    builder = ContextBuilder(
+        max_context_tokens=700, evidence_retriever=EvidenceRetriever(), raw_turn_retrieval=4
+    )
+    for step in steps:
+        history = [*history, *step]
+        grown_built = builder.assemble(history)
+        fresh = ContextBuilder(
+            max_context_tokens=700, evidence_retriever=EvidenceRetriever(), raw_turn_retrieval=4
+        ).assemble(history)
+        assert grown_built == fresh
 
 
 def test_retriever_returns_the_callers_messages_for_an_equal_history() -> None:
