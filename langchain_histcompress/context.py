@@ -564,6 +564,10 @@ class ContextBuilder:
     remaining data (often none), it is sent whole. See the module docstring for the budget
     split.
 
+    A builder keeps what it derived from its last input: when the next input extends it
+    (a growing conversation), only the new messages are checked and split, so a turn's work
+    does not grow with the history. Calls on one builder therefore run one at a time.
+
     In ``"compact"`` format (the default) each fact is one line, ``[source ids] content``
     (``(uncertain)`` before the content when its status is not ``confirmed``), and each
     retrieved message one line, ``[id role] text``, inside delimited, escaped sections; the
