@@ -17,11 +17,11 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.messages.ai import UsageMetadata
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, InstanceOf, PrivateAttr
 
+from langchain_histcompress.bench.replay import counted_reply
 from langchain_histcompress.demo_script import COUNTER_MODEL, DemoScript, ScriptedTurn
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import normalize_content
@@ -176,15 +176,4 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        reply = self.reply_for(messages)
-        counter = self._tokens
-        prompt_tokens = counter.count_messages(messages)
-        completion_tokens = counter.count_text(reply)
-        usage = UsageMetadata(
-            input_tokens=prompt_tokens,
-            output_tokens=completion_tokens,
-            total_tokens=prompt_tokens + completion_tokens,
-        )
-        return ChatResult(
-            generations=[ChatGeneration(message=AIMessage(reply, usage_metadata=usage))]
-        )
+        return counted_reply(self.reply_for(messages), messages, self._tokens)

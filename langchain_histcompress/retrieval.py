@@ -673,7 +673,7 @@ class _TurnIndex:
             self.by_key[key] = message
 
 
-DEFAULT_MAX_TERM_POSTINGS = 512
+DEFAULT_MAX_TERM_POSTINGS = 2_000
 """Default bound on how many messages or facts a query word is scored in (see
 `BM25Index.scores`): a more frequent word is scored in its newest texts only."""
 
