@@ -252,31 +252,42 @@ class BM25Index:
     ) -> dict[str, float]:
         """BM25 score of every key sharing a term with ``query`` (only scores > 0).
 
-        Work is proportional to the postings of the query's terms, not to the index size;
-        with ``max_postings`` it is bounded whatever the index size.
+        Work is proportional to the postings of the query's terms, not to the index size.
 
         Args:
             query: Free text (tokenized with `tokenize`).
             allowed: When given, only these keys are scored.
-            max_postings: When given, a query term found in more than this many texts is
-                scored in its ``max_postings`` most recently added texts only: such words
-                carry little evidence, and the work per query stays bounded (at most
-                ``max_postings`` texts per query term) however large the index grows.
+            max_postings: When given, query terms found in more than this many texts are
+                ignored: such words carry little evidence, and skipping them keeps the work
+                bounded as the index grows. If every term is that frequent, the rarest one
+                is scored in its ``max_postings`` most recently added texts only.
         """
         n = len(self._lengths)
         if not n:
             return {}
         avg = self._total / n if self._total else 1.0
+        scores: dict[str, float] = {}
         found = [p for t in dict.fromkeys(tokenize(query)) if (p := self._postings.get(t))]
+        newest_only = False
+        if max_postings is not None and found:
+            kept = [p for p in found if len(p) <= max_postings]
+            newest_only = not kept
+            found = kept or [min(found, key=len)]
         lengths, k1 = self._lengths, self.k1
         fixed, scale = k1 * (1 - self.b), k1 * self.b / avg
-        scores: dict[str, float] = {}
         for postings in found:
             df = len(postings)
             weight = math.log(1 + (n - df + 0.5) / (df + 0.5)) * (k1 + 1)
             items: Iterable[tuple[str, int]] = postings.items()
-            if max_postings is not None and df > max_postings:
+            if newest_only and max_postings is not None:
                 items = itertools.islice(reversed(postings.items()), max_postings)
+            if not scores:  # first scored term: 0.0 + score is score, same order
+                scores = {
+                    key: weight * tf / (tf + fixed + scale * lengths[key])
+                    for key, tf in items
+                    if allowed is None or key in allowed
+                }
+                continue
             get = scores.get
             for key, tf in items:
                 if allowed is None or key in allowed:
@@ -674,8 +685,7 @@ class _TurnIndex:
 
 
 DEFAULT_MAX_TERM_POSTINGS = 2_000
-"""Default bound on how many messages or facts a query word is scored in (see
-`BM25Index.scores`): a more frequent word is scored in its newest texts only."""
+"""Default bound on how many messages or facts a query word may appear in to be scored."""
 
 _MATCH_LIMIT = 2_048
 """Best-matching messages kept per query by `EvidenceRetriever` (far more than any context
@@ -788,8 +798,8 @@ class BM25TurnRetriever:
         speaker_names: Message type -> speaker name (``{"human": "Ann", "ai": "Bob"}``),
             indexed with each message's text so questions naming a speaker find that
             speaker's turns; a message's own ``name`` takes precedence.
-        max_term_postings: Query words found in more messages than this are scored in
-            their newest messages only (see `BM25Index.scores`); ``None`` scores every word.
+        max_term_postings: Query words found in more messages than this are ignored (see
+            `BM25Index.scores`); ``None`` scores every word.
         k1: BM25 term-frequency saturation.
         b: BM25 length normalization.
 
@@ -880,8 +890,8 @@ class EvidenceRetriever:
     Items sharing no word with the query, directly or through a neighbour or source, are
     left out. Indexes are incremental and kept between calls (see `BM25TurnRetriever`); on
     very long histories the work per query stays bounded: query words found in more than
-    ``max_term_postings`` texts are scored in their newest texts only, the best 2,048
-    matching messages are kept and the best 512 spread their score to neighbours.
+    ``max_term_postings`` texts are skipped, the best 2,048 matching messages are kept and
+    the best 512 spread their score to neighbours.
 
     Args:
         neighbour_window: Messages on each side whose score spreads to a message.
@@ -891,9 +901,9 @@ class EvidenceRetriever:
         speaker_names: Message type -> speaker name, indexed with the messages.
         include_tool_results: Also rank tool results.
         max_cached: Cache bound of the message index (see `BM25TurnRetriever`).
-        max_term_postings: Query words found in more texts than this are scored in their
-            newest texts only (see `BM25Index.scores`), which bounds the work per query on
-            very long histories; ``None`` scores every word.
+        max_term_postings: Query words found in more texts than this are ignored (see
+            `BM25Index.scores`), which bounds the work per query on very long histories;
+            ``None`` scores every word.
         k1: BM25 term-frequency saturation.
         b: BM25 length normalization.
 
