@@ -69,7 +69,7 @@ from typing import Any, Literal
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages.ai import InputTokenDetails, OutputTokenDetails, UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field, InstanceOf, PrivateAttr
 
@@ -461,5 +461,7 @@ def counted_reply(
         input_tokens=prompt_tokens,
         output_tokens=completion_tokens,
         total_tokens=prompt_tokens + completion_tokens,
+        input_token_details=InputTokenDetails(),
+        output_token_details=OutputTokenDetails(),
     )
     return ChatResult(generations=[ChatGeneration(message=AIMessage(reply, usage_metadata=usage))])
