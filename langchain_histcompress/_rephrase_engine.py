@@ -20,7 +20,6 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import (
     Runnable,
     RunnableConfig,
-    RunnableLambda,
 )
 from typing_extensions import TypedDict
 
@@ -37,6 +36,7 @@ from langchain_histcompress._model_edge import (
     report_failure,
     run_steps,
 )
+from langchain_histcompress._twin_runnable import TwinRunnable
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.history_window import (
     _check_count,
@@ -50,6 +50,7 @@ from langchain_histcompress.rephrase_prompts import (
     FallbackReason,
     RephraseStyle,
     _check_output,
+    _format_prompt,
     _resolve_prompt,
 )
 from langchain_histcompress.rounds import (
@@ -246,7 +247,7 @@ class _Rephraser:
             values["summary"] = summary_text
         elif summary_text:
             values["history"] = summary_text + history_text
-        prompt = self.prompt.format_messages(**values)
+        prompt = _format_prompt(self.prompt, values)
         return _Plan(question, tuple(window), tuple(prompt), limit)
 
     def _capped(self, message: BaseMessage) -> BaseMessage:
@@ -394,4 +395,16 @@ def _rephraser_runnable(
     async def arephrase(inputs: dict[str, Any], config: RunnableConfig) -> RephraseOutput:
         return await engine.arun(*keys.read(inputs), config)
 
-    return RunnableLambda(rephrase, afunc=arephrase, name="HistoryRephraser")
+    return TwinRunnable(rephrase, arephrase, name="HistoryRephraser")
+
+
+def _question_runnable(engine: _Rephraser, keys: _InputKeys) -> Runnable[dict[str, Any], str]:
+    """The rephraser as a Runnable returning the question only: one run, no nested one."""
+
+    def rephrase(inputs: dict[str, Any], config: RunnableConfig) -> str:
+        return engine.run(*keys.read(inputs), config)["question"]
+
+    async def arephrase(inputs: dict[str, Any], config: RunnableConfig) -> str:
+        return (await engine.arun(*keys.read(inputs), config))["question"]
+
+    return TwinRunnable(rephrase, arephrase, name="HistoryRephraser")

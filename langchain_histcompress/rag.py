@@ -47,6 +47,7 @@ from langchain_histcompress._rephrase_engine import (
     _Rephraser,
     _rephraser_runnable,
 )
+from langchain_histcompress._twin_runnable import TwinRunnable
 from langchain_histcompress.errors import ConfigurationError, HistCompressError
 from langchain_histcompress.history_window import _check_count, select_history_window
 from langchain_histcompress.render import wrap_data
@@ -290,7 +291,7 @@ def create_compact_history_retriever(
     )
     keys = _InputKeys.build(input_key, history_key, summary_key)
     retrieval = _Retrieval.build(engine, keys, retriever, chunk_count)
-    return RunnableLambda(retrieval.run, afunc=retrieval.arun, name="CompactHistoryRetriever")
+    return TwinRunnable(retrieval.run, retrieval.arun, name="CompactHistoryRetriever")
 
 
 _OUTPUT_KEYS = ["question", "query", "documents", "rephrased", "fallback_reason", "answer"]

@@ -50,8 +50,6 @@ from langchain_core.language_models import LanguageModelLike
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import (
     Runnable,
-    RunnableConfig,
-    RunnableLambda,
 )
 
 from langchain_histcompress._rephrase_engine import (
@@ -61,6 +59,7 @@ from langchain_histcompress._rephrase_engine import (
     CompactHistoryMode,
     RephraseOutput,
     _InputKeys,
+    _question_runnable,
     _Rephraser,
     _rephraser_runnable,
 )
@@ -222,16 +221,7 @@ def create_history_rephraser(
         include_tool_messages=include_tool_messages,
         max_message_chars=max_message_chars,
     )
-    with_metadata = _rephraser_runnable(
-        engine, _InputKeys.build(input_key, history_key, summary_key)
-    )
+    keys = _InputKeys.build(input_key, history_key, summary_key)
     if return_metadata:
-        return with_metadata
-
-    def question_only(inputs: dict[str, Any], config: RunnableConfig) -> str:
-        return with_metadata.invoke(inputs, config)["question"]
-
-    async def aquestion_only(inputs: dict[str, Any], config: RunnableConfig) -> str:
-        return (await with_metadata.ainvoke(inputs, config))["question"]
-
-    return RunnableLambda(question_only, afunc=aquestion_only, name="HistoryRephraser")
+        return _rephraser_runnable(engine, keys)
+    return _question_runnable(engine, keys)

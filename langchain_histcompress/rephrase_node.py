@@ -22,6 +22,7 @@ from langchain_histcompress._rephrase_engine import (
     RephraseOutput,
     _Rephraser,
 )
+from langchain_histcompress._twin_runnable import TwinRunnable
 from langchain_histcompress.errors import ConfigurationError, HistCompressError
 from langchain_histcompress.history_window import _content_text, _lazy_messages, _LazyMessages
 from langchain_histcompress.rephrase_prompts import RephraseStyle
@@ -108,7 +109,7 @@ class HistoryRephraseNode(GraphNode):
         self.output_key = output_key
         self.summary_key = summary_key
         self.metadata_key = metadata_key
-        self._bind_body("HistoryRephraseNode")
+        self._body = TwinRunnable(self._run, self._arun, name="HistoryRephraseNode")
 
     def _read(self, state: Any) -> tuple[str, Sequence[BaseMessage], object]:
         def get(key: str) -> Any:

@@ -20,6 +20,7 @@ import json
 import re
 from typing import Literal
 
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.prompts import ChatPromptTemplate
 
 from langchain_histcompress._model_edge import (
@@ -60,37 +61,32 @@ _HUMAN_TEMPLATE = (
     "{summary}<conversation>\n{history}\n</conversation>\n\n<question>{question}</question>"
 )
 
+_STANDALONE_SYSTEM = (
+    "Given a conversation and a follow-up question, rephrase the follow-up question "
+    "to be a standalone question that can be understood without the conversation, "
+    "in its original language. Resolve pronouns and references (it, they, that one, "
+    "there) from the conversation. If the question is already standalone, return it "
+    "unchanged.\n" + _DATA_RULE + "\nReply with the standalone question only: one "
+    "line, no preamble, no quotes."
+)
+_SUMMARY_SYSTEM = (
+    "Given a conversation and a follow-up question, write a very brief, concise "
+    "summary of the conversation (one or two sentences, only what the question needs) "
+    "followed by the follow-up question, in the question's original language, so that "
+    "someone who has not seen the conversation can understand the question.\n"
+    + _DATA_RULE
+    + "\nReply with the summary and then the question, nothing else."
+)
+
 STANDALONE_QUESTION_PROMPT = ChatPromptTemplate.from_messages(
-    [
-        (
-            "system",
-            "Given a conversation and a follow-up question, rephrase the follow-up question "
-            "to be a standalone question that can be understood without the conversation, "
-            "in its original language. Resolve pronouns and references (it, they, that one, "
-            "there) from the conversation. If the question is already standalone, return it "
-            "unchanged.\n" + _DATA_RULE + "\nReply with the standalone question only: one "
-            "line, no preamble, no quotes.",
-        ),
-        ("human", _HUMAN_TEMPLATE),
-    ]
+    [("system", _STANDALONE_SYSTEM), ("human", _HUMAN_TEMPLATE)]
 )
 """Default rephrasing prompt. Variables: ``history`` (the rendered transcript),
 ``summary`` (a wrapped running summary followed by a blank line, or empty) and
 ``question`` (the escaped follow-up question)."""
 
 SUMMARY_AND_QUESTION_PROMPT = ChatPromptTemplate.from_messages(
-    [
-        (
-            "system",
-            "Given a conversation and a follow-up question, write a very brief, concise "
-            "summary of the conversation (one or two sentences, only what the question needs) "
-            "followed by the follow-up question, in the question's original language, so that "
-            "someone who has not seen the conversation can understand the question.\n"
-            + _DATA_RULE
-            + "\nReply with the summary and then the question, nothing else.",
-        ),
-        ("human", _HUMAN_TEMPLATE),
-    ]
+    [("system", _SUMMARY_SYSTEM), ("human", _HUMAN_TEMPLATE)]
 )
 """Second built-in style: a very short summary of the conversation, then the question.
 Same variables as `STANDALONE_QUESTION_PROMPT`."""
@@ -193,3 +189,19 @@ def _resolve_prompt(prompt: ChatPromptTemplate | str | None, style: str) -> Chat
         )
         raise ConfigurationError(msg)
     return template
+
+
+def _format_prompt(template: ChatPromptTemplate, values: dict[str, str]) -> list[BaseMessage]:
+    """``template.format_messages(**values)``, the built-in prompts without the template layer.
+
+    The built-in prompts are one fixed system text and one ``str.format`` template; the
+    messages made here equal theirs (formatting a ``ChatPromptTemplate`` costs more than the
+    rest of planning a rephrasing).
+    """
+    if template is STANDALONE_QUESTION_PROMPT:
+        system = _STANDALONE_SYSTEM
+    elif template is SUMMARY_AND_QUESTION_PROMPT:
+        system = _SUMMARY_SYSTEM
+    else:
+        return template.format_messages(**values)
+    return [SystemMessage(system), HumanMessage(_HUMAN_TEMPLATE.format(**values))]
