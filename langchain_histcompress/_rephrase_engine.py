@@ -395,7 +395,13 @@ def _rephraser_runnable(
     async def arephrase(inputs: dict[str, Any], config: RunnableConfig) -> RephraseOutput:
         return await engine.arun(*keys.read(inputs), config)
 
-    return TwinRunnable(rephrase, arephrase, name="HistoryRephraser")
+    return TwinRunnable(
+        rephrase,
+        arephrase,
+        name="HistoryRephraser",
+        input_type=dict[str, Any],
+        output_type=RephraseOutput,
+    )
 
 
 def _question_runnable(engine: _Rephraser, keys: _InputKeys) -> Runnable[dict[str, Any], str]:
@@ -407,4 +413,6 @@ def _question_runnable(engine: _Rephraser, keys: _InputKeys) -> Runnable[dict[st
     async def arephrase(inputs: dict[str, Any], config: RunnableConfig) -> str:
         return (await engine.arun(*keys.read(inputs), config))["question"]
 
-    return TwinRunnable(rephrase, arephrase, name="HistoryRephraser")
+    return TwinRunnable(
+        rephrase, arephrase, name="HistoryRephraser", input_type=dict[str, Any], output_type=str
+    )

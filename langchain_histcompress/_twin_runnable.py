@@ -6,9 +6,9 @@ inspects its function's signature on every call (four times per ``invoke``), whi
 more than the rest of a rephrasing turn's own work.
 
 Example:
-    >>> double = TwinRunnable(lambda x, config: 2 * x, name="double")
-    >>> double.invoke(21), double.get_name()
-    (42, 'double')
+    >>> double = TwinRunnable(lambda x, config: 2 * x, name="double", input_type=int)
+    >>> double.invoke(21), double.get_name(), double.input_schema.model_json_schema()["type"]
+    (42, 'double', 'integer')
 """
 
 from __future__ import annotations
@@ -45,11 +45,25 @@ class TwinRunnable(Runnable[In, Out], Generic[In, Out]):
         afunc: Callable[[In, RunnableConfig], Awaitable[Out]] | None = None,
         *,
         name: str,
+        input_type: Any = Any,
+        output_type: Any = Any,
     ) -> None:
-        """Keep the functions and the run name."""
+        """Keep the functions, the run name and the types the schemas show."""
         self._func = func
         self._afunc = afunc
         self.name = name
+        self._input_type = input_type
+        self._output_type = output_type
+
+    @property
+    def InputType(self) -> Any:  # noqa: N802 - the Runnable property
+        """The input type (``input_schema`` is built from it)."""
+        return self._input_type
+
+    @property
+    def OutputType(self) -> Any:  # noqa: N802 - the Runnable property
+        """The output type (``output_schema`` is built from it)."""
+        return self._output_type
 
     def invoke(self, input: In, config: RunnableConfig | None = None, **kwargs: Any) -> Out:
         """Run ``func`` inside one traced chain run."""

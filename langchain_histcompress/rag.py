@@ -291,7 +291,13 @@ def create_compact_history_retriever(
     )
     keys = _InputKeys.build(input_key, history_key, summary_key)
     retrieval = _Retrieval.build(engine, keys, retriever, chunk_count)
-    return TwinRunnable(retrieval.run, retrieval.arun, name="CompactHistoryRetriever")
+    return TwinRunnable(
+        retrieval.run,
+        retrieval.arun,
+        name="CompactHistoryRetriever",
+        input_type=dict[str, Any],
+        output_type=CompactRetrievalOutput,
+    )
 
 
 _OUTPUT_KEYS = ["question", "query", "documents", "rephrased", "fallback_reason", "answer"]

@@ -268,3 +268,16 @@ def test_counter_compares_short_lists_whole() -> None:
     for where in (1, 700, 1_500):
         edited = [*history[:where], HumanMessage("x " * 50), *history[where + 1 :]]
         assert counter(edited) == fresh(edited)
+
+
+def test_faces_keep_their_schemas() -> None:
+    model = GenericFakeChatModel(messages=_answers())
+    question = create_history_rephraser(model)
+    metadata = create_history_rephraser(model, return_metadata=True)
+    assert question.input_schema.model_json_schema()["type"] == "object"
+    assert question.output_schema.model_json_schema()["type"] == "string"
+    assert (
+        "rephrased"
+        in metadata.output_schema.model_json_schema()["$defs"]["RephraseOutput"]["properties"]
+    )
+    assert question.get_name() == metadata.get_name() == "HistoryRephraser"
