@@ -13,14 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from langchain_core.language_models import LanguageModelLike
-from langchain_core.messages import (
-    BaseMessage,
-)
+from langchain_core.messages import BaseMessage
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import (
-    Runnable,
-    RunnableConfig,
-)
+from langchain_core.runnables import Runnable, RunnableConfig
 from typing_extensions import TypedDict
 
 from langchain_histcompress._model_edge import (
@@ -53,10 +48,7 @@ from langchain_histcompress.rephrase_prompts import (
     _format_prompt,
     _resolve_prompt,
 )
-from langchain_histcompress.rounds import (
-    ensure_ids,
-    is_summary_message,
-)
+from langchain_histcompress.rounds import ensure_ids, is_summary_message
 
 __all__ = [
     "DEFAULT_REPHRASE_TIMEOUT",

@@ -20,15 +20,9 @@ from langchain_core.messages import (
     convert_to_messages,
 )
 
-from langchain_histcompress._model_edge import (
-    output_text,
-)
+from langchain_histcompress._model_edge import output_text
 from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.rounds import (
-    _MessageView,
-    is_summary_message,
-    split_units,
-)
+from langchain_histcompress.rounds import _MessageView, is_summary_message, split_units
 
 __all__ = ["select_history_window"]
 

@@ -15,29 +15,15 @@ from typing import Any, cast
 
 from langchain_core.documents import Document
 from langchain_core.language_models import LanguageModelLike
-from langchain_core.messages import (
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-)
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import RetrieverLike
-from langchain_core.runnables import (
-    Runnable,
-    RunnableConfig,
-    RunnableLambda,
-    RunnablePassthrough,
-)
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnablePassthrough
 from langchain_core.vectorstores import VectorStore
 from typing_extensions import TypedDict
 
-from langchain_histcompress._model_edge import (
-    Steps,
-    Twin,
-    arun_steps,
-    run_steps,
-)
+from langchain_histcompress._model_edge import Steps, Twin, arun_steps, run_steps
 from langchain_histcompress._rephrase_engine import (
     _DEFAULT_MAX_MESSAGE_CHARS,
     DEFAULT_REPHRASE_TIMEOUT,

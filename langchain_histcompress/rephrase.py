@@ -29,6 +29,12 @@ back instead of being used. The rephrasing call is tagged
 skips it, ``astream_events(..., exclude_tags=["langchain_histcompress:internal"])`` hides
 it, and a chain's own ``stream`` output never contains its tokens.
 
+This module holds the rephraser and imports every public name of the pieces: the prompts
+and answer checks (`langchain_histcompress.rephrase_prompts`), the history window
+(`langchain_histcompress.history_window`), the RAG retriever and chain
+(`langchain_histcompress.rag`) and the graph node (`langchain_histcompress.rephrase_node`).
+A turn reads only the newest messages of the history, whatever its length.
+
 Example:
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     >>> from langchain_core.messages import AIMessage, HumanMessage
@@ -48,9 +54,7 @@ from typing import Any, Literal, overload
 
 from langchain_core.language_models import LanguageModelLike
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import (
-    Runnable,
-)
+from langchain_core.runnables import Runnable
 
 from langchain_histcompress._rephrase_engine import (
     _DEFAULT_MAX_MESSAGE_CHARS,

@@ -6,14 +6,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.language_models import LanguageModelLike
-from langchain_core.messages import (
-    BaseMessage,
-    HumanMessage,
-)
+from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import (
-    RunnableConfig,
-)
+from langchain_core.runnables import RunnableConfig
 
 from langchain_histcompress._graph_node import GraphNode
 from langchain_histcompress._rephrase_engine import (
