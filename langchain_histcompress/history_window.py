@@ -212,8 +212,8 @@ class _LazyMessages(_MessageView):
 
 
 def _lazy_messages(raw: object, label: str) -> Sequence[BaseMessage]:
-    """``raw`` as messages: converted lazily when it is a list or tuple, else at once."""
-    if isinstance(raw, list | tuple):
+    """``raw`` as messages: converted lazily when it is a sequence, else at once."""
+    if isinstance(raw, Sequence) and not isinstance(raw, str | bytes):
         return _LazyMessages(raw, label)
     try:
         return convert_to_messages(raw)  # type: ignore[arg-type]

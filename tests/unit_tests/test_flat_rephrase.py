@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 from uuid import UUID
 
 import pytest
@@ -134,6 +134,41 @@ def test_rephrase_turn_reads_the_same_at_1k_and_20k(face: str) -> None:
     assert served[1_000] == served[20_000]
     assert max(served[20_000]) <= 40  # the window of 6 and the lookup of the question
     assert runs[1_000] == runs[20_000] == [2] * TURNS  # one run of the face, one model call
+
+
+class View(Sequence[BaseMessage]):
+    """A read-only history view (not a list) counting the items it serves."""
+
+    def __init__(self, messages: list[BaseMessage]) -> None:
+        self._messages = messages
+        self.served = 0
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @overload
+    def __getitem__(self, key: int) -> BaseMessage: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> list[BaseMessage]: ...
+
+    def __getitem__(self, key: int | slice) -> BaseMessage | list[BaseMessage]:
+        found = self._messages[key]
+        self.served += len(found) if isinstance(found, list) else 1
+        return found
+
+
+def test_a_history_view_is_read_only_at_its_end() -> None:
+    """Any sequence is read where needed, not converted whole."""
+    served = {}
+    for size in (1_000, 20_000):
+        chain = create_history_rephraser(GenericFakeChatModel(messages=_answers()))
+        view = View(grown(size)[:size])
+        assert chain.invoke({"input": "and then?", "chat_history": view}) == (
+            "What did the user ask?"
+        )
+        served[size] = view.served
+    assert served[1_000] == served[20_000] <= 40
 
 
 def test_rephrasers_are_one_run_around_the_model_call() -> None:
