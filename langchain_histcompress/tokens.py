@@ -27,9 +27,10 @@ to ``str`` for values JSON cannot encode.
 
 `TiktokenCounter` caches per-message counts, so recounting a grown history encodes only the new
 messages; old ones cost a cache lookup on a fingerprint of their counted fields. On top of that
-it remembers the last few lists it counted: when a list starts with the very same message
-objects as a remembered one, that prefix is not looked at again, so counting a history after
-appending to it costs O(new messages).
+it remembers the last few lists it counted: when a list starts with the same message objects as
+a remembered one, that prefix is not fingerprinted again, and checking that it is the same costs
+a bounded number of reference comparisons (see `TiktokenCounter.count_each` for what is
+checked), so counting a history after appending to it costs O(new messages).
 
 Example:
     >>> from langchain_core.messages import HumanMessage
@@ -372,49 +373,79 @@ _Key = tuple[Any, ...]
 
 _PREFIX_MEMOS = 8  # histories remembered at once (e.g. a few concurrent sessions)
 _COMPARE_CHUNK = 4096
+# How a list is matched against a remembered one (see `TiktokenCounter.count_each`): common
+# parts up to _FULL_CHECK messages are compared reference by reference; longer ones by their
+# first _CHECK_HEAD and last _CHECK_TAIL references plus _CHECK_SWEEP more in rotation, so
+# the check costs the same at 10k and 100k messages.
+_FULL_CHECK = 2048
+_CHECK_HEAD = 64
+_CHECK_TAIL = 512
+_CHECK_SWEEP = 1024
 
 
 def _as_list(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     return messages if isinstance(messages, list) else list(messages)
 
 
+def _same(messages: Sequence[BaseMessage], mine: list[BaseMessage], start: int, stop: int) -> bool:
+    """Whether ``messages[start:stop]`` and ``mine[start:stop]`` hold the same messages."""
+    return _as_list(messages[start:stop]) == mine[start:stop]
+
+
 class _Counted:
     """The messages counted from one first message, in order, with their running totals.
 
     Grown in place when a longer list with the same beginning is counted, so a history that
-    grows by a few messages per turn costs those messages plus one C-speed comparison of the
-    references (identical objects compare equal without calling ``__eq__``).
+    grows by a few messages per turn costs those messages plus a check of bounded size
+    (identical objects compare equal without calling ``__eq__``).
     """
 
-    __slots__ = ("counts", "messages", "totals")
+    __slots__ = ("counts", "messages", "sweep", "totals")
 
     def __init__(self, messages: list[BaseMessage], counts: list[int]) -> None:
         self.messages = messages
         self.counts = counts
         self.totals = list(itertools.accumulate(counts))
+        self.sweep = _CHECK_HEAD  # where the next rotating check of a long common part starts
 
     def shared_prefix(self, messages: Sequence[BaseMessage]) -> int:
-        """Length of the longest common beginning of ``self.messages`` and ``messages``.
+        """Length of the common beginning of ``self.messages`` and ``messages``, as checked.
 
         Messages match when identical, or equal as values (then their counts are equal).
+        The caller holds the counter's lock (`sweep` moves).
         """
-        mine = self.messages
-        known = len(mine)
-        n = min(known, len(messages))
-        if isinstance(messages, list) and len(messages) >= known:
-            # Compare lists of equal length: identical references are compared as pointers,
-            # without touching the objects (a slice would touch every one of them).
-            mine.extend(messages[known:])
-            same = mine == messages
-            del mine[known:]
-            if same:
-                return known
-        elif _as_list(messages[:n]) == (mine if n == known else mine[:n]):
+        n = min(len(self.messages), len(messages))
+        if self._agrees(messages, n):
             return n
+        return self._first_difference(messages, n)
+
+    def _agrees(self, messages: Sequence[BaseMessage], n: int) -> bool:
+        """Whether ``messages[:n]`` holds ``self.messages[:n]``: wholly up to `_FULL_CHECK`."""
+        mine = self.messages
+        if n <= _FULL_CHECK:
+            if isinstance(messages, list) and len(messages) >= len(mine):
+                # Lists of equal length compare reference by reference, touching no message.
+                known = len(mine)
+                mine.extend(messages[known:])
+                same = mine == messages
+                del mine[known:]
+                return same
+            return _same(messages, mine, 0, n)
+        tail = n - _CHECK_TAIL
+        if not (_same(messages, mine, 0, _CHECK_HEAD) and _same(messages, mine, tail, n)):
+            return False
+        start = self.sweep if _CHECK_HEAD <= self.sweep < tail else _CHECK_HEAD
+        stop = min(start + _CHECK_SWEEP, tail)
+        self.sweep = stop
+        return _same(messages, mine, start, stop)
+
+    def _first_difference(self, messages: Sequence[BaseMessage], n: int) -> int:
+        """The first position below ``n`` where the lists differ (``n`` when none does)."""
+        mine = self.messages
         start = 0
         while start < n:  # find the first chunk that differs, then the message
             stop = min(start + _COMPARE_CHUNK, n)
-            if _as_list(messages[start:stop]) != mine[start:stop]:
+            if not _same(messages, mine, start, stop):
                 break
             start = stop
         while start < n and (mine[start] is messages[start] or mine[start] == messages[start]):
@@ -677,12 +708,24 @@ class TiktokenCounter:
 
         A list that begins with the same messages as one of the last few lists counted (the
         same objects, or equal ones) reuses their counts: only the messages after the common
-        beginning are fingerprinted and looked up in the per-message cache. Finding that
-        beginning is one comparison of references at C speed. Messages are treated as
-        values: edit one in place after counting it and a later count of a list holding that
-        same object may be stale (copy it with ``model_copy(update=...)`` instead, as
-        LangGraph's ``add_messages`` does, or call `cache_clear`). `count_message` always
-        re-fingerprints.
+        beginning are fingerprinted and looked up in the per-message cache. What is checked
+        to find that beginning, so that a grown history costs the same at 1k and 100k
+        messages:
+
+        * a list is matched only with a remembered list that starts with the same object;
+        * when the part they share is at most 2,048 messages long, every reference in it is
+          compared (exact: any message replaced, inserted or removed is seen);
+        * when it is longer, each call compares its first 64 and last 512 references and
+          1,024 more in rotation. An insertion or removal shifts the last ones and is seen
+          at once; a message replaced by another object deep inside a long list, the rest
+          untouched, is seen within a full rotation (about 100 calls at 100k messages), and
+          the sum may use its old count until then.
+
+        Messages are treated as values: edit one in place after counting it and a later
+        count of a list holding that same object may be stale (copy it with
+        ``model_copy(update=...)`` instead, as LangGraph's ``add_messages`` does, or call
+        `cache_clear`). `count_message` always re-fingerprints, and `cache_clear` forgets
+        every remembered list.
 
         Example:
             >>> from langchain_core.messages import AIMessage, HumanMessage

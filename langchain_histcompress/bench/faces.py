@@ -265,9 +265,13 @@ class _Rephraser(_Face):
         if self.node is not None:
             self.node.invoke({"messages": history})
         elif self.chain is not None:
-            question = history[-1]
-            self.chain.invoke({"input": str(question.content), "chat_history": history[:-1]})
+            # The history as the application holds it, and a new follow-up question (slicing
+            # off the last message would copy the whole history inside the timed turn).
+            self.chain.invoke({"input": _FOLLOW_UP, "chat_history": history})
         return False
+
+
+_FOLLOW_UP = "And what about that?"
 
 
 def _standalone_answers() -> Any:
