@@ -290,6 +290,11 @@ class CostFigures:
     """``1 - cost / cost(full)`` priced the same way; ``None`` without the baseline."""
     per_conversation_savings: tuple[float, ...] = field(default_factory=tuple)
     """Savings on each conversation (when the baseline ran on all)."""
+    output_cost: float = 0.0
+    """Price of the answering calls' output tokens (the same for every strategy)."""
+    answer_savings: float | None = None
+    """Savings if the internal calls were free: ``1 - answer cost / cost(full)``, an upper
+    bound for the strategy's prompts whatever its summarizer costs."""
 
     @property
     def cached_share(self) -> float:
@@ -333,12 +338,16 @@ def cost_figures(
     totals = [r[pricing].total for r in runs]
     cost = sum(b.cost for b in totals)
     savings: float | None = None
+    answer_savings: float | None = None
     per: tuple[float, ...] = ()
+    answer_cost = sum(r[pricing].answer.cost for r in runs)
     if baselines is not None and len(baselines) == len(runs):
         base = [b[pricing].total.cost for b in baselines if pricing in b]
         if len(base) == len(runs) and all(base):
             savings = 1 - cost / sum(base)
+            answer_savings = 1 - answer_cost / sum(base)
             per = tuple(1 - t.cost / c for t, c in zip(totals, base, strict=True))
+    model = runs[0][pricing].answer.pricing
     return CostFigures(
         pricing=pricing,
         cost=cost,
@@ -347,4 +356,6 @@ def cost_figures(
         cached_tokens=sum(b.cached_tokens for b in totals),
         savings=savings,
         per_conversation_savings=per,
+        output_cost=sum(model.output_cost(r[pricing].answer.output_tokens) for r in runs),
+        answer_savings=answer_savings,
     )

@@ -33,7 +33,7 @@ from langchain_histcompress import (
     create_history_rephraser,
 )
 from langchain_histcompress.errors import SummarizationError
-from tests.fakes import Sleeps
+from tests.fakes import Sleeps, by_round_count
 from tests.openai_server import (
     Fault,
     OpenAIServer,
@@ -327,7 +327,7 @@ def _compressor(server: OpenAIServer, **kwargs: Any) -> RoundCompressor:
         token_counter="approximate",
         retry_backoff=0.0,
         timeout=5.0,
-        **kwargs,
+        **by_round_count(kwargs),
     )
 
 
