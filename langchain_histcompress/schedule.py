@@ -261,8 +261,8 @@ class FoldSchedule:
             colds += load.cold
         # rent of round i: the requests that sent it while it could have been folded (at least
         # `retain` rounds and the floor's tokens after it)
-        paid_after = [*itertools.accumulate(reversed(prices))][::-1] + [0.0]  # suffix sums
-        tokens_after = [*itertools.accumulate(r.tokens for r in reversed(rounds))][::-1] + [0]
+        paid_after = [*reversed([*itertools.accumulate(reversed(prices))]), 0.0]  # suffix sums
+        tokens_after = [*reversed([*itertools.accumulate(r.tokens for r in reversed(rounds))]), 0]
         horizon = max(rounds_so_far, len(rounds))  # rounds to come; one request each is sure
         cold_share = colds / total_requests
         future_price = cold_share * write + (1 - cold_share) * self._carry_price(prompt, cold=False)
