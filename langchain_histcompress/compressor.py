@@ -101,6 +101,7 @@ from langchain_histcompress.summary import (
     SummaryUpdate,
     _existing_memo,
     _memo,
+    build_summary_prompt,
 )
 from langchain_histcompress.tokens import TokenCounter, message_costs
 from langchain_histcompress.triggers import CompressionTrigger
@@ -943,9 +944,11 @@ class RoundCompressor:
         self.schedule: FoldSchedule | None = None
         if by_cost:
             preset = DEFAULT_PRICING if pricing is None else pricing
+            framing = build_summary_prompt([], config=self.summarizer.config)
             self.schedule = FoldSchedule(
                 pricing=PRICING_MODELS[preset] if isinstance(preset, str) else preset,
                 summary_tokens=max_summary_tokens,
+                instruction_tokens=self.token_counter(framing),
                 retain_rounds=max(rounds_to_retain, 1),
             )
 
