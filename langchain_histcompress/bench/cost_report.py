@@ -40,8 +40,9 @@ COST_DEFINITIONS: dict[str, str] = {
     "cost under caching": "every call of the replay (answering and internal) priced as the "
     "provider bills it: a call's cached part is its longest token prefix shared with an "
     "earlier call of the same conversation while the cache is warm (OpenAI: from 1,024 "
-    "tokens in 128-token steps; Anthropic: at cache breakpoints, one at the end of each "
-    "prompt); turns of a session are 30 s apart, sessions start at their dates (cold cache)",
+    "tokens in 128-token steps; Anthropic: at cache breakpoints, one after the preamble "
+    "(tools and system prompt) and one at the end of each prompt); turns of a session are "
+    "30 s apart, sessions start at their dates (cold cache)",
     "savings @ pricing": "1 - cost(strategy) / cost(full) with both priced by that model",
     "cached": "share of prompt tokens read from the cache",
     "(summaries free)": "a bound, not a strategy: the savings of the strategy's answering "

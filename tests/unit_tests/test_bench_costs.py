@@ -84,7 +84,12 @@ def test_meter_shares_one_cache_between_internal_and_answering_calls() -> None:
     costs = meter.costs()
     assert costs["openai-90"].internal.cached_tokens == 0
     assert costs["openai-90"].answer.cached_tokens == 1408  # the shared system prompt
-    assert costs["anthropic"].total.requests[0].cache_write_tokens > 1500
+    assert costs["anthropic"].internal.requests[0].cache_write_tokens > 1500
+    # a breakpoint after the system prompt: the answer reads what the internal call wrote
+    [answer] = costs["anthropic"].answer.requests
+    assert answer.cached_tokens == COUNTER.count_messages([system]) - len(
+        COUNTER.encode_reply_priming()
+    )
     assert meter.reported_cached_tokens is None
 
 
