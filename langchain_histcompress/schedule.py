@@ -17,16 +17,17 @@ one uncached input token:
    for the cache to go cold (a pause longer than its lifetime), when they cost no cache miss
    and the coming request pays everything in full anyway.
 2. **Whether** (payback): the tokens a fold removes (the folded rounds minus the summary's
-   growth) must repay its cost, with 90% confidence, on the requests still to come. How many
-   will come is unknown; by the Copernican argument a conversation seen at a random moment
-   of its life has, with probability ``f / (f + 1)``, at least ``1 / f`` of its length so
-   far still ahead. Length is counted in rounds, one request each (a round's extra tool
-   steps are not certain to come), and a fold must save ``payback_factor`` (9, so f = 9)
-   times its cost over that many rounds: it breaks even within the first ninth, which the
-   conversation outlasts with probability 9/10. Each future request is priced like the past
-   ones: cold at the observed share of cold starts, else cached when the view is long
-   enough to be. A short conversation therefore never folds: its few rounds cannot repay a
-   summarizer call.
+   growth) must repay its cost, with 90% confidence, on the requests still to come. The
+   coming request is certain; how many more will come is not. By the Copernican argument a
+   conversation seen at a random moment of its life still has, with probability
+   ``f / (f + 1)``, at least ``1 / f`` of its length so far ahead. Length is counted in
+   rounds, one request each (a round's extra tool steps are not certain to come), and with
+   ``payback_factor`` f = 9 a fold must repay its cost over the coming request and the next
+   ninth of the rounds so far, which come with probability 9/10. The coming request is priced
+   as it will be billed (in full after a pause that let the cache go cold), later ones like
+   the past ones: cold at the observed share of cold starts, else cached when the view is
+   long enough to be. A short conversation therefore never folds: its few rounds cannot
+   repay a summarizer call.
 
 With ``F`` the folded tokens, ``S`` / ``S'`` the summary before / after (``S' = min(S + F,
 cap)``), ``o`` the output / input price ratio and ``r`` / ``w`` the cache read / write price
@@ -108,7 +109,8 @@ class FoldDecision:
     reason: FoldReason
     """Why."""
     net_saving: float
-    """Expected saving minus cost, in uncached input tokens (0.0 when not folding)."""
+    """Saving minus cost over the median horizon (as many rounds as so far), in uncached
+    input tokens (0.0 when not folding)."""
     cost: float = 0.0
     """Expected cost of the fold (call and cache miss), in uncached input tokens."""
     rent: float = 0.0
@@ -134,9 +136,9 @@ class FoldSchedule:
     retain_rounds: int = 1
     """Newest rounds never folded (the latest round always stays)."""
     payback_factor: float = 9.0
-    """How many times its cost a fold must save over the estimated horizon: 9 asks it to
-    break even within a ninth of the conversation's length so far, which the conversation
-    outlasts with probability 9/10 (see the module)."""
+    """A fold must repay its cost within the coming request and ``1 / payback_factor`` of
+    the rounds so far: with 9, a stretch the conversation outlasts with probability 9/10
+    (see the module)."""
     verbatim_floor: int | None = None
     """Smallest preamble + kept rounds (in tokens) a fold may leave; ``None``
     for the provider's ``min_cached_tokens`` when it caches, else 0."""
@@ -265,6 +267,8 @@ class FoldSchedule:
         tokens_after = [*reversed([*itertools.accumulate(r.tokens for r in reversed(rounds))]), 0]
         horizon = max(rounds_so_far, len(rounds))  # rounds to come; one request each is sure
         cold_share = colds / total_requests
+        now_price = self._carry_price(prompt, cold=cold_now)
+        likely = max(1.0, horizon / self.payback_factor)
         future_price = cold_share * write + (1 - cold_share) * self._carry_price(prompt, cold=False)
         total = sum(r.tokens for r in rounds)
         best = FoldDecision(0, "none", 0.0)
@@ -289,9 +293,10 @@ class FoldSchedule:
                 miss = after * max(0.0, write - read)
             cost = call + miss
             removed = folded - (new_summary - summary_tokens)
-            saving = removed * future_price * horizon
-            net = saving - cost
-            if rent >= cost and saving >= self.payback_factor * cost and net > best.net_saving:
+            # the coming request is certain, the others as likely as the horizon says
+            confident = removed * (now_price + future_price * (likely - 1))
+            net = removed * (now_price + future_price * (horizon - 1)) - cost
+            if rent >= cost and confident >= cost and net > best.net_saving:
                 reason: FoldReason = "cold" if cold_now and pricing.caches else "rent"
                 best = FoldDecision(k, reason, net, cost, rent)
         return best

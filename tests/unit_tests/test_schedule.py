@@ -126,7 +126,7 @@ def test_the_default_folds_by_cost_and_round_count_is_opt_in() -> None:
     summary=st.integers(0, 128),
     so_far=st.integers(0, 500),
 )
-def test_a_chosen_fold_has_paid_its_rent_repays_itself_and_respects_floor_and_retention(
+def test_a_chosen_fold_has_paid_its_rent_and_repays_itself_within_retention(
     pricing: Any, rounds: list[tuple[int, int, bool]], summary: int, so_far: int
 ) -> None:
     schedule = FoldSchedule(pricing=pricing, summary_tokens=128, retain_rounds=2)
@@ -138,8 +138,6 @@ def test_a_chosen_fold_has_paid_its_rent_repays_itself_and_respects_floor_and_re
     if decision.rounds:
         assert decision.net_saving > 0
         assert decision.rent >= decision.cost
-        saving = decision.net_saving + decision.cost
-        assert saving >= schedule.payback_factor * decision.cost - 1e-6
     else:
         assert decision.reason == "none"
 
@@ -171,3 +169,12 @@ def test_round_loads_count_requests_and_cold_starts() -> None:
         lifetime=300,
     )
     assert [(r.tokens, r.requests, r.cold) for r in loads] == [(10, 1, False), (20, 3, True)]
+
+
+def test_a_fold_that_the_rent_pays_for_still_waits_for_a_likely_future() -> None:
+    schedule = FoldSchedule(pricing=PRICING_MODELS["none"], summary_tokens=128, retain_rounds=1)
+    loads = [RoundLoad(tokens=3000, requests=3)] * 5
+    young = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=loads, rounds_so_far=5)
+    old = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=loads, rounds_so_far=200)
+    assert young.rounds == 0  # five rounds in: the fold may never be repaid
+    assert old.rounds == 4 and old.rent >= old.cost  # the same rounds deep into a long chat
