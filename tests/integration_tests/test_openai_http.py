@@ -475,7 +475,7 @@ def test_bench_counts_internal_failures_and_fails(
             "--data",
             str(data),
             "--strategies",
-            "facts,round_compression",
+            "facts,round_compression_rounds",
             "--quick",
             "--max-turns",
             "12",
@@ -490,7 +490,10 @@ def test_bench_counts_internal_failures_and_fails(
     assert "Internal call failures in: facts" in (out / "bench.md").read_text()
     report = json.loads((out / "bench.json").read_text())
     assert report["failed_strategies"] == ["facts"]
-    facts, rounds = report["internal_calls"]["facts"], report["internal_calls"]["round_compression"]
+    facts, rounds = (
+        report["internal_calls"]["facts"],
+        report["internal_calls"]["round_compression_rounds"],
+    )
     assert facts["failures"] >= 1
     assert facts["failed_requests"] == facts["requests"] == facts["failures"]  # 401: no retry
     assert rounds["failures"] == 0
