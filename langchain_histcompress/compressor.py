@@ -1,11 +1,17 @@
 """Rolling round compression: fold the oldest rounds into a running summary, keep the newest.
 
-`RoundCompressor` follows the round-compression design: once ``rounds_to_compress`` +
-``rounds_to_retain`` uncompressed rounds exist (the latest round counts), one summarizer call
-builds the new summary from the previous summary and the oldest ``rounds_to_compress``
-uncompressed rounds; the newest ``rounds_to_retain`` rounds stay verbatim. Replaying a
-conversation one round at a time with the defaults (2 + 3), the first call happens at round 5,
-then one call every second round: 100 rounds cost 48 calls.
+`RoundCompressor` folds the oldest uncompressed rounds into a running summary (one summarizer
+call builds the new summary from the previous summary and those rounds); the newest
+``rounds_to_retain`` rounds stay verbatim. By default a fold is a cost decision
+(`schedule.FoldSchedule` under the ``pricing`` model): the backlog is folded in one call once
+re-sending it has cost as much as folding it would and the fold is likely to repay itself, so a
+short conversation never calls the summarizer and a long one folds every few rounds (without
+prompt caching) or when the provider's cache has gone cold (with it). With
+``compress_on_rounds=True`` it follows the round-compression design instead: once
+``rounds_to_compress`` + ``rounds_to_retain`` uncompressed rounds exist (the latest round
+counts), the oldest ``rounds_to_compress`` are folded; replaying a conversation one round at a
+time with 2 + 3, the first call happens at round 5, then one call every second round: 100
+rounds cost 48 calls.
 
 Rules every setting keeps:
 

@@ -723,8 +723,8 @@ register_strategy(
 register_strategy(
     "round_compression",
     lambda env: _compressor(env, pricing=env.pricing),
-    "RoundCompressor defaults (keep 3 rounds, fold by cost under the pricing model it is "
-    "configured for: one run per pricing column)",
+    "RoundCompressor defaults: keep 3 rounds, fold by cost under the pricing model it is "
+    "configured for (one run per cost column; token and recall figures: openai-50, the default)",
     requires=("langchain_histcompress.compressor",),
     priced=True,
 )
