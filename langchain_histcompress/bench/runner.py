@@ -8,6 +8,11 @@ its completion. The strategy's internal calls go to the internal model, the offl
 `UsageLedger`. After the replay, each recall question gets its context
 (`Strategy.context_for_question`) and is scored (`recall.score_question`).
 
+A pricing-aware strategy (`bench.strategies.StrategySpec.priced`) is replayed once per pricing
+model of `bench.costs.REPORTED_PRICINGS`, built for it, and each replay is priced by its own
+model only (`merge_priced_runs`): the cost columns show the strategy as a user paying that
+way would configure it. With a real internal model this multiplies its calls accordingly.
+
 Library overhead is measured once per run, on the first file extended to 1k / 10k / 100k
 messages, always with the replay model (model time is excluded anyway, and a real model would
 be billed for the warm-up).
