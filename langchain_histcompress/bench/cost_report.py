@@ -45,6 +45,8 @@ COST_DEFINITIONS: dict[str, str] = {
     "30 s apart, sessions start at their dates (cold cache)",
     "savings @ pricing": "1 - cost(strategy) / cost(full) with both priced by that model",
     "cached": "share of prompt tokens read from the cache",
+    "answers' output only (ceiling)": "the savings if every prompt were free: the answers' "
+    "output tokens, the same for every strategy, are all that is left",
     "(summaries free)": "a bound, not a strategy: the savings of the strategy's answering "
     "requests alone, its internal calls priced at zero",
     "no_history": "a reference, not a strategy: system prompt + current round only; "
@@ -103,6 +105,13 @@ def cost_rows(
         ]
         cells += [_percent(c.savings if c else None) for c in costs.values()]
         rows.append(cells)
+        if strategy == result.strategies[0]:  # the baseline: what every strategy pays
+            ceiling = ["answers' output only (ceiling)", "-", "-", "-"]
+            ceiling += [
+                _percent(1 - c.output_cost / c.cost if c and c.cost else None)
+                for c in costs.values()
+            ]
+            rows.append(ceiling)
         if strategy in BOUND_STRATEGIES:
             bound = [f"{strategy} (summaries free)", "-", "-", "-"]
             bound += [_percent(c.answer_savings if c else None) for c in costs.values()]

@@ -132,7 +132,7 @@ def test_every_run_is_priced_under_every_pricing_model(result: BenchResult) -> N
 def test_cost_table_json_markdown_plot_and_readme(result: BenchResult, tmp_path: Path) -> None:
     header, rows = cost_rows(result)
     assert header[:2] == ["strategy", "billed"]
-    assert [r[0] for r in rows] == ["full", "truncation"]
+    assert [r[0] for r in rows] == ["full", "answers' output only (ceiling)", "truncation"]
     assert format_cost_table(result).splitlines()[1].startswith("strategy")
     written = write_reports(result, tmp_path / "out")
     data = json.loads(written["json"].read_text("utf-8"))
@@ -161,6 +161,7 @@ def test_reference_rows_bound_the_default(tmp_path: Path) -> None:
     names = [r[0] for r in rows]
     assert names == [
         "full",
+        "answers' output only (ceiling)",
         "no_history",
         "round_compression",
         "round_compression (summaries free)",
@@ -174,6 +175,8 @@ def test_reference_rows_bound_the_default(tmp_path: Path) -> None:
         assert default.output_cost == pytest.approx(full.output_cost)  # the same answers
         assert default.answer_savings is not None and default.savings is not None
         assert default.answer_savings >= default.savings  # free summaries only help
+        assert reference.savings is not None
+        assert 1 - full.output_cost / full.cost > reference.savings  # the ceiling
     # without caching nothing costs less than no history at all
     none_reference = result.cost("no_history", "none")
     none_default = result.cost("round_compression", "none")
