@@ -1,11 +1,17 @@
 """Rolling round compression: fold the oldest rounds into a running summary, keep the newest.
 
-`RoundCompressor` follows the round-compression design: once ``rounds_to_compress`` +
-``rounds_to_retain`` uncompressed rounds exist (the latest round counts), one summarizer call
-builds the new summary from the previous summary and the oldest ``rounds_to_compress``
-uncompressed rounds; the newest ``rounds_to_retain`` rounds stay verbatim. Replaying a
-conversation one round at a time with the defaults (2 + 3), the first call happens at round 5,
-then one call every second round: 100 rounds cost 48 calls.
+`RoundCompressor` folds the oldest uncompressed rounds into a running summary (one summarizer
+call builds the new summary from the previous summary and those rounds); the newest
+``rounds_to_retain`` rounds stay verbatim. By default a fold is a cost decision
+(`schedule.FoldSchedule` under the ``pricing`` model): the backlog is folded in one call once
+re-sending it has cost as much as folding it would and the fold is likely to repay itself, so a
+short conversation never calls the summarizer and a long one folds every few rounds (without
+prompt caching) or when the provider's cache has gone cold (with it). With
+``compress_on_rounds=True`` it follows the round-compression design instead: once
+``rounds_to_compress`` + ``rounds_to_retain`` uncompressed rounds exist (the latest round
+counts), the oldest ``rounds_to_compress`` are folded; replaying a conversation one round at a
+time with 2 + 3, the first call happens at round 5, then one call every second round: 100
+rounds cost 48 calls.
 
 Rules every setting keeps:
 
@@ -47,7 +53,7 @@ Example:
     >>> model = GenericFakeChatModel(messages=iter(
     ...     [AIMessage('{"ConversationSummary": "The user counted to two."}')]))
     >>> compressor = RoundCompressor(model, rounds_to_compress=2, rounds_to_retain=1,
-    ...                              token_counter="approximate")
+    ...                              token_counter="approximate", compress_on_rounds=True)
     >>> history = [SystemMessage("Be brief.")]
     >>> for n in range(3):
     ...     history += [HumanMessage(f"say {n}", id=f"h{n}"), AIMessage(str(n), id=f"a{n}")]
@@ -79,7 +85,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_histcompress._model_edge import submit_to_worker
 from langchain_histcompress.coverage import covers_all
 from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
-from langchain_histcompress.pricing import PRICING_MODELS, PricingModel
+from langchain_histcompress.pricing import DEFAULT_PRICING, PRICING_MODELS, PricingModel
 from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import (
     ACCEPTED_KINDS,
@@ -93,7 +99,7 @@ from langchain_histcompress.rounds import (
     split_units,
     validate_history,
 )
-from langchain_histcompress.schedule import FoldSchedule, cache_horizon
+from langchain_histcompress.schedule import FoldSchedule, round_loads
 from langchain_histcompress.summary import (
     RunningSummary,
     Summarizer,
@@ -101,6 +107,7 @@ from langchain_histcompress.summary import (
     SummaryUpdate,
     _existing_memo,
     _memo,
+    build_summary_prompt,
 )
 from langchain_histcompress.tokens import TokenCounter, message_costs
 from langchain_histcompress.triggers import CompressionTrigger
@@ -764,8 +771,10 @@ class RoundCompressor:
             invoke + robust parsing.
         placement: ``"system_message"`` or ``"append_to_system"`` (see `view`).
         enabled: ``False`` turns compression off: ``compress`` only builds the view.
-        compress_on_rounds: Use the round-count trigger (turn off for token / idle triggers
-            only). Default: on, unless ``trigger`` is given.
+        compress_on_rounds: ``True`` folds by round count instead of by cost (TaskWeaver:
+            ``rounds_to_compress`` rounds once ``rounds_to_compress + rounds_to_retain`` are
+            pending, whatever it costs); ``False`` leaves only the token / idle triggers.
+            Default (``None``): fold by cost (see ``pricing``), unless ``trigger`` is given.
         trigger: A `CompressionTrigger` (``SummarizationMiddleware``-style trigger and keep:
             fractions of the context window, tokens, messages, AND / OR, usage metadata, a cap
             on each summarizer call's input).
@@ -780,12 +789,14 @@ class RoundCompressor:
         timestamp_getter: Reads a message's time (default `message_timestamp`).
         max_round_tokens: Fold the older tool groups of the latest round when that round alone
             exceeds this many tokens.
-        pricing: A `pricing.PricingModel` (or a preset name of ``pricing.PRICING_MODELS``)
-            to fold by cost instead of by round count: `schedule.FoldSchedule` folds the
-            backlog in one call only when that is expected to cost less than re-sending it
-            under the provider's prompt cache (cold cache after a pause longer than its
-            lifetime; ``rounds_to_retain`` newest rounds and a cacheable floor always kept).
-            ``None`` (default) keeps the round-count trigger.
+        pricing: The answering model's prices and prompt-cache rules: a
+            `pricing.PricingModel` or a preset name of ``pricing.PRICING_MODELS``. Rounds are
+            folded by cost (`schedule.FoldSchedule`): the backlog in one call once re-sending
+            it has cost as much as folding it and folding is expected to repay itself
+            (never on a short conversation; ``rounds_to_retain`` newest rounds and, under
+            caching, a cacheable floor always kept). ``None`` (default) means the
+            ``pricing.DEFAULT_PRICING`` preset (``"openai-50"``, the gpt-4o family) unless
+            ``compress_on_rounds=True`` or a ``trigger`` is given.
         max_calls_per_compress: Upper bound on summarizer calls per ``compress``; a larger
             backlog stays verbatim and the next call continues.
         max_summary_tokens: Cap on the summary's tokens; longer answers are retried.
@@ -815,10 +826,13 @@ class RoundCompressor:
         >>> from langchain_core.messages import AIMessage, HumanMessage
         >>> model = GenericFakeChatModel(messages=iter(
         ...     [AIMessage('{"ConversationSummary": "Rounds 0-1 happened."}')]))
-        >>> compressor = RoundCompressor(model, token_counter="approximate")
         >>> history = []
         >>> for n in range(5):
         ...     history += [HumanMessage(f"q{n}", id=f"h{n}"), AIMessage(f"a{n}", id=f"a{n}")]
+        >>> RoundCompressor(model, token_counter="approximate").plan(history).chunks  # by cost
+        ()
+        >>> compressor = RoundCompressor(model, token_counter="approximate",
+        ...                              compress_on_rounds=True)
         >>> result = compressor.compress(history)
         >>> result.calls, [m.id for m in result.messages[1:]]
         (1, ['h2', 'a2', 'h3', 'a3', 'h4', 'a4'])
@@ -884,8 +898,13 @@ class RoundCompressor:
         if trigger is not None and not isinstance(trigger, CompressionTrigger):
             msg = f"trigger must be a CompressionTrigger or None, got {type(trigger).__name__}"
             raise ConfigurationError(msg)
+        if compress_on_rounds is True and pricing is not None:
+            msg = "pass either pricing (fold by cost) or compress_on_rounds=True (by round count)"
+            raise ConfigurationError(msg)
+        # by default rounds are folded by cost, unless another trigger was chosen
+        by_cost = pricing is not None or (compress_on_rounds is None and trigger is None)
         if compress_on_rounds is None:
-            compress_on_rounds = trigger is None
+            compress_on_rounds = False
         if isinstance(model, str):
             from langchain_histcompress.models import chat_model_from_spec
 
@@ -929,10 +948,13 @@ class RoundCompressor:
         self.max_calls_per_compress = max_calls_per_compress
         self.on_invalid_history: OnInvalidHistory = on_invalid_history
         self.schedule: FoldSchedule | None = None
-        if pricing is not None:
+        if by_cost:
+            preset = DEFAULT_PRICING if pricing is None else pricing
+            framing = build_summary_prompt([], config=self.summarizer.config)
             self.schedule = FoldSchedule(
-                pricing=PRICING_MODELS[pricing] if isinstance(pricing, str) else pricing,
+                pricing=PRICING_MODELS[preset] if isinstance(preset, str) else preset,
                 summary_tokens=max_summary_tokens,
+                instruction_tokens=self.token_counter(framing),
                 retain_rounds=max(rounds_to_retain, 1),
             )
 
@@ -1044,16 +1066,17 @@ class RoundCompressor:
         """Rounds the cost schedule folds now (see `schedule.FoldSchedule`)."""
         schedule = self.schedule
         assert schedule is not None
-        lifetime = schedule.pricing.cache_lifetime
-        times = [_to_datetime(self.timestamp_getter(r.messages[0])) for r in pending]
-        so_far = len(pending) + (summary.rounds_covered if summary else 0)
+        loads = round_loads(
+            [r.messages for r in pending],
+            self._costs(pending),
+            timestamp=lambda m: _to_datetime(self.timestamp_getter(m)),
+            lifetime=schedule.pricing.cache_lifetime,
+        )
         decision = schedule.decide(
             fixed_tokens=sum(message_costs(self.token_counter, parts.preamble)),
             summary_tokens=self.token_counter([SystemMessage(summary.text)]) if summary else 0,
-            round_tokens=self._costs(pending),
-            cold=self._idle(parts, timedelta(seconds=lifetime)),
-            horizon=cache_horizon(times, lifetime=lifetime, rounds_so_far=so_far),
-            rounds_so_far=so_far,
+            rounds=loads,
+            rounds_so_far=len(loads) + (summary.rounds_covered if summary else 0),
         )
         return decision.rounds
 
@@ -1096,7 +1119,7 @@ class RoundCompressor:
             >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
             >>> from langchain_core.messages import HumanMessage
             >>> compressor = RoundCompressor(GenericFakeChatModel(messages=iter([])),
-            ...                              token_counter="approximate")
+            ...                              token_counter="approximate", compress_on_rounds=True)
             >>> history = [HumanMessage(str(n), id=f"h{n}") for n in range(5)]
             >>> plan = compressor.plan(history)
             >>> [[m.id for m in c.messages] for c in plan.chunks], plan.reasons
@@ -1304,9 +1327,12 @@ class RoundCompressor:
 def thread_summarizer(model: Runnable[Any, Any], **kwargs: Any) -> RoundCompressor:
     """A `RoundCompressor` preset for thread summarization: every finished exchange is folded.
 
-    ``rounds_to_compress=1, rounds_to_retain=0, placement="append_to_system"`` (the summary
-    lives in the system prompt); any keyword overrides. The latest round is never folded, so
-    the current question always stays verbatim: a round is folded once a newer round exists.
+    ``rounds_to_compress=1, rounds_to_retain=0, compress_on_rounds=True``; any keyword
+    overrides. The summary is its own message right after the unchanged system preamble
+    (``placement="system_message"``), so the preamble stays a cacheable prefix; pass
+    ``placement="append_to_system"`` to write it into the system prompt instead (which
+    rewrites the system text at every fold). The latest round is never folded, so the
+    current question always stays verbatim: a round is folded once a newer round exists.
 
     To answer first and summarize after, build the view with ``compressor.view(history,
     summary)`` (no model call), reply, then fold in the background with
@@ -1324,12 +1350,12 @@ def thread_summarizer(model: Runnable[Any, Any], **kwargs: Any) -> RoundCompress
         ...            AIMessage("hello", id="a1"), HumanMessage("how are you?", id="h2")]
         >>> result = compressor.compress(history)
         >>> [m.type for m in result.messages], result.calls
-        (['system', 'human'], 1)
+        (['system', 'system', 'human'], 1)
     """
     options: dict[str, Any] = {
         "rounds_to_compress": 1,
         "rounds_to_retain": 0,
-        "placement": "append_to_system",
+        "compress_on_rounds": True,
         **kwargs,
     }
     return RoundCompressor(model, **options)

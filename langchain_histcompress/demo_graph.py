@@ -95,6 +95,7 @@ def build_demo_graph(
         model,
         rounds_to_compress=ROUNDS_TO_COMPRESS,
         rounds_to_retain=ROUNDS_TO_RETAIN,
+        compress_on_rounds=True,
         profile="code",
         token_counter=counter,
         max_retries=retries,

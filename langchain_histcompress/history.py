@@ -368,7 +368,7 @@ class CompressingChatMessageHistory(_CompressingHistoryBase):
         >>> history = CompressingChatMessageHistory(
         ...     "user-1", connection=InMemoryHistoryStore(),
         ...     compressor=RoundCompressor(model, rounds_to_compress=2, rounds_to_retain=1,
-        ...                                token_counter="approximate"))
+        ...                                token_counter="approximate", compress_on_rounds=True))
         >>> for n in range(3):
         ...     history.add_messages([HumanMessage(f"say {n}"), AIMessage(str(n))])
         >>> [m.type for m in history.messages], len(history.full_messages)
@@ -594,7 +594,7 @@ class CompressingHistoryAdapter(_CompressingHistoryBase):
         >>> history = CompressingHistoryAdapter(
         ...     inner, key="user-1", summary_store=InMemoryHistoryStore(),
         ...     compressor=RoundCompressor(model, rounds_to_compress=2, rounds_to_retain=1,
-        ...                                token_counter="approximate"))
+        ...                                token_counter="approximate", compress_on_rounds=True))
         >>> for n in range(3):
         ...     history.add_messages([HumanMessage(f"say {n}"), AIMessage(str(n))])
         >>> [m.type for m in history.messages], len(inner.messages)

@@ -37,7 +37,8 @@ Example:
     >>> summarizer = GenericFakeChatModel(messages=iter(
     ...     [AIMessage('{"ConversationSummary": "The user said hello twice."}')]))
     >>> middleware = RoundCompressionMiddleware(RoundCompressor(
-    ...     summarizer, rounds_to_compress=2, rounds_to_retain=1, token_counter="approximate"))
+    ...     summarizer, rounds_to_compress=2, rounds_to_retain=1, token_counter="approximate",
+    ...     compress_on_rounds=True))
     >>> agent = create_agent(GenericFakeChatModel(messages=iter([AIMessage("Hi again!")])),
     ...                      middleware=[middleware])
     >>> history = [HumanMessage("hello"), AIMessage("hi"), HumanMessage("hello"),
@@ -150,7 +151,8 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         >>> agent = create_agent(
         ...     FakeMessagesListChatModel(responses=[AIMessage(f"done {i}") for i in range(9)]),
         ...     tools=[],
-        ...     middleware=[RoundCompressionMiddleware(RoundCompressor(summarizer))])
+        ...     middleware=[RoundCompressionMiddleware(
+        ...         RoundCompressor(summarizer, compress_on_rounds=True))])
         >>> state = {"messages": []}
         >>> for turn in range(5):
         ...     state = agent.invoke({"messages": [*state["messages"], ("user", f"task {turn}")]})

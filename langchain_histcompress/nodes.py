@@ -57,7 +57,7 @@ Example:
     >>> summarizer = GenericFakeChatModel(messages=iter(
     ...     [AIMessage('{"ConversationSummary": "The user counted to one."}')]))
     >>> compressor = RoundCompressor(summarizer, rounds_to_compress=2, rounds_to_retain=1,
-    ...                              token_counter="approximate")
+    ...                              token_counter="approximate", compress_on_rounds=True)
     >>> def model(state: HistCompressState) -> dict:
     ...     return {"messages": [AIMessage(f"I see {len(state['model_input'])} messages")]}
     >>> graph = StateGraph(HistCompressState)
@@ -429,7 +429,7 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
         >>> summarizer = GenericFakeChatModel(messages=iter(
         ...     [AIMessage('{"ConversationSummary": "The user counted to one."}')]))
         >>> compressor = RoundCompressor(summarizer, rounds_to_compress=2, rounds_to_retain=1,
-        ...                              token_counter="approximate")
+        ...                              token_counter="approximate", compress_on_rounds=True)
         >>> builder = ContextBuilder(max_context_tokens=2000, token_counter="approximate")
         >>> def model(state: HistCompressState) -> dict:
         ...     sent = build_model_input(state, context_builder=builder)

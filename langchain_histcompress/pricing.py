@@ -213,7 +213,7 @@ PRICING_MODELS: dict[str, PricingModel] = {
 
 DEFAULT_PRICING = "openai-50"
 """Name of the preset assumed when none is given: the gpt-4o family, the token counter's
-default model (``gpt-4o-mini``)."""
+default model (``gpt-4o-mini``). ``RoundCompressor(pricing=None)`` folds by cost under it."""
 
 
 @dataclass(frozen=True)

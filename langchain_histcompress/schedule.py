@@ -1,36 +1,39 @@
 """Folding as a cost decision: fold only when it is expected to save more than it costs.
 
-Under prompt caching, re-sending old rounds is cheap (a cached token costs 10-50% of the input
-price) while folding is not: the summarizer call is paid in full, its output at the output
-price, and the rewritten summary invalidates the cached prefix after it, so the next request
-pays for everything behind the preamble again. `FoldSchedule.decide` weighs both, in units of
-one uncached input token, for every number ``k`` of oldest pending rounds that could be folded
-in one call, and picks the ``k`` with the largest positive net saving (none when no ``k`` pays).
+A fold buys something: one summarizer call (its input at the input price, the new summary at
+the output price) and, when the provider's cache is warm, one cache miss (the next request
+pays again for everything behind the preamble). What it buys is rent: every request that
+re-sends a foldable round pays for its tokens, at the price they are billed (cached tokens at
+the cache-read price, everything at the full price when the prompt is too short to be cached
+or the cache is cold after a pause). `FoldSchedule.decide` answers two questions in units of
+one uncached input token:
 
-With ``F`` the folded tokens, ``S`` / ``S'`` the summary tokens before / after (``S'`` at most
-the summarizer's cap), ``D = F - (S' - S)`` the tokens every later request stops sending,
-``r`` / ``w`` the cache read / write price ratios and ``o`` the output price ratio:
+1. **When** (rent or buy): fold the oldest rounds once the rent already paid for carrying
+   them, the coming request's included, reaches what folding them costs. This is the classic
+   rent-or-buy rule: whatever the future holds, it never pays more than twice the best
+   schedule chosen in hindsight, and it needs no horizon. It sets the rhythm by itself: with
+   no caching every re-sent token is paid in full and a long conversation folds every few
+   rounds (as TaskWeaver does); under a warm 90%-off cache re-sending is cheap and folds wait
+   for the cache to go cold (a pause longer than its lifetime), when they cost no cache miss
+   and the coming request pays everything in full anyway.
+2. **Whether** (payback): the tokens a fold removes (the folded rounds minus the summary's
+   growth) must repay its cost, with 90% confidence, on the requests still to come. The
+   coming request is certain; how many more will come is not. By the Copernican argument a
+   conversation seen at a random moment of its life still has, with probability
+   ``f / (f + 1)``, at least ``1 / f`` of its length so far ahead. Length is counted in
+   rounds, one request each (a round's extra tool steps are not certain to come), and with
+   ``payback_factor`` f = 9 a fold must repay its cost over the coming request and the next
+   ninth of the rounds so far, which come with probability 9/10. The coming request is priced
+   as it will be billed (in full after a pause that let the cache go cold), later ones like
+   the past ones: cold at the observed share of cold starts, else cached when the view is
+   long enough to be. A short conversation therefore never folds: its few rounds cannot
+   repay a summarizer call.
 
-- cost of the call: ``instruction_tokens + S`` input tokens plus ``o * S'`` output tokens
-  (summarizer prompts are too short and too different to be cached), plus the ``F`` folded
-  tokens read, weighted by the chance that no later fold would have read them anyway: with
-  ``n`` rounds so far, the conversation is taken to outlive the horizon ``h`` with
-  probability ``n / (n + h)`` (it is expected to go on about as long as it has lasted);
-- cache penalty: when the cache is warm, the part behind the preamble (``S'`` + kept rounds)
-  is paid at ``w`` on the next request instead of read at ``r``; nothing when it is cold
-  anyway (a pause longer than the cache's lifetime: the request pays in full whatever we do);
-- saving: ``D`` tokens on each of the next ``horizon`` requests, the first at ``w`` when cold
-  (``r`` when warm), the others at ``r``.
-
-A fold is chosen only when its expected saving is at least ``payback_factor`` (2) times its
-cost: the horizon below is a median estimate, so half of all conversations end sooner than it
-says, and a fold that barely pays on the median loses on them.
-
-The horizon is how many requests the folded rounds would otherwise ride along before the next
-chance to fold: the mean number of rounds between two cold starts seen in the pending rounds
-when timestamps tell, else the number of rounds so far (a conversation is expected to go on
-about as long as it has lasted). A short conversation therefore never folds: its few rounds
-cannot repay a summarizer call.
+With ``F`` the folded tokens, ``S`` / ``S'`` the summary before / after (``S' = min(S + F,
+cap)``), ``o`` the output / input price ratio and ``r`` / ``w`` the cache read / write price
+ratios, a fold costs ``instruction_tokens + S + F + o * S'`` plus, when the cache is warm and
+the view was cacheable, ``(S' + kept) * (w - r)`` for the miss; it removes ``F - (S' - S)``
+tokens from every later request.
 
 A verbatim floor keeps the view cacheable: when the provider caches from
 ``min_cached_tokens`` on, a fold never leaves the preamble + kept rounds under it (below it
@@ -40,23 +43,25 @@ and it always keeps ``retain_rounds`` newest rounds.
 Example:
     >>> from langchain_histcompress.pricing import PRICING_MODELS
     >>> schedule = FoldSchedule(pricing=PRICING_MODELS["none"], summary_tokens=100)
-    >>> schedule.decide(fixed_tokens=50, summary_tokens=0, round_tokens=[80] * 4,
-    ...                 cold=False, horizon=4).rounds
+    >>> short = [RoundLoad(tokens=80)] * 4
+    >>> schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=short).rounds
     0
-    >>> decision = schedule.decide(fixed_tokens=50, summary_tokens=0,
-    ...                            round_tokens=[400] * 30, cold=False, horizon=30)
+    >>> long = [RoundLoad(tokens=400)] * 30
+    >>> decision = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=long)
     >>> decision.rounds, decision.reason
-    (29, 'payback')
+    (29, 'rent')
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
+
+from langchain_core.messages import AIMessage, BaseMessage
 
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.pricing import DEFAULT_PRICING, PRICING_MODELS, PricingModel
@@ -65,14 +70,34 @@ __all__ = [
     "FoldDecision",
     "FoldReason",
     "FoldSchedule",
-    "cache_horizon",
+    "RoundLoad",
+    "round_loads",
 ]
 
 logger = logging.getLogger(__name__)
 
-FoldReason = Literal["cold", "payback", "none"]
-"""Why a fold was chosen: the cache was cold anyway, the saving repays a warm rewrite, or
-no fold pays."""
+FoldReason = Literal["cold", "rent", "none"]
+"""Why a fold was chosen: the cache is cold for the coming request (the fold costs no cache
+miss), the rent paid for the folded rounds reached the fold's cost, or no fold pays."""
+
+
+@dataclass(frozen=True)
+class RoundLoad:
+    """A round not yet folded, as the schedule sees it.
+
+    Example:
+        >>> RoundLoad(tokens=120, requests=3, cold=True).requests
+        3
+    """
+
+    tokens: int
+    """Its tokens."""
+    requests: int = 1
+    """Model calls that sent it while it was the latest round (one per AI message; the
+    latest round's count includes the coming request)."""
+    cold: bool = False
+    """Its first request found the cache cold (it came after a pause longer than the
+    cache's lifetime)."""
 
 
 @dataclass(frozen=True)
@@ -84,9 +109,12 @@ class FoldDecision:
     reason: FoldReason
     """Why."""
     net_saving: float
-    """Expected saving minus cost, in uncached input tokens (0.0 when not folding)."""
+    """Saving minus cost over the median horizon (as many rounds as so far), in uncached
+    input tokens (0.0 when not folding)."""
     cost: float = 0.0
-    """Expected cost of the fold (call and cache penalty), in uncached input tokens."""
+    """Expected cost of the fold (call and cache miss), in uncached input tokens."""
+    rent: float = 0.0
+    """Rent already paid for carrying the folded rounds (coming request included)."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +135,10 @@ class FoldSchedule:
     """Tokens of the summarizer's instructions and framing, paid on every call."""
     retain_rounds: int = 1
     """Newest rounds never folded (the latest round always stays)."""
-    payback_factor: float = 2.0
-    """How many times its cost a fold must be expected to save."""
+    payback_factor: float = 9.0
+    """A fold must repay its cost within the coming request and ``1 / payback_factor`` of
+    the rounds so far: with 9, a stretch the conversation outlasts with probability 9/10
+    (see the module)."""
     verbatim_floor: int | None = None
     """Smallest preamble + kept rounds (in tokens) a fold may leave; ``None``
     for the provider's ``min_cached_tokens`` when it caches, else 0."""
@@ -148,14 +178,44 @@ class FoldSchedule:
             return self.verbatim_floor
         return self.pricing.min_cached_tokens if self.pricing.caches else 0
 
+    def _floor_for(self, head_tokens: int, rounds: Sequence[RoundLoad]) -> int:
+        """The floor, when keeping the view cacheable is worth it.
+
+        A cached view of ``floor`` tokens costs about ``r * floor`` per request, plus a new
+        round at the full price; the view without a floor (``head_tokens`` of preamble and
+        summary, the retained rounds) costs its size. The floor is kept only when it is the
+        cheaper of the two (at 50% off, a short view sent in full costs less).
+        """
+        floor = self.floor
+        if not floor or self.verbatim_floor is not None or not self.pricing.caches:
+            return floor
+        read = self.pricing.cache_read_ratio
+        retained = [r.tokens for r in rounds[-self.retain_rounds :]]
+        mean_round = sum(r.tokens for r in rounds) / len(rounds)
+        cached_view = read * floor + (1 - read) * mean_round
+        return floor if cached_view < head_tokens + sum(retained) else 0
+
+    def _ratios(self) -> tuple[float, float, float]:
+        """Output, cache-read and cold (cache-write) prices per input-token price."""
+        pricing = self.pricing
+        out = pricing.output_price / pricing.input_price if pricing.input_price else 1.0
+        if not pricing.caches:
+            return out, 1.0, 1.0
+        return out, pricing.cache_read_ratio, max(1.0, pricing.cache_write_ratio)
+
+    def _carry_price(self, prompt_tokens: int, *, cold: bool) -> float:
+        """Price of one re-sent token of a request of ``prompt_tokens`` tokens."""
+        _, read, write = self._ratios()
+        if not self.pricing.caches or prompt_tokens < self.pricing.min_cached_tokens:
+            return 1.0
+        return write if cold else read
+
     def decide(
         self,
         *,
         fixed_tokens: int,
         summary_tokens: int,
-        round_tokens: Sequence[int],
-        cold: bool,
-        horizon: int,
+        rounds: Sequence[RoundLoad],
         rounds_so_far: int = 0,
     ) -> FoldDecision:
         """Choose how many of the oldest pending rounds to fold now.
@@ -164,80 +224,127 @@ class FoldSchedule:
             fixed_tokens: Tokens ahead of the summary that never change (system preamble,
                 tools).
             summary_tokens: Tokens of the current summary (0 without one).
-            round_tokens: Tokens of each pending round, oldest first, the latest last.
-            cold: The provider's cache is cold for the coming request (a long pause).
-            horizon: Requests over which a fold must pay back (see `cache_horizon`).
-            rounds_so_far: Rounds of the whole conversation, folded ones included (0 counts
-                the folded tokens' reading in full).
+            rounds: Each pending round, oldest first, the latest last (its ``requests``
+                counting the coming one).
+            rounds_so_far: Rounds of the whole conversation, the latest and the folded ones
+                included (at least ``len(rounds)`` are counted).
 
         Example:
             >>> from langchain_histcompress.pricing import PRICING_MODELS
             >>> schedule = FoldSchedule(pricing=PRICING_MODELS["openai-90"], summary_tokens=128)
-            >>> rounds = [150] * 20
-            >>> state = dict(fixed_tokens=60, summary_tokens=128, round_tokens=rounds,
-            ...              horizon=10, rounds_so_far=100)
-            >>> warm = schedule.decide(cold=False, **state)
-            >>> cold = schedule.decide(cold=True, **state)
-            >>> warm.rounds, cold.rounds, cold.reason
-            (0, 13, 'cold')
+            >>> warm = [RoundLoad(tokens=300)] * 20
+            >>> cold = [*warm[:-1], RoundLoad(tokens=300, cold=True)]
+            >>> state = dict(fixed_tokens=60, summary_tokens=128, rounds_so_far=200)
+            >>> schedule.decide(rounds=warm, **state).rounds
+            0
+            >>> decision = schedule.decide(rounds=cold, **state)
+            >>> decision.rounds, decision.reason
+            (16, 'cold')
         """
+        out, read, write = self._ratios()
         pricing = self.pricing
-        input_price = pricing.input_price or 1.0
-        out = pricing.output_price / input_price
-        read = pricing.cache_read_ratio if pricing.caches else 1.0
-        write = pricing.cache_write_ratio if pricing.caches else 1.0
-        horizon = max(1, horizon)
-        later = max(0, rounds_so_far) / (max(0, rounds_so_far) + horizon)
-        eligible = len(round_tokens) - self.retain_rounds
-        total = sum(round_tokens)
+        retain = self.retain_rounds
+        eligible = len(rounds) - retain
+        if eligible <= 0:
+            return FoldDecision(0, "none", 0.0)
+        floor = self._floor_for(fixed_tokens + summary_tokens, rounds)
+        latest = rounds[-1]
+        cold_now = latest.cold and latest.requests <= 1
+        # the price each round's requests paid per re-sent token, and the view's size then
+        prices: list[float] = []
+        prompt = fixed_tokens + summary_tokens
+        total_requests = colds = 0
+        for load in rounds:
+            prompt += load.tokens
+            requests = max(1, load.requests)
+            first = self._carry_price(prompt, cold=load.cold)
+            prices.append(first + (requests - 1) * self._carry_price(prompt, cold=False))
+            total_requests += requests
+            colds += load.cold
+        # rent of round i: the requests that sent it while it could have been folded (at least
+        # `retain` rounds and the floor's tokens after it)
+        paid_after = [*reversed([*itertools.accumulate(reversed(prices))]), 0.0]  # suffix sums
+        tokens_after = [*reversed([*itertools.accumulate(r.tokens for r in reversed(rounds))]), 0]
+        horizon = max(rounds_so_far, len(rounds))  # rounds to come; one request each is sure
+        cold_share = colds / total_requests
+        now_price = self._carry_price(prompt, cold=cold_now)
+        likely = max(1.0, horizon / self.payback_factor)
+        future_price = cold_share * write + (1 - cold_share) * self._carry_price(prompt, cold=False)
+        total = sum(r.tokens for r in rounds)
         best = FoldDecision(0, "none", 0.0)
-        folded = 0
+        folded = rent = 0.0
         for k in range(1, eligible + 1):
-            folded += round_tokens[k - 1]
-            new_summary = min(summary_tokens + folded, self.summary_tokens)
+            tokens = rounds[k - 1].tokens
+            folded += tokens
+            first = k - 1 + retain  # the first round after which round k-1 was foldable
+            while first < len(rounds) and (
+                fixed_tokens + tokens_after[k] - tokens_after[first + 1] < floor
+            ):
+                first += 1
+            rent += tokens * paid_after[first]
             kept = total - folded
-            if fixed_tokens + kept < self.floor:  # the new summary may be short: not counted
+            if fixed_tokens + kept < floor:  # the new summary may be short: not counted
                 break  # folding more would only shrink the view further below the floor
-            reduction = folded - (new_summary - summary_tokens)
-            call = self.instruction_tokens + summary_tokens + out * new_summary
-            call += folded * (1 - later)
-            penalty = 0.0 if cold else (new_summary + kept) * max(0.0, write - read)
-            first = write if cold else read
-            saving = reduction * (first + read * (horizon - 1))
-            cost = call + penalty
-            net = saving - cost
-            if saving >= self.payback_factor * cost and net > best.net_saving:
-                reason: FoldReason = "cold" if cold and pricing.caches else "payback"
-                best = FoldDecision(k, reason, net, cost)
+            new_summary = min(summary_tokens + folded, self.summary_tokens)
+            call = self.instruction_tokens + summary_tokens + folded + out * new_summary
+            miss = 0.0
+            if pricing.caches and not cold_now and prompt >= pricing.min_cached_tokens:
+                after = new_summary + kept + (fixed_tokens if fixed_tokens < floor else 0)
+                miss = after * max(0.0, write - read)
+            cost = call + miss
+            removed = folded - (new_summary - summary_tokens)
+            # the coming request is certain, the others as likely as the horizon says
+            confident = removed * (now_price + future_price * (likely - 1))
+            net = removed * (now_price + future_price * (horizon - 1)) - cost
+            if rent >= cost and confident >= cost and net > best.net_saving:
+                reason: FoldReason = "cold" if cold_now and pricing.caches else "rent"
+                best = FoldDecision(k, reason, net, cost, rent)
         return best
 
 
-def cache_horizon(
-    round_times: Sequence[datetime | None], *, lifetime: float, rounds_so_far: int
-) -> int:
-    """Requests a fold can expect to pay back over (see the module docstring).
+def round_loads(
+    rounds: Sequence[Sequence[BaseMessage]],
+    tokens: Sequence[int],
+    *,
+    timestamp: Callable[[BaseMessage], datetime | None],
+    lifetime: float,
+    before: BaseMessage | None = None,
+    upcoming: bool = True,
+) -> list[RoundLoad]:
+    """The `RoundLoad` of each pending round from its messages.
 
-    Args:
-        round_times: When each pending round started (``None`` when unknown), oldest first.
-        lifetime: The cache's lifetime in seconds: a longer gap is a cold start.
-        rounds_so_far: Rounds of the whole conversation (folded ones included).
+    A round's requests are its AI messages (one model call each), plus the coming request
+    for the latest round when ``upcoming``; it starts cold when its first message came more
+    than ``lifetime`` seconds after the message before it (``before`` for the first round;
+    unknown times never count as a pause).
 
     Example:
         >>> from datetime import datetime, timedelta
+        >>> from langchain_core.messages import AIMessage, HumanMessage
         >>> t0 = datetime(2024, 5, 1)
-        >>> times = [t0 + timedelta(seconds=30 * i) for i in range(6)]
-        >>> times += [t0 + timedelta(days=1, seconds=30 * i) for i in range(4)]
-        >>> cache_horizon(times, lifetime=300, rounds_so_far=40)
-        5
-        >>> cache_horizon([None, None], lifetime=300, rounds_so_far=40)
-        40
+        >>> def at(s):
+        ...     return {"timestamp": (t0 + timedelta(seconds=s)).isoformat()}
+        >>> first = [HumanMessage("a", additional_kwargs=at(0)),
+        ...          AIMessage("b", additional_kwargs=at(5))]
+        >>> second = [HumanMessage("c", additional_kwargs=at(9000))]
+        >>> read = lambda m: datetime.fromisoformat(m.additional_kwargs["timestamp"])
+        >>> [(r.requests, r.cold) for r in round_loads([first, second], [10, 5],
+        ...                                             timestamp=read, lifetime=300)]
+        [(1, False), (1, True)]
     """
-    known = [t for t in round_times if t is not None]
-    if len(known) < 2:
-        return max(1, rounds_so_far)
-    stretches = 1 + sum(
-        1 for a, b in itertools.pairwise(known) if (b - a).total_seconds() > lifetime
-    )
-    if stretches == 1:
-        return max(1, rounds_so_far)
-    return max(1, round(len(known) / stretches))
+    loads: list[RoundLoad] = []
+    previous = before
+    for index, (messages, size) in enumerate(zip(rounds, tokens, strict=True)):
+        requests = sum(1 for m in messages if isinstance(m, AIMessage))
+        if upcoming and index == len(rounds) - 1:
+            requests += 1
+        cold = False
+        if previous is not None and messages:
+            start, end = timestamp(messages[0]), timestamp(previous)
+            cold = (
+                start is not None and end is not None and (start - end).total_seconds() > lifetime
+            )
+        loads.append(RoundLoad(tokens=size, requests=max(1, requests), cold=cold))
+        if messages:
+            previous = messages[-1]
+    return loads

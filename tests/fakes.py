@@ -310,6 +310,14 @@ async def _no_sleep(_: float) -> None:
     return None
 
 
+def by_round_count(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` folding by round count (the rhythm most tests script) unless they choose
+    another trigger (``pricing``, ``trigger`` or ``compress_on_rounds``)."""
+    if not {"pricing", "trigger", "compress_on_rounds"} & options.keys():
+        return {**options, "compress_on_rounds": True}
+    return options
+
+
 def controlled_compressor(control: Control, **kw: Any) -> RoundCompressor:
     """A quick RoundCompressor (2 rounds folded, 1 kept) over a ControlledSummarizer."""
     options: dict[str, Any] = {
@@ -324,7 +332,7 @@ def controlled_compressor(control: Control, **kw: Any) -> RoundCompressor:
         "async_sleep": _no_sleep,
         **kw,
     }
-    return RoundCompressor(ControlledSummarizer(control=control), **options)
+    return RoundCompressor(ControlledSummarizer(control=control), **by_round_count(options))
 
 
 # --------------------------------------------------------------------------- provider errors

@@ -32,7 +32,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +52,9 @@ from langchain_histcompress.bench.costs import REPORTED_PRICINGS, CostFigures, C
 from langchain_histcompress.bench.costs import cost_figures as pool_costs
 from langchain_histcompress.bench.metrics import UsageLedger
 from langchain_histcompress.bench.replay import counted_reply, detect_prompt_kind
-from langchain_histcompress.bench.strategies import StrategyEnv, build_strategy
+from langchain_histcompress.bench.strategies import StrategyEnv, build_strategy, is_priced
 from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.pricing import DEFAULT_PRICING
 from langchain_histcompress.render import message_text
 from langchain_histcompress.tokens import TiktokenCounter
 
@@ -318,6 +319,16 @@ def _replay(
     )
 
 
+def _merge(runs: Mapping[str, AgentRun]) -> AgentRun:
+    """One run from replays configured per pricing model (see `bench.runner.merge_priced_runs`)."""
+    if "" in runs:
+        return runs[""]
+    main = runs.get(DEFAULT_PRICING) or next(iter(runs.values()))
+    error = main.error or next((r.error for r in runs.values() if r.error), None)
+    costs = {name: run.costs[name] for name, run in runs.items() if name in run.costs}
+    return replace(main, costs=costs if error is None else {}, error=error)
+
+
 def run_agent_workload(
     folder: Path,
     strategies: Sequence[str],
@@ -346,12 +357,20 @@ def run_agent_workload(
         if on_trajectory is not None:
             on_trajectory(trajectory.name)
         for name in strategies:
-            ledger = UsageLedger(counter)
-            model = AgentReplayModel(
-                counter=counter, summary_token_cap=summary_tokens, callbacks=[ledger]
-            )
-            meter = CostMeter(counter, pricings=REPORTED_PRICINGS, tools_text=tools_text)
-            runs.append(_replay(name, trajectory, make_env(model), ledger, meter))
+            per_pricing: dict[str, AgentRun] = {}
+            for pricing in REPORTED_PRICINGS if is_priced(name) else (None,):
+                ledger = UsageLedger(counter)
+                model = AgentReplayModel(
+                    counter=counter, summary_token_cap=summary_tokens, callbacks=[ledger]
+                )
+                meter = CostMeter(
+                    counter,
+                    pricings=[pricing] if pricing else REPORTED_PRICINGS,
+                    tools_text=tools_text,
+                )
+                env = replace(make_env(model), pricing=pricing)
+                per_pricing[pricing or ""] = _replay(name, trajectory, env, ledger, meter)
+            runs.append(_merge(per_pricing))
     logger.info(
         "agent workload: %d trajectories x %d strategies in %.1f s",
         len(trajectories),

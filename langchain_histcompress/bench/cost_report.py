@@ -19,6 +19,7 @@ from langchain_histcompress.bench.runner import BenchResult
 from langchain_histcompress.pricing import PRICING_MODELS, PricingModel
 
 __all__ = [
+    "BOUND_STRATEGIES",
     "COST_DEFINITIONS",
     "agent_rows",
     "agent_to_dict",
@@ -32,14 +33,24 @@ __all__ = [
     "write_cost_plot",
 ]
 
+BOUND_STRATEGIES: tuple[str, ...] = ("round_compression",)
+"""Strategies whose "summaries free" bound is reported beside them."""
+
 COST_DEFINITIONS: dict[str, str] = {
     "cost under caching": "every call of the replay (answering and internal) priced as the "
     "provider bills it: a call's cached part is its longest token prefix shared with an "
     "earlier call of the same conversation while the cache is warm (OpenAI: from 1,024 "
-    "tokens in 128-token steps; Anthropic: at cache breakpoints, one at the end of each "
-    "prompt); turns of a session are 30 s apart, sessions start at their dates (cold cache)",
+    "tokens in 128-token steps; Anthropic: at cache breakpoints, one after the preamble "
+    "(tools and system prompt) and one at the end of each prompt); turns of a session are "
+    "30 s apart, sessions start at their dates (cold cache)",
     "savings @ pricing": "1 - cost(strategy) / cost(full) with both priced by that model",
     "cached": "share of prompt tokens read from the cache",
+    "answers' output only (ceiling)": "the savings if every prompt were free: the answers' "
+    "output tokens, the same for every strategy, are all that is left",
+    "(summaries free)": "a bound, not a strategy: the savings of the strategy's answering "
+    "requests alone, its internal calls priced at zero",
+    "no_history": "a reference, not a strategy: system prompt + current round only; "
+    "what any strategy that keeps history costs at least (both pay the answers' output)",
 }
 """What the cost figures mean."""
 
@@ -94,6 +105,17 @@ def cost_rows(
         ]
         cells += [_percent(c.savings if c else None) for c in costs.values()]
         rows.append(cells)
+        if strategy == result.strategies[0]:  # the baseline: what every strategy pays
+            ceiling = ["answers' output only (ceiling)", "-", "-", "-"]
+            ceiling += [
+                _percent(1 - c.output_cost / c.cost if c and c.cost else None)
+                for c in costs.values()
+            ]
+            rows.append(ceiling)
+        if strategy in BOUND_STRATEGIES:
+            bound = [f"{strategy} (summaries free)", "-", "-", "-"]
+            bound += [_percent(c.answer_savings if c else None) for c in costs.values()]
+            rows.append(bound)
     return header, rows
 
 
@@ -233,6 +255,8 @@ def _figures_dict(figures: CostFigures | None) -> dict[str, Any] | None:
         "cached_share": figures.cached_share,
         "savings": figures.savings,
         "per_conversation_savings": list(figures.per_conversation_savings),
+        "answer_output_cost_usd": figures.output_cost,
+        "savings_with_free_internal_calls": figures.answer_savings,
     }
 
 

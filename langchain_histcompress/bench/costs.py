@@ -4,6 +4,8 @@ Every request of a replay (the answering call of each assistant turn and the str
 summarize / extract calls, in the order they were made) is encoded to token ids
 (`pricing.encode_request`) and priced by one `pricing.PromptCache` per pricing model, shared
 by the answering and internal calls of the conversation (same provider, same account).
+Anthropic cache breakpoints sit where Anthropic's guide puts them: after the preamble (tool
+definitions and system prompt) and at the end of the prompt.
 
 When calls are made: LoCoMo sessions carry their start date and time; the turns of a session
 are taken ``turn_gap`` seconds apart (30 s: people chatting), so the cache is warm within a
@@ -32,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, SystemMessage
 
 from langchain_histcompress.bench.locomo import LocomoConversation
 from langchain_histcompress.pricing import (
@@ -176,12 +178,25 @@ class RequestEncoder:
 
     def encode(self, messages: Sequence[BaseMessage], *, tools_text: str = "") -> list[int]:
         """The ids of a request (same layout as `pricing.encode_request`)."""
+        return self.encode_request(messages, tools_text=tools_text)[0]
+
+    def encode_request(
+        self, messages: Sequence[BaseMessage], *, tools_text: str = ""
+    ) -> tuple[list[int], int]:
+        """The ids of a request and the length of its preamble.
+
+        The preamble is the tool definitions and the leading system messages: where a
+        client puts its first Anthropic cache breakpoint.
+        """
         ids: list[int] = self.counter.encode_text(tools_text) if tools_text else []
+        preamble = -1
         for message in messages:
+            if preamble < 0 and not isinstance(message, SystemMessage):
+                preamble = len(ids)
             ids += self.message(message)
         if messages:
             ids += self.counter.encode_reply_priming()
-        return ids
+        return ids, len(ids) if preamble < 0 else preamble
 
 
 @dataclass(frozen=True)
@@ -232,16 +247,24 @@ class CostMeter:
         self._reported: list[int] = []
 
     def _price(
-        self, target: dict[str, list[RequestCost]], ids: list[int], output_tokens: int, at: float
+        self,
+        target: dict[str, list[RequestCost]],
+        encoded: tuple[list[int], int],
+        output_tokens: int,
+        at: float,
     ) -> None:
-        request = PromptRequest(tokens=ids, output_tokens=output_tokens, at=at)
+        ids, preamble = encoded
+        # Anthropic breakpoints: after the preamble (tools and system prompt) and at the end,
+        # as Anthropic's guide places them
+        points = tuple(sorted({p for p in (preamble, len(ids)) if 0 < p <= len(ids)}))
+        request = PromptRequest(tokens=ids, output_tokens=output_tokens, at=at, breakpoints=points)
         for name, cache in self._caches.items():
             target[name].append(cache.price(request))
 
     def answer(self, messages: Sequence[BaseMessage], *, output_tokens: int, at: float) -> None:
         """Price an answering call."""
-        ids = self.encoder.encode(messages, tools_text=self.tools_text)
-        self._price(self._answer, ids, output_tokens, at)
+        encoded = self.encoder.encode_request(messages, tools_text=self.tools_text)
+        self._price(self._answer, encoded, output_tokens, at)
 
     def internal(
         self,
@@ -252,7 +275,7 @@ class CostMeter:
         reported_cached: int | None = None,
     ) -> None:
         """Price an internal call; ``reported_cached`` is what a real provider said it cached."""
-        self._price(self._internal, self.encoder.encode(messages), output_tokens, at)
+        self._price(self._internal, self.encoder.encode_request(messages), output_tokens, at)
         if reported_cached is not None:
             self._reported.append(reported_cached)
 
@@ -290,6 +313,11 @@ class CostFigures:
     """``1 - cost / cost(full)`` priced the same way; ``None`` without the baseline."""
     per_conversation_savings: tuple[float, ...] = field(default_factory=tuple)
     """Savings on each conversation (when the baseline ran on all)."""
+    output_cost: float = 0.0
+    """Price of the answering calls' output tokens (the same for every strategy)."""
+    answer_savings: float | None = None
+    """Savings if the internal calls were free: ``1 - answer cost / cost(full)``, an upper
+    bound for the strategy's prompts whatever its summarizer costs."""
 
     @property
     def cached_share(self) -> float:
@@ -333,12 +361,16 @@ def cost_figures(
     totals = [r[pricing].total for r in runs]
     cost = sum(b.cost for b in totals)
     savings: float | None = None
+    answer_savings: float | None = None
     per: tuple[float, ...] = ()
+    answer_cost = sum(r[pricing].answer.cost for r in runs)
     if baselines is not None and len(baselines) == len(runs):
         base = [b[pricing].total.cost for b in baselines if pricing in b]
         if len(base) == len(runs) and all(base):
             savings = 1 - cost / sum(base)
+            answer_savings = 1 - answer_cost / sum(base)
             per = tuple(1 - t.cost / c for t, c in zip(totals, base, strict=True))
+    model = runs[0][pricing].answer.pricing
     return CostFigures(
         pricing=pricing,
         cost=cost,
@@ -347,4 +379,6 @@ def cost_figures(
         cached_tokens=sum(b.cached_tokens for b in totals),
         savings=savings,
         per_conversation_savings=per,
+        output_cost=sum(model.output_cost(r[pricing].answer.output_tokens) for r in runs),
+        answer_savings=answer_savings,
     )

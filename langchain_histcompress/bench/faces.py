@@ -307,9 +307,7 @@ FACES: dict[str, FaceFactory] = {
     "compression_node_no_ids": _Node,
     "round_compression": lambda env: _Compressor(_round_compressor(env)),
     "thread_summary": lambda env: _Compressor(
-        _round_compressor(
-            env, rounds_to_compress=1, rounds_to_retain=0, placement="append_to_system"
-        )
+        _round_compressor(env, rounds_to_compress=1, rounds_to_retain=0, compress_on_rounds=True)
     ),
     "rephrase_node": lambda env: _Rephraser(env, node=True),
     "rephrase_chain": lambda env: _Rephraser(env, node=False),

@@ -8,6 +8,11 @@ its completion. The strategy's internal calls go to the internal model, the offl
 `UsageLedger`. After the replay, each recall question gets its context
 (`Strategy.context_for_question`) and is scored (`recall.score_question`).
 
+A pricing-aware strategy (`bench.strategies.StrategySpec.priced`) is replayed once per pricing
+model of `bench.costs.REPORTED_PRICINGS`, built for it, and each replay is priced by its own
+model only (`merge_priced_runs`): the cost columns show the strategy as a user paying that
+way would configure it. With a real internal model this multiplies its calls accordingly.
+
 Library overhead is measured once per run, on the first file extended to 1k / 10k / 100k
 messages, always with the replay model (model time is excluded anyway, and a real model would
 be billed for the warm-up).
@@ -36,6 +41,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_histcompress._model_edge import InternalFailure, recording_failures
 from langchain_histcompress.bench.agent import TAU_BENCH_FILE, AgentResult, run_agent_workload
 from langchain_histcompress.bench.costs import (
+    REPORTED_PRICINGS,
     CostFigures,
     CostMeter,
     RequestEncoder,
@@ -69,8 +75,10 @@ from langchain_histcompress.bench.strategies import (
     StrategyEnv,
     available_strategies,
     build_strategy,
+    is_priced,
 )
 from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.pricing import DEFAULT_PRICING
 from langchain_histcompress.render import message_text
 from langchain_histcompress.tokens import TiktokenCounter
 
@@ -525,6 +533,22 @@ def _replay(
     )
 
 
+def merge_priced_runs(runs: Mapping[str, StrategyRun]) -> StrategyRun:
+    """One run from a strategy's replays configured for each pricing model (by name).
+
+    Costs under each pricing model come from the replay configured for it; everything else
+    (turns, recall, internal calls) from the one configured for `pricing.DEFAULT_PRICING`
+    (the package default), else the first. A single replay (key ``""``) is returned as is.
+    """
+    if "" in runs:
+        return runs[""]
+    main = runs.get(DEFAULT_PRICING) or next(iter(runs.values()))
+    error = main.error or next((r.error for r in runs.values() if r.error), None)
+    costs = {name: run.costs[name] for name, run in runs.items() if name in run.costs}
+    failures = tuple(f for r in runs.values() for f in r.failures)
+    return replace(main, costs=costs if error is None else {}, error=error, failures=failures)
+
+
 def _price_turn(
     meter: CostMeter,
     model_input: Sequence[BaseMessage],
@@ -590,7 +614,8 @@ def run_benchmark(
         real_model = make_chat_model(config.model)
     counter = TiktokenCounter("gpt-4o-mini", cache_size=1_048_576)
     notes = [f"strategy {n!r} is not installed" for n in config.strategies if n not in names]
-    replay_units = sum(_assistant_turns(c, config.max_turns) for c in conversations) * len(names)
+    replays = sum(len(REPORTED_PRICINGS) if is_priced(n) else 1 for n in names)
+    replay_units = sum(_assistant_turns(c, config.max_turns) for c in conversations) * replays
     overhead_units = len(names) * len(config.sizes) * (config.overhead_turns + 1)
     face_units = len(FACES) * len(config.sizes) if config.faces else 0
     bar = ProgressBar(replay_units + overhead_units + face_units + 1, progress)
@@ -611,21 +636,25 @@ def run_benchmark(
             speaker_names={"human": conversation.speaker_a, "ai": conversation.speaker_b},
         )
         for name in names:
-            label = f"{conversation.name} {name}"
-            bar.advance(0, label)
-            strategy = build_strategy(name, env)
-            run = replay_strategy(
-                strategy,
-                conversation,
-                counter=counter,
-                ledger=ledger,
-                on_turn=bar.advance,
-                max_turns=config.max_turns,
-                meter=CostMeter(counter, encoder=encoder),
-            )
-            done = len(run.turns)
-            bar.advance(_assistant_turns(conversation, config.max_turns) - done)
-            runs.append(run)
+            per_pricing: dict[str, StrategyRun] = {}
+            for pricing in REPORTED_PRICINGS if is_priced(name) else (None,):
+                bar.advance(0, f"{conversation.name} {name}" + (f" @ {pricing}" if pricing else ""))
+                strategy = build_strategy(name, replace(env, pricing=pricing))
+                run = replay_strategy(
+                    strategy,
+                    conversation,
+                    counter=counter,
+                    ledger=ledger,
+                    on_turn=bar.advance,
+                    max_turns=config.max_turns,
+                    meter=CostMeter(counter, encoder=encoder, pricings=[pricing])
+                    if pricing
+                    else CostMeter(counter, encoder=encoder),
+                )
+                done = len(run.turns)
+                bar.advance(_assistant_turns(conversation, config.max_turns) - done)
+                per_pricing[pricing or ""] = run
+            runs.append(merge_priced_runs(per_pricing))
     agent = _agent(config, names, counter, bar, notes)
     overhead = _overhead(config, names, conversations[0], counter, bar)
     faces = _faces(config, conversations[0], counter, bar) if config.faces else []

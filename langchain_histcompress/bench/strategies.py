@@ -17,8 +17,14 @@ adapter. Built in:
 - ``langmem``: langmem ``summarize_messages`` with a running summary.
 - ``summarization_middleware``: LangChain v1 ``SummarizationMiddleware``, its
   ``before_model`` hook driven on an agent-like message state.
-- ``round_compression`` / ``round_compression_5_10`` / ``thread_summary``: the package's
-  ``RoundCompressor`` (2 compressed / 3 retained, 5 / 10) and ``thread_summarizer`` preset.
+- ``no_history``: reference, the system prompt and the current round only (what any
+  strategy keeping history costs at least).
+- ``round_compression``: the package's default ``RoundCompressor`` (folds by cost,
+  ``schedule.FoldSchedule``), configured for the pricing model each cost column prices:
+  replayed once per pricing model (`StrategySpec.priced`).
+- ``round_compression_rounds`` / ``round_compression_5_10`` / ``thread_summary``:
+  ``RoundCompressor`` folding by round count (2 compressed / 3 retained, TaskWeaver's
+  rhythm; 5 / 10) and the ``thread_summarizer`` preset.
 - ``facts``: ``FactExtractionNode`` (facts from every two completed rounds) and
   ``ContextBuilder`` (facts ranked for the question by ``EvidenceRetriever`` + newest
   rounds within ``context_tokens``).
@@ -78,6 +84,7 @@ __all__ = [
     "StrategySpec",
     "available_strategies",
     "build_strategy",
+    "is_priced",
     "register_strategy",
     "unavailable_strategies",
 ]
@@ -104,6 +111,9 @@ class StrategyEnv:
     speaker_names: Mapping[str, str] | None = None
     """Message type -> speaker name (``{"human": "Ann", "ai": "Bob"}``) when the application
     knows who is talking; indexed with the turns by retrieval-based strategies."""
+    pricing: str | None = None
+    """Pricing model (``pricing.PRICING_MODELS`` name) that pricing-aware strategies are
+    configured for; ``None`` for the package default."""
 
 
 class Strategy(ABC):
@@ -153,6 +163,20 @@ class FullHistory(Strategy):
     def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
         """Return the history unchanged."""
         return list(history)
+
+
+class NoHistory(Strategy):
+    """Reference: the system preamble and the current round only, no history at all."""
+
+    def view(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Preamble + the latest round (its human message and the steps after it)."""
+        split = split_rounds(messages)
+        latest = list(split.rounds[-1].messages) if split.rounds else []
+        return [*split.preamble, *latest]
+
+    def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The preamble and the current round."""
+        return self.view(history)
 
 
 class ReducerStrategy(Strategy):
@@ -486,15 +510,25 @@ class StrategySpec:
     """Builds a fresh strategy."""
     requires: tuple[str, ...] = ()
     """Modules that must be importable for the strategy to be offered."""
+    priced: bool = False
+    """The strategy is configured for a pricing model (``StrategyEnv.pricing``): the
+    benchmark replays it once per pricing model it reports."""
 
 
 _REGISTRY: dict[str, StrategySpec] = {}
 
 
 def register_strategy(
-    name: str, factory: StrategyFactory, description: str, *, requires: Sequence[str] = ()
+    name: str,
+    factory: StrategyFactory,
+    description: str,
+    *,
+    requires: Sequence[str] = (),
+    priced: bool = False,
 ) -> None:
     """Register (or replace) a strategy factory under ``name``.
+
+    ``priced`` strategies read ``StrategyEnv.pricing`` (see `StrategySpec.priced`).
 
     Raises:
         ConfigurationError: ``name`` is empty or holds a comma or whitespace.
@@ -511,7 +545,7 @@ def register_strategy(
     if not name or any(c in name for c in ", \t\n"):
         msg = f"strategy name must be non-empty, without commas or spaces, got {name!r}"
         raise ConfigurationError(msg)
-    _REGISTRY[name] = StrategySpec(name, description, factory, tuple(requires))
+    _REGISTRY[name] = StrategySpec(name, description, factory, tuple(requires), priced)
 
 
 def _installed(module: str) -> bool:
@@ -526,7 +560,7 @@ def available_strategies() -> dict[str, StrategySpec]:
 
     Example:
         >>> list(available_strategies())[:3]
-        ['full', 'truncation', 'max_tokens']
+        ['full', 'no_history', 'truncation']
     """
     return {n: s for n, s in _REGISTRY.items() if all(_installed(m) for m in s.requires)}
 
@@ -543,6 +577,17 @@ def unavailable_strategies() -> dict[str, tuple[str, ...]]:
         for name, spec in _REGISTRY.items()
         if (missing := tuple(m for m in spec.requires if not _installed(m)))
     }
+
+
+def is_priced(name: str) -> bool:
+    """Whether the strategy registered as ``name`` is configured per pricing model.
+
+    Example:
+        >>> is_priced("round_compression"), is_priced("full")
+        (True, False)
+    """
+    spec = _REGISTRY.get(name)
+    return spec is not None and spec.priced
 
 
 def build_strategy(name: str, env: StrategyEnv) -> Strategy:
@@ -642,6 +687,11 @@ def _hybrid_minilm(env: StrategyEnv) -> Strategy:
 
 register_strategy("full", lambda env: FullHistory(), "whole history every turn (baseline)")
 register_strategy(
+    "no_history",
+    lambda env: NoHistory(),
+    "reference: system prompt + current round only (no history; a floor on any history's cost)",
+)
+register_strategy(
     "truncation",
     lambda env: ReducerStrategy(TruncationReducer(target_count=env.keep_messages)),
     "TruncationReducer: last N messages",
@@ -672,26 +722,30 @@ register_strategy(
 )
 register_strategy(
     "round_compression",
-    lambda env: _compressor(env, rounds_to_compress=2, rounds_to_retain=3),
-    "RoundCompressor: fold 2 rounds once 2 + 3 are pending, keep 3 verbatim",
+    lambda env: _compressor(env, pricing=env.pricing),
+    "RoundCompressor defaults: keep 3 rounds, fold by cost under the pricing model it is "
+    "configured for (one run per cost column; token and recall figures: openai-50, the default)",
+    requires=("langchain_histcompress.compressor",),
+    priced=True,
+)
+register_strategy(
+    "round_compression_rounds",
+    lambda env: _compressor(env, rounds_to_compress=2, rounds_to_retain=3, compress_on_rounds=True),
+    "RoundCompressor by round count (TaskWeaver): fold 2 rounds once 2 + 3 are pending",
     requires=("langchain_histcompress.compressor",),
 )
 register_strategy(
     "round_compression_5_10",
-    lambda env: _compressor(env, rounds_to_compress=5, rounds_to_retain=10),
-    "RoundCompressor: fold 5 rounds once 5 + 10 are pending, keep 10 verbatim",
+    lambda env: _compressor(
+        env, rounds_to_compress=5, rounds_to_retain=10, compress_on_rounds=True
+    ),
+    "RoundCompressor by round count: fold 5 rounds once 5 + 10 are pending, keep 10 verbatim",
     requires=("langchain_histcompress.compressor",),
 )
 register_strategy(
     "thread_summary",
     _thread_summary,
     "thread_summarizer: running summary updated after every exchange",
-    requires=("langchain_histcompress.compressor",),
-)
-register_strategy(
-    "round_compression_cost",
-    lambda env: _compressor(env, rounds_to_compress=2, rounds_to_retain=3, pricing="openai-90"),
-    "RoundCompressor folding by cost under OpenAI 90%-off caching (schedule.FoldSchedule)",
     requires=("langchain_histcompress.compressor",),
 )
 register_strategy(

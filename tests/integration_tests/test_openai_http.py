@@ -33,7 +33,7 @@ from langchain_histcompress import (
     create_history_rephraser,
 )
 from langchain_histcompress.errors import SummarizationError
-from tests.fakes import Sleeps
+from tests.fakes import Sleeps, by_round_count
 from tests.openai_server import (
     Fault,
     OpenAIServer,
@@ -327,7 +327,7 @@ def _compressor(server: OpenAIServer, **kwargs: Any) -> RoundCompressor:
         token_counter="approximate",
         retry_backoff=0.0,
         timeout=5.0,
-        **kwargs,
+        **by_round_count(kwargs),
     )
 
 
@@ -475,7 +475,7 @@ def test_bench_counts_internal_failures_and_fails(
             "--data",
             str(data),
             "--strategies",
-            "facts,round_compression",
+            "facts,round_compression_rounds",
             "--quick",
             "--max-turns",
             "12",
@@ -490,7 +490,10 @@ def test_bench_counts_internal_failures_and_fails(
     assert "Internal call failures in: facts" in (out / "bench.md").read_text()
     report = json.loads((out / "bench.json").read_text())
     assert report["failed_strategies"] == ["facts"]
-    facts, rounds = report["internal_calls"]["facts"], report["internal_calls"]["round_compression"]
+    facts, rounds = (
+        report["internal_calls"]["facts"],
+        report["internal_calls"]["round_compression_rounds"],
+    )
     assert facts["failures"] >= 1
     assert facts["failed_requests"] == facts["requests"] == facts["failures"]  # 401: no retry
     assert rounds["failures"] == 0

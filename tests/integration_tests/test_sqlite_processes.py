@@ -57,6 +57,7 @@ def _worker_compressor() -> Any:
         token_counter="approximate",
         max_retries=0,
         timeout=None,
+        compress_on_rounds=True,
     )
 
 

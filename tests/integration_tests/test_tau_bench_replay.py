@@ -127,6 +127,7 @@ def compressor(model: ScriptedSummarizer) -> RoundCompressor:
         rounds_to_retain=1,
         token_counter=count_tokens_approximately,
         timeout=None,
+        compress_on_rounds=True,
     )
 
 

@@ -50,7 +50,7 @@ from langchain_histcompress.rounds import (
 )
 from langchain_histcompress.storage import InMemoryHistoryStore
 from langchain_histcompress.summary import RunningSummary
-from tests.fakes import ScriptedSummarizer, StreamingChatModel
+from tests.fakes import ScriptedSummarizer, StreamingChatModel, by_round_count
 from tests.histories import wild_history
 
 WILD = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
@@ -65,7 +65,7 @@ def make(**kwargs: Any) -> RoundCompressor:
         "timeout": None,
         **kwargs,
     }
-    return RoundCompressor(ScriptedSummarizer(), **options)
+    return RoundCompressor(ScriptedSummarizer(), **by_round_count(options))
 
 
 def strays(messages: Sequence[BaseMessage]) -> set[str]:
@@ -258,7 +258,11 @@ def test_chat_history_keeps_compressing_after_a_system_message() -> None:
         "s1",
         connection=InMemoryHistoryStore(),
         compressor=RoundCompressor(
-            summarizer, rounds_to_compress=2, rounds_to_retain=1, token_counter="approximate"
+            summarizer,
+            rounds_to_compress=2,
+            rounds_to_retain=1,
+            token_counter="approximate",
+            compress_on_rounds=True,
         ),
         raise_on_compression_error=True,
     )
@@ -357,7 +361,11 @@ def test_look_alike_delimiters_are_escaped() -> None:
 def streaming_graph() -> tuple[Any, ScriptedSummarizer]:
     summarizer = ScriptedSummarizer()
     compressor = RoundCompressor(
-        summarizer, rounds_to_compress=1, rounds_to_retain=1, token_counter="approximate"
+        summarizer,
+        rounds_to_compress=1,
+        rounds_to_retain=1,
+        token_counter="approximate",
+        compress_on_rounds=True,
     )
     answering = StreamingChatModel(default=lambda prompt: f"reply to {len(prompt)} messages")
 

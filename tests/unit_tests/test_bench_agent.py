@@ -16,6 +16,7 @@ from langchain_histcompress.bench.agent import (
     tool_pairing_violations,
 )
 from langchain_histcompress.bench.cost_report import agent_rows, format_agent_table
+from langchain_histcompress.bench.costs import REPORTED_PRICINGS
 from langchain_histcompress.bench.report import result_to_dict
 from langchain_histcompress.bench.runner import BenchConfig, run_benchmark
 from tests.unit_tests.test_bench_locomo import write_tiny
@@ -129,6 +130,28 @@ def test_bench_replays_the_agent_workload_beside_locomo(tmp_path: Path) -> None:
     assert "3 tau-bench trajectories" in format_agent_table(result)
     data = result_to_dict(result)["costs"]["agent_workload"]
     assert data["strategies"]["truncation"]["answering_calls"] == 12
+
+
+def test_the_default_is_configured_per_pricing_and_never_costs_more(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    write_tiny(tmp_path / "data" / "t1.json")
+    config = BenchConfig(
+        data=(tmp_path / "data",),
+        strategies=("round_compression",),
+        overhead_sizes=(10,),
+        overhead_turns=1,
+        counting=False,
+        agent_data=write_tau(tmp_path / "tau"),
+    )
+    result = run_benchmark(config, progress=io.StringIO())
+    assert result.agent is not None
+    for run in result.agent.runs_of("round_compression"):
+        assert set(run.costs) == set(REPORTED_PRICINGS)
+        # each bill comes from the replay configured for that pricing model
+        assert all(c.total.pricing.name == name for name, c in run.costs.items())
+        assert run.internal_calls == 0  # four short requests never repay a summarizer call
+    for name in REPORTED_PRICINGS:
+        assert result.agent.costlier_than_baseline("round_compression", name) == 0
 
 
 def test_bench_notes_a_missing_agent_folder(tmp_path: Path) -> None:

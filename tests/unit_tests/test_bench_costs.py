@@ -84,7 +84,12 @@ def test_meter_shares_one_cache_between_internal_and_answering_calls() -> None:
     costs = meter.costs()
     assert costs["openai-90"].internal.cached_tokens == 0
     assert costs["openai-90"].answer.cached_tokens == 1408  # the shared system prompt
-    assert costs["anthropic"].total.requests[0].cache_write_tokens > 1500
+    assert costs["anthropic"].internal.requests[0].cache_write_tokens > 1500
+    # a breakpoint after the system prompt: the answer reads what the internal call wrote
+    [answer] = costs["anthropic"].answer.requests
+    assert answer.cached_tokens == COUNTER.count_messages([system]) - len(
+        COUNTER.encode_reply_priming()
+    )
     assert meter.reported_cached_tokens is None
 
 
@@ -127,7 +132,7 @@ def test_every_run_is_priced_under_every_pricing_model(result: BenchResult) -> N
 def test_cost_table_json_markdown_plot_and_readme(result: BenchResult, tmp_path: Path) -> None:
     header, rows = cost_rows(result)
     assert header[:2] == ["strategy", "billed"]
-    assert [r[0] for r in rows] == ["full", "truncation"]
+    assert [r[0] for r in rows] == ["full", "answers' output only (ceiling)", "truncation"]
     assert format_cost_table(result).splitlines()[1].startswith("strategy")
     written = write_reports(result, tmp_path / "out")
     data = json.loads(written["json"].read_text("utf-8"))
@@ -140,3 +145,45 @@ def test_cost_table_json_markdown_plot_and_readme(result: BenchResult, tmp_path:
     assert "![cost_by_pricing](cost_by_pricing.png)" in markdown
     assert written["plot:cost_by_pricing"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert pricing_assumptions_markdown() in readme_section(result)
+
+
+def test_reference_rows_bound_the_default(tmp_path: Path) -> None:
+    write_tiny(tmp_path / "t1.json")
+    config = BenchConfig(
+        data=(tmp_path,),
+        strategies=("no_history", "round_compression"),
+        overhead_sizes=(10,),
+        overhead_turns=1,
+        counting=False,
+    )
+    result = run_benchmark(config, progress=io.StringIO())
+    _, rows = cost_rows(result)
+    names = [r[0] for r in rows]
+    assert names == [
+        "full",
+        "answers' output only (ceiling)",
+        "no_history",
+        "round_compression",
+        "round_compression (summaries free)",
+    ]
+    for pricing in REPORTED_PRICINGS:
+        full = result.cost("full", pricing)
+        default = result.cost("round_compression", pricing)
+        reference = result.cost("no_history", pricing)
+        assert full is not None and default is not None and reference is not None
+        assert full.output_cost > 0
+        assert default.output_cost == pytest.approx(full.output_cost)  # the same answers
+        assert default.answer_savings is not None and default.savings is not None
+        assert default.answer_savings >= default.savings  # free summaries only help
+        assert reference.savings is not None
+        assert 1 - full.output_cost / full.cost > reference.savings  # the ceiling
+    # without caching nothing costs less than no history at all
+    none_reference = result.cost("no_history", "none")
+    none_default = result.cost("round_compression", "none")
+    assert none_reference is not None and none_default is not None
+    assert none_reference.savings is not None and none_default.answer_savings is not None
+    assert none_reference.savings >= none_default.answer_savings
+    data = json.loads(write_reports(result, tmp_path / "out")["json"].read_text("utf-8"))
+    totals = data["costs"]["totals"]["round_compression"]["openai-90"]
+    assert totals["savings_with_free_internal_calls"] >= totals["savings"]
+    assert totals["answer_output_cost_usd"] > 0

@@ -3,10 +3,13 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
+from langchain_histcompress.bench import strategies as strategies_module
+from langchain_histcompress.bench.costs import REPORTED_PRICINGS
 from langchain_histcompress.bench.report import format_table, result_to_dict, write_reports
 from langchain_histcompress.bench.runner import (
     BenchConfig,
@@ -120,20 +123,20 @@ def test_failing_strategy_is_reported_not_fatal(tmp_path: Path) -> None:
         def _call(self, *args: object, **kwargs: object) -> str:
             raise RuntimeError("model down")
 
-    if "round_compression" not in available_strategies():
+    if "round_compression_rounds" not in available_strategies():
         pytest.skip("the compressor module is not installed")
     write_tiny(tmp_path / "t.json", _long_tiny())
     config = BenchConfig(
         data=(tmp_path / "t.json",),
-        strategies=("round_compression",),
+        strategies=("round_compression_rounds",),
         overhead_sizes=(40,),
         overhead_turns=1,
     )
     result = run_benchmark(config, progress=io.StringIO(), model=Down(responses=["x"]))
-    run = result.run("round_compression", "t")
+    run = result.run("round_compression_rounds", "t")
     assert run is not None and run.error is not None
     assert "SummarizationError" in run.error
-    assert result.figures("round_compression") is None
+    assert result.figures("round_compression_rounds") is None
     assert result.figures("full") is not None
     assert "failed: t: SummarizationError" in format_table(result)
 
@@ -167,3 +170,29 @@ def test_progress_bar_interactive_and_plain() -> None:
     bar.advance(1)
     bar.advance(2, "b")
     assert plain.getvalue().splitlines() == ["[#...]  25% a", "[####] 100% b"]
+
+
+def test_pricing_aware_strategies_are_replayed_per_pricing_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_tiny(tmp_path / "t.json", _long_tiny())
+    config = BenchConfig(
+        data=(tmp_path / "t.json",),
+        strategies=("round_compression",),
+        overhead_sizes=(40,),
+        overhead_turns=1,
+    )
+    seen: list[object] = []
+    original = strategies_module._compressor
+
+    def spy(env: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("pricing"))
+        return original(env, **kwargs)
+
+    monkeypatch.setattr(strategies_module, "_compressor", spy)
+    result = run_benchmark(config, progress=io.StringIO())
+    assert set(REPORTED_PRICINGS) <= set(seen)
+    run = result.run("round_compression", "t")
+    assert run is not None and set(run.costs) == set(REPORTED_PRICINGS)
+    # each pricing's bill comes from the replay configured for it
+    assert all(c.total.pricing.name == name for name, c in run.costs.items())

@@ -60,7 +60,9 @@ def test_unknown_strategy_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[
         ["bench", "--data", str(path), "--strategies", "full,bogus", "--out", str(tmp_path)]
     )
     assert code == 2
-    assert "unknown strategy 'bogus'; available: full, truncation" in _error_line(capsys)
+    assert "unknown strategy 'bogus'; available: full, no_history, truncation" in _error_line(
+        capsys
+    )
 
 
 def test_bad_model_spec_and_missing_key_exit_2(
@@ -268,7 +270,10 @@ def test_bench_help_lists_the_strategies_and_the_output_default(
     assert main(["bench", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: histcompress-bench)" in text
-    assert "round_compression, round_compression_5_10, thread_summary" in text
+    assert (
+        "round_compression, round_compression_rounds, round_compression_5_10, thread_summary"
+        in text
+    )
 
 
 def _no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:

@@ -43,7 +43,7 @@ from langchain_histcompress.summary import (
     _added_since,
     _next_summary,
 )
-from tests.fakes import ScriptedSummarizer, conversation, prompt_ids
+from tests.fakes import ScriptedSummarizer, by_round_count, conversation, prompt_ids
 from tests.unit_tests.test_compressor_properties import make, options, scenario
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -111,7 +111,10 @@ def chat(rounds: int, *, system: bool = True, prefix: str = "") -> list[BaseMess
 
 def compressor(**kwargs: Any) -> RoundCompressor:
     return RoundCompressor(
-        ScriptedSummarizer(), token_counter=count_tokens_approximately, timeout=None, **kwargs
+        ScriptedSummarizer(),
+        token_counter=count_tokens_approximately,
+        timeout=None,
+        **by_round_count(kwargs),
     )
 
 

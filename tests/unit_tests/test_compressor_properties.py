@@ -26,7 +26,7 @@ from langchain_histcompress.rounds import (
     validate_history,
 )
 from langchain_histcompress.summary import RunningSummary
-from tests.fakes import ScriptedSummarizer, prompt_ids
+from tests.fakes import ScriptedSummarizer, by_round_count, prompt_ids
 from tests.histories import history
 
 _stale = itertools.count()
@@ -81,7 +81,10 @@ def scenario(draw: st.DrawFn, *, allow_leading_tools: bool = False) -> list[Base
 def make(opts: dict[str, Any], **extra: Any) -> tuple[RoundCompressor, ScriptedSummarizer]:
     model = ScriptedSummarizer()
     c = RoundCompressor(
-        model, token_counter=count_tokens_approximately, timeout=None, **opts, **extra
+        model,
+        token_counter=count_tokens_approximately,
+        timeout=None,
+        **by_round_count({**opts, **extra}),
     )
     return c, model
 

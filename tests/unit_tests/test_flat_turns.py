@@ -136,7 +136,10 @@ def test_compression_node_reads_only_the_tail(ids: bool) -> None:
     for rounds in (SHORT, LONG):
         node = RoundCompressionNode(
             RoundCompressor(
-                ScriptedSummarizer(), token_counter=count_tokens_approximately, timeout=None
+                ScriptedSummarizer(),
+                token_counter=count_tokens_approximately,
+                timeout=None,
+                compress_on_rounds=True,
             )
         )
         history = grown(rounds, ids=ids)
@@ -170,7 +173,10 @@ def test_node_without_ids_matches_the_node_on_ensured_ids() -> None:
     for history in (plain, ensure_ids(plain)):
         node = RoundCompressionNode(
             RoundCompressor(
-                ScriptedSummarizer(), token_counter=count_tokens_approximately, timeout=None
+                ScriptedSummarizer(),
+                token_counter=count_tokens_approximately,
+                timeout=None,
+                compress_on_rounds=True,
             )
         )
         state: dict[str, Any] = {"running_summary": None}

@@ -36,7 +36,7 @@ from langchain_histcompress import (
     with_history_reducer,
 )
 from langchain_histcompress.storage.memory import InMemoryHistoryStore
-from tests.fakes import ScriptedChatModel, prompt_ids, prompt_text, summary_json
+from tests.fakes import ScriptedChatModel, by_round_count, prompt_ids, prompt_text, summary_json
 
 USERS = ("alpha", "bravo")
 TURNS = 7
@@ -136,7 +136,7 @@ def _compressor(summarizer: ScriptedChatModel, **kw: Any) -> RoundCompressor:
         rounds_to_retain=1,
         token_counter="approximate",
         max_retries=0,
-        **kw,
+        **by_round_count(kw),
     )
 
 

@@ -46,6 +46,7 @@ from langchain_histcompress.summary import RunningSummary
 from tests.fakes import (
     CountingSummarizer,
     ScriptedChatModel,
+    by_round_count,
     conversation,
     numbered,
     prompt_ids,
@@ -87,7 +88,7 @@ def make_compressor(summarizer: BaseChatModel, **kwargs: Any) -> RoundCompressor
         "max_retries": 0,
         **kwargs,
     }
-    return RoundCompressor(summarizer, **options)
+    return RoundCompressor(summarizer, **by_round_count(options))
 
 
 # --------------------------------------------------------------------------- the 40-turn graph

@@ -35,8 +35,8 @@ def test_thread_summarization_example_folds_the_exchange_just_answered(
     exec(compile(block, "README.md[thread summarization]", "exec"), {"__name__": "__readme__"})
     assert capsys.readouterr().out.splitlines() == [
         "turn 1: 2 messages sent, summary: None",
-        "turn 2: 2 messages sent, summary: Lisbon in May: mild.",
-        "turn 3: 2 messages sent, summary: Lisbon in May: mild. Porto: rainier.",
+        "turn 2: 3 messages sent, summary: Lisbon in May: mild.",
+        "turn 3: 3 messages sent, summary: Lisbon in May: mild. Porto: rainier.",
     ]
 
 

@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_histcompress.compressor import RoundCompressor
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.pricing import PRICING_MODELS
-from langchain_histcompress.schedule import FoldSchedule, cache_horizon
+from langchain_histcompress.schedule import FoldSchedule, RoundLoad, round_loads
 from tests.fakes import ScriptedSummarizer, summary_json
 
 OPENAI_90 = PRICING_MODELS["openai-90"]
@@ -89,25 +89,13 @@ def test_a_cold_cache_folds_the_backlog_in_one_call_and_keeps_a_cacheable_view()
     assert result.messages[-1].id == "newa0"
 
 
-def test_a_warm_cache_is_rewritten_only_past_the_payback_threshold() -> None:
-    model = _short()
-    compressor = _compressor(model)
-    assert compressor.compress([SystemMessage("You help."), *_stamped(12)]).calls == 0
-    assert model.calls == 0
-    long_tail = [SystemMessage("You help."), *_stamped(40)]
-    assert compressor.compress(long_tail).calls == 1
-    assert compressor.schedule is not None
-    assert (
-        compressor.schedule.decide(
-            fixed_tokens=4,
-            summary_tokens=0,
-            round_tokens=[125] * 40,
-            cold=False,
-            horizon=40,
-            rounds_so_far=40,
-        ).reason
-        == "payback"
-    )
+def test_a_warm_cache_is_rewritten_only_once_the_rent_pays_for_it() -> None:
+    schedule = FoldSchedule(pricing=OPENAI_90, summary_tokens=128)
+    state: dict[str, Any] = {"fixed_tokens": 60, "summary_tokens": 128, "rounds_so_far": 200}
+    assert schedule.decide(rounds=[RoundLoad(tokens=300)] * 20, **state).rounds == 0
+    decision = schedule.decide(rounds=[RoundLoad(tokens=300)] * 40, **state)
+    assert decision.reason == "rent"
+    assert decision.rent >= decision.cost
 
 
 def test_without_caching_a_long_history_is_folded() -> None:
@@ -116,41 +104,77 @@ def test_without_caching_a_long_history_is_folded() -> None:
     assert compressor.compress(history).calls == 1
 
 
+def test_the_default_folds_by_cost_and_round_count_is_opt_in() -> None:
+    history = [SystemMessage("You help."), *_stamped(6)]
+    by_cost = RoundCompressor(_short(), max_summary_tokens=128)
+    assert by_cost.schedule is not None
+    assert by_cost.schedule.pricing.name == "openai-50"
+    assert by_cost.plan(history).chunks == ()
+    by_rounds = RoundCompressor(_short(), max_summary_tokens=128, compress_on_rounds=True)
+    assert by_rounds.schedule is None
+    assert by_rounds.plan(history).reasons == ("rounds",)
+    with pytest.raises(ConfigurationError, match="either pricing"):
+        RoundCompressor(_short(), pricing="none", compress_on_rounds=True)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     pricing=st.sampled_from(list(PRICING_MODELS.values())),
-    rounds=st.lists(st.integers(1, 3000), min_size=1, max_size=30),
+    rounds=st.lists(
+        st.tuples(st.integers(1, 3000), st.integers(1, 5), st.booleans()), min_size=1, max_size=30
+    ),
     summary=st.integers(0, 128),
-    cold=st.booleans(),
-    horizon=st.integers(1, 200),
     so_far=st.integers(0, 500),
 )
-def test_a_chosen_fold_is_expected_to_pay_and_respects_floor_and_retention(
-    pricing: Any, rounds: list[int], summary: int, cold: bool, horizon: int, so_far: int
+def test_a_chosen_fold_has_paid_its_rent_and_repays_itself_within_retention(
+    pricing: Any, rounds: list[tuple[int, int, bool]], summary: int, so_far: int
 ) -> None:
     schedule = FoldSchedule(pricing=pricing, summary_tokens=128, retain_rounds=2)
+    loads = [RoundLoad(tokens=t, requests=n, cold=c) for t, n, c in rounds]
     decision = schedule.decide(
-        fixed_tokens=50,
-        summary_tokens=summary,
-        round_tokens=rounds,
-        cold=cold,
-        horizon=horizon,
-        rounds_so_far=so_far,
+        fixed_tokens=50, summary_tokens=summary, rounds=loads, rounds_so_far=so_far
     )
     assert 0 <= decision.rounds <= max(0, len(rounds) - 2)
     if decision.rounds:
         assert decision.net_saving > 0
-        saving = decision.net_saving + decision.cost
-        assert saving >= schedule.payback_factor * decision.cost - 1e-6
-        assert 50 + sum(rounds[decision.rounds :]) >= schedule.floor
+        assert decision.rent >= decision.cost
     else:
         assert decision.reason == "none"
 
 
-def test_horizon_is_the_mean_stretch_between_cold_starts() -> None:
+def test_the_floor_is_kept_only_when_a_cached_view_is_cheaper() -> None:
+    loads = [RoundLoad(tokens=70)] * 300
+    state: dict[str, Any] = {"fixed_tokens": 60, "summary_tokens": 128, "rounds_so_far": 300}
+    at_90 = FoldSchedule(pricing=OPENAI_90, summary_tokens=128, retain_rounds=3)
+    at_50 = FoldSchedule(pricing=PRICING_MODELS["openai-50"], summary_tokens=128, retain_rounds=3)
+    kept_90 = 300 - at_90.decide(rounds=loads, **state).rounds
+    kept_50 = 300 - at_50.decide(rounds=loads, **state).rounds
+    assert 60 + 70 * kept_90 >= OPENAI_90.min_cached_tokens  # 10% of 1,024 < 3 rounds in full
+    assert kept_50 == 3  # 50% of 1,024 costs more than sending 3 short rounds in full
+
+
+def test_round_loads_count_requests_and_cold_starts() -> None:
     day = timedelta(days=1)
-    times = [T0 + i * timedelta(seconds=30) for i in range(4)]
-    times += [T0 + day + i * timedelta(seconds=30) for i in range(8)]
-    assert cache_horizon(times, lifetime=300, rounds_so_far=100) == 6
-    assert cache_horizon(times[:4], lifetime=300, rounds_so_far=100) == 100
-    assert cache_horizon([None, *times[:1]], lifetime=300, rounds_so_far=0) == 1
+    first = _stamped(1)
+    second = _stamped(1, start=T0 + day, prefix="x")
+    tool_step = AIMessage("checking", id="t1")
+    loads = round_loads(
+        [[*first], [*second, tool_step]],
+        [10, 20],
+        timestamp=lambda m: (
+            datetime.fromisoformat(m.additional_kwargs["timestamp"])
+            if "timestamp" in m.additional_kwargs
+            else None
+        ),
+        lifetime=300,
+    )
+    assert [(r.tokens, r.requests, r.cold) for r in loads] == [(10, 1, False), (20, 3, True)]
+
+
+def test_a_fold_that_the_rent_pays_for_still_waits_for_a_likely_future() -> None:
+    schedule = FoldSchedule(pricing=PRICING_MODELS["none"], summary_tokens=128, retain_rounds=1)
+    loads = [RoundLoad(tokens=3000, requests=3)] * 5
+    young = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=loads, rounds_so_far=5)
+    old = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=loads, rounds_so_far=200)
+    assert young.rounds == 0  # five rounds in: the fold may never be repaid
+    assert old.rounds == 4 and old.rent >= old.cost  # the same rounds deep into a long chat
