@@ -35,6 +35,7 @@ from datetime import datetime, timedelta, timezone
 from langchain_core.messages import BaseMessage
 
 from langchain_histcompress.bench.locomo import LocomoConversation
+from langchain_histcompress.context import is_context_message
 from langchain_histcompress.pricing import (
     PRICING_MODELS,
     Bill,
@@ -176,12 +177,26 @@ class RequestEncoder:
 
     def encode(self, messages: Sequence[BaseMessage], *, tools_text: str = "") -> list[int]:
         """The ids of a request (same layout as `pricing.encode_request`)."""
+        return self.encode_with_breakpoints(messages, tools_text=tools_text)[0]
+
+    def encode_with_breakpoints(
+        self, messages: Sequence[BaseMessage], *, tools_text: str = ""
+    ) -> tuple[list[int], tuple[int, ...]]:
+        """The ids of a request and where a client marks Anthropic cache breakpoints.
+
+        A client caching a package-built prompt marks the end of the part that precedes each
+        package data message (`context.is_context_message`: what follows may change with the
+        question) and the end of the prompt; with no data message that is the end alone.
+        """
         ids: list[int] = self.counter.encode_text(tools_text) if tools_text else []
+        marks: list[int] = []
         for message in messages:
+            if ids and is_context_message(message):
+                marks.append(len(ids))
             ids += self.message(message)
         if messages:
             ids += self.counter.encode_reply_priming()
-        return ids
+        return ids, (*marks, len(ids)) if marks and ids else ()
 
 
 @dataclass(frozen=True)
@@ -232,16 +247,23 @@ class CostMeter:
         self._reported: list[int] = []
 
     def _price(
-        self, target: dict[str, list[RequestCost]], ids: list[int], output_tokens: int, at: float
+        self,
+        target: dict[str, list[RequestCost]],
+        ids: list[int],
+        output_tokens: int,
+        at: float,
+        breakpoints: tuple[int, ...] = (),
     ) -> None:
-        request = PromptRequest(tokens=ids, output_tokens=output_tokens, at=at)
+        request = PromptRequest(
+            tokens=ids, output_tokens=output_tokens, at=at, breakpoints=breakpoints
+        )
         for name, cache in self._caches.items():
             target[name].append(cache.price(request))
 
     def answer(self, messages: Sequence[BaseMessage], *, output_tokens: int, at: float) -> None:
-        """Price an answering call."""
-        ids = self.encoder.encode(messages, tools_text=self.tools_text)
-        self._price(self._answer, ids, output_tokens, at)
+        """Price an answering call (Anthropic breakpoints as `RequestEncoder` places them)."""
+        ids, marks = self.encoder.encode_with_breakpoints(messages, tools_text=self.tools_text)
+        self._price(self._answer, ids, output_tokens, at, marks)
 
     def internal(
         self,
