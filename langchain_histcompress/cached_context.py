@@ -15,8 +15,9 @@ verbatim rounds. The anchor moves (a *fold*) only when rewriting the prompt cost
 extra: the cache is cold anyway (the current round comes after a pause longer than the
 pricing model's cache lifetime, read from message timestamps), or the verbatim rounds passed
 ``max_verbatim_tokens``. A fold keeps the fewest newest rounds that bring the preamble and
-the verbatim rounds to the provider's minimum cached prefix (``verbatim_floor_tokens``), so
-the prefix of the next requests is cacheable from the first one on.
+the verbatim rounds to the provider's minimum cached prefix (``verbatim_floor_tokens``):
+the prefix of the next requests is cacheable from the first one on, and the end of the
+previous exchange stays verbatim (recent turns are what a new message most often refers to).
 
 The builder's ``max_context_tokens`` bounds the question-dependent request (preamble, data
 and current round); the verbatim rounds come on top, at most ``max_verbatim_tokens`` (plus
@@ -175,6 +176,7 @@ class CacheStableContext:
         self._after = 0
         self._digest: SystemMessage | None = None
         self._digest_facts: tuple[Fact, ...] = ()
+        self._digest_sources: frozenset[str] = frozenset()
         self._costs: dict[str, int] = {}
         self._lock = threading.Lock()
         self.folded = False
@@ -185,6 +187,7 @@ class CacheStableContext:
         self._anchor = None
         self._digest = None
         self._digest_facts = ()
+        self._digest_sources = frozenset()
         self.folded = False
 
     @property
@@ -256,17 +259,23 @@ class CacheStableContext:
         anchor = self._anchor_index(done)
         fixed = sum(self._cost(m) for m in preamble)
         verbatim_cost = sum(self._cost(m) for m in done[anchor:])
+        parsed = facts_from_state(facts) if facts is not None else {}
         folded = False
         if advance and done:
             if self._due(messages, verbatim_cost):
                 anchor = self._fold_start(done, fixed)
                 self._anchor = str(done[anchor].id) if anchor < len(done) else _AFTER_ALL
                 self._after = len(done)
+                verbatim_ids = {str(m.id) for m in done[anchor:]}
+                self._refresh_digest(
+                    {
+                        fid: fact
+                        for fid, fact in parsed.items()
+                        if not (fact.source_ids and verbatim_ids.issuperset(fact.source_ids))
+                    }
+                )
                 folded = True
             self.folded = folded
-        parsed = facts_from_state(facts) if facts is not None else {}
-        if folded or (advance and self._anchor is None):
-            self._refresh_digest(parsed)
         verbatim = done[anchor:]
         shown = {str(m.id) for m in verbatim}
         in_digest = {f.id for f in self._digest_facts}
@@ -277,7 +286,11 @@ class CacheStableContext:
             and not (fact.source_ids and all(s in shown for s in fact.source_ids))
         }
         inner = self.builder.assemble(
-            [*preamble, *done[:anchor], *current], facts=kept_facts, summary=summary, now=now
+            [*preamble, *done[:anchor], *current],
+            facts=kept_facts,
+            summary=summary,
+            now=now,
+            shown_ids=self._digest_sources,
         )
         head = len(preamble) if inner.messages[: len(preamble)] == preamble else 0
         current_ids = {str(m.id) for m in current}
@@ -307,7 +320,7 @@ class CacheStableContext:
     def _refresh_digest(self, facts: Mapping[str, Fact]) -> None:
         """Freeze the newest facts within ``prefix_fact_tokens`` as the prefix's data message."""
         if not self.prefix_fact_tokens or not facts:
-            self._digest, self._digest_facts = None, ()
+            self._digest, self._digest_facts, self._digest_sources = None, (), frozenset()
             return
         ordered = sorted(facts.values(), key=lambda f: (f.created_at, f.id))
         room = self.prefix_fact_tokens - self._cost(_digest_message(()))
@@ -320,6 +333,7 @@ class CacheStableContext:
             chosen.append(fact)
         chosen.reverse()
         self._digest_facts = tuple(chosen)
+        self._digest_sources = frozenset(s for f in chosen for s in f.source_ids)
         self._digest = _digest_message(self._digest_facts) if chosen else None
 
     def _line_cost(self, fact: Fact) -> int:

@@ -478,7 +478,7 @@ CACHED_PRICING = "openai-90"
 CACHED_PREFIX_FACT_TOKENS = 8192
 """Facts kept in `CachedFactsStrategy`'s cached prefix: read at a tenth of the input price on
 every request of a session, written once per fold."""
-CACHED_TAIL_TOKENS = 400
+CACHED_TAIL_TOKENS = 300
 """Budget of `CachedFactsStrategy`'s question-dependent tail (paid in full on every request)."""
 
 
