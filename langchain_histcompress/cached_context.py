@@ -133,6 +133,23 @@ class CacheStableContext:
 
     Raises:
         ConfigurationError: A parameter is invalid.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+        >>> from langchain_histcompress.tokens import count_tokens_approximately
+        >>> builder = ContextBuilder(max_context_tokens=80, raw_turn_retrieval=5,
+        ...                          token_counter=count_tokens_approximately,
+        ...                          layout="cache_stable", data_budget_ratio=1.0)
+        >>> context = CacheStableContext(builder, pricing="openai-90", max_verbatim_tokens=40,
+        ...                              verbatim_floor_tokens=0)
+        >>> history = [SystemMessage("Be brief.", id="s")]
+        >>> topics = ["apples", "rivers", "violins", "castles", "deserts", "pianos"]
+        >>> for n, topic in enumerate(topics):
+        ...     history += [HumanMessage(f"I like {topic} a lot, really a lot", id=f"h{n}"),
+        ...                 AIMessage("ok", id=f"a{n}")]
+        >>> built = context.assemble([*history, HumanMessage("Which rivers?", id="q")])
+        >>> context.folded, built.retrieved_ids[:1]  # the rounds passed the cap: folded
+        (True, ('h1',))
     """
 
     def __init__(
@@ -202,16 +219,16 @@ class CacheStableContext:
             cost = self._costs[key] = self.builder.token_counter([message])
         return cost
 
-    def _fold_start(self, done: Sequence[BaseMessage], fixed: int) -> int:
-        """Index in ``done`` of the first message of the fewest newest rounds reaching the floor."""
-        need = self.verbatim_floor_tokens - fixed
-        index = len(done)
-        while need > 0 and index > 0:
+    def _fold_start(self, messages: Sequence[BaseMessage], start: int, stop: int) -> int:
+        """Where the fewest newest rounds of ``messages[start:stop]`` reaching the floor start."""
+        need = self.verbatim_floor_tokens - sum(self._cost(m) for m in messages[:start])
+        index = stop
+        while need > 0 and index > start:
             index -= 1
-            need -= self._cost(done[index])
-            while index > 0 and not isinstance(done[index], HumanMessage):
+            need -= self._cost(messages[index])
+            while index > start and not isinstance(messages[index], HumanMessage):
                 index -= 1
-                need -= self._cost(done[index])
+                need -= self._cost(messages[index])
         return index
 
     def assemble(
@@ -245,61 +262,54 @@ class CacheStableContext:
         *,
         advance: bool,
     ) -> BuiltContext:
-        start = 0
-        while start < len(messages) and isinstance(messages[start], SystemMessage):
-            start += 1
-        preamble = list(messages[:start])
-        current_at = len(messages)
-        for index in range(len(messages) - 1, start - 1, -1):
-            if isinstance(messages[index], HumanMessage):
-                current_at = index
-                break
-        done = list(messages[start:current_at])
-        current = list(messages[current_at:])
-        anchor = self._anchor_index(done)
-        fixed = sum(self._cost(m) for m in preamble)
-        verbatim_cost = sum(self._cost(m) for m in done[anchor:])
-        parsed = facts_from_state(facts) if facts is not None else {}
+        start, current_at = _bounds(messages)
+        anchor = self._anchor_index(messages, start, current_at)
         folded = False
-        if advance and done:
+        if advance and current_at > start:
+            verbatim_cost = sum(self._cost(m) for m in messages[anchor:current_at])
             if self._due(messages, verbatim_cost):
-                anchor = self._fold_start(done, fixed)
-                self._anchor = str(done[anchor].id) if anchor < len(done) else _AFTER_ALL
-                self._after = len(done)
-                verbatim_ids = {str(m.id) for m in done[anchor:]}
+                anchor = self._fold_start(messages, start, current_at)
+                at_anchor = messages[anchor].id if anchor < current_at else None
+                self._anchor = str(at_anchor) if at_anchor is not None else _AFTER_ALL
+                self._after = current_at
+                kept = {str(m.id) for m in messages[anchor:current_at]}
                 self._refresh_digest(
                     {
                         fid: fact
-                        for fid, fact in parsed.items()
-                        if not (fact.source_ids and verbatim_ids.issuperset(fact.source_ids))
+                        for fid, fact in facts_from_state(facts).items()
+                        if not (fact.source_ids and kept.issuperset(fact.source_ids))
                     }
                 )
                 folded = True
             self.folded = folded
-        verbatim = done[anchor:]
-        shown = {str(m.id) for m in verbatim}
+        verbatim = list(messages[anchor:current_at])
+        verbatim_ids = {str(m.id) for m in verbatim}
         in_digest = {f.id for f in self._digest_facts}
-        kept_facts = {
-            fid: fact
-            for fid, fact in parsed.items()
-            if fid not in in_digest
-            and not (fact.source_ids and all(s in shown for s in fact.source_ids))
-        }
+        ranked: object = facts
+        if in_digest and facts is not None:
+            if isinstance(facts, Mapping):
+                ranked = {k: v for k, v in facts.items() if k not in in_digest}
+            else:
+                ranked = {k: v for k, v in facts_from_state(facts).items() if k not in in_digest}
+        # the whole history goes in, so the builder's preparation grows with it; what this
+        # prompt shows itself (verbatim rounds, the facts block's sources) counts as shown
         inner = self.builder.assemble(
-            [*preamble, *done[:anchor], *current],
-            facts=kept_facts,
+            messages,
+            facts=ranked,
             summary=summary,
             now=now,
-            shown_ids=self._digest_sources,
+            shown_ids=verbatim_ids | self._digest_sources,
         )
+        preamble = list(messages[:start])
         head = len(preamble) if inner.messages[: len(preamble)] == preamble else 0
-        current_ids = {str(m.id) for m in current}
-        tail = [m for m in inner.messages[head:] if str(m.id) not in current_ids]
-        sent_current = [m for m in inner.messages[head:] if str(m.id) in current_ids]
+        current_ids = {str(m.id) for m in messages[current_at:]}
+        body = [m for m in inner.messages[head:] if str(m.id) not in verbatim_ids]
+        tail = [m for m in body if str(m.id) not in current_ids]
+        sent_current = [m for m in body if str(m.id) in current_ids]
         digest = [self._digest] if self._digest is not None else []
         if any(is_context_message(m) for m in tail):
             out = [*inner.messages[:head], *digest, *verbatim, *tail, *sent_current]
-        else:  # the older rounds fit whole: chronological order, and as stable as the anchor
+        else:  # older rounds that fit whole: chronological order, as stable as the anchor
             out = [*inner.messages[:head], *digest, *tail, *verbatim, *sent_current]
         return BuiltContext(
             messages=out,
@@ -359,30 +369,33 @@ class CacheStableContext:
         ``max_verbatim_tokens``.
         """
         with self._lock:
-            start = 0
-            while start < len(messages) and isinstance(messages[start], SystemMessage):
-                start += 1
-            current_at = len(messages)
-            for index in range(len(messages) - 1, start - 1, -1):
-                if isinstance(messages[index], HumanMessage):
-                    current_at = index
-                    break
-            done = messages[start:current_at]
-            if not done:
+            start, current_at = _bounds(messages)
+            if current_at <= start:
                 return False
-            anchor = self._anchor_index(done)
-            return self._due(messages, sum(self._cost(m) for m in done[anchor:]))
+            anchor = self._anchor_index(messages, start, current_at)
+            return self._due(messages, sum(self._cost(m) for m in messages[anchor:current_at]))
 
-    def _anchor_index(self, done: Sequence[BaseMessage]) -> int:
-        """Where the verbatim rounds start in ``done`` (the anchor, searched from the end)."""
+    def _anchor_index(self, messages: Sequence[BaseMessage], start: int, stop: int) -> int:
+        """Where the verbatim rounds start (the anchor, searched back from ``stop``)."""
         if self._anchor is None:
-            return 0
+            return start
         if self._anchor == _AFTER_ALL:
-            return min(self._after, len(done))
-        for index in range(len(done) - 1, -1, -1):
-            if str(done[index].id) == self._anchor:
+            return min(max(self._after, start), stop)
+        for index in range(stop - 1, start - 1, -1):
+            if str(messages[index].id) == self._anchor:
                 return index
-        return 0
+        return start
+
+
+def _bounds(messages: Sequence[BaseMessage]) -> tuple[int, int]:
+    """End of the system preamble and start of the current round (the last human message)."""
+    start = 0
+    while start < len(messages) and isinstance(messages[start], SystemMessage):
+        start += 1
+    for index in range(len(messages) - 1, start - 1, -1):
+        if isinstance(messages[index], HumanMessage):
+            return start, index
+    return start, len(messages)
 
 
 _AFTER_ALL = "\x00after-all"

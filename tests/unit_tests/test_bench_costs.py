@@ -140,3 +140,22 @@ def test_cost_table_json_markdown_plot_and_readme(result: BenchResult, tmp_path:
     assert "![cost_by_pricing](cost_by_pricing.png)" in markdown
     assert written["plot:cost_by_pricing"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert pricing_assumptions_markdown() in readme_section(result)
+
+
+def test_anthropic_breakpoints_sit_before_package_data_messages() -> None:
+    encoder = RequestEncoder(COUNTER)
+    kind = {"histcompress_kind": "histcompress_context"}
+    system = SystemMessage("rules " * 1500, id="s")
+    plain = [system, HumanMessage("hi", id="1")]
+    assert encoder.encode_with_breakpoints(plain) == (encoder.encode(plain), ())
+    data = HumanMessage("retrieved", id="d", additional_kwargs=kind)
+    first = [system, HumanMessage("hi", id="1"), data, HumanMessage("q1", id="q1")]
+    ids, marks = encoder.encode_with_breakpoints(first)
+    assert marks == (sum(len(encoder.message(m)) for m in first[:2]), len(ids))
+    # the stable part before the data message is read by the next request
+    meter = CostMeter(COUNTER, pricings=["anthropic"])
+    meter.answer(first, output_tokens=1, at=0.0)
+    other = HumanMessage("other", id="d2", additional_kwargs=kind)
+    grown = [*first[:2], AIMessage("yo", id="2"), other, HumanMessage("q2", id="q2")]
+    meter.answer(grown, output_tokens=1, at=30.0)
+    assert meter.costs()["anthropic"].answer.requests[1].cached_tokens == marks[0]

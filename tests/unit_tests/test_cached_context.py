@@ -195,3 +195,16 @@ def test_extraction_node_takes_the_whole_backlog_in_one_call() -> None:
     assert update["facts_processed_through"] == "a0-4"
     with pytest.raises(ConfigurationError, match="batch_rounds"):
         FactExtractionNode(model, batch_rounds=0)
+
+
+def test_builder_does_not_repeat_what_the_caller_shows() -> None:
+    history = [SystemMessage("s", id="s")]
+    for n, word in enumerate(WORDS):
+        history += [HumanMessage(f"I like the {word} " * 3, id=f"h{n}"), AIMessage("ok", id=f"a{n}")]
+    asked = [*history, HumanMessage("the river and the violin?", id="q")]
+    builder = _builder(90)
+    plain = builder.assemble(asked)
+    assert "h1" in plain.retrieved_ids
+    hidden = builder.assemble(asked, shown_ids={"h1"})
+    assert "h1" not in hidden.retrieved_ids
+    assert "h1" not in hidden.verbatim_ids  # treated as shown, not sent
