@@ -82,10 +82,12 @@ def cache_cold(
     lifetime: float,
     timestamp_getter: TimestampGetter = message_timestamp,
 ) -> bool:
-    """Whether the newest message comes after a pause longer than ``lifetime`` seconds.
+    """Whether the newest message came more than ``lifetime`` seconds after the one before it.
 
-    The two newest messages that carry a time are compared; without two times the cache is
-    taken to be warm (a fold then waits for the size limit).
+    The request being built follows the newest message, the previous request the message
+    before it, so the pause between them is the cache's idle time. When either of the two
+    carries no time the cache is taken to be warm (a fold then waits for the size limit);
+    only these two messages are read, whatever the history's length.
 
     Example:
         >>> from langchain_core.messages import AIMessage, HumanMessage
@@ -94,14 +96,13 @@ def cache_cold(
         >>> cache_cold([a, b], lifetime=300), cache_cold([a, b], lifetime=600)
         (True, False)
     """
-    times: list[datetime] = []
-    for message in reversed(messages):
-        at = timestamp_getter(message)
-        if isinstance(at, datetime):
-            times.append(at)
-            if len(times) == 2:
-                return (times[0] - times[1]).total_seconds() > lifetime
-    return False
+    if len(messages) < 2:
+        return False
+    newest = timestamp_getter(messages[-1])
+    before = timestamp_getter(messages[-2])
+    if not isinstance(newest, datetime) or not isinstance(before, datetime):
+        return False
+    return (newest - before).total_seconds() > lifetime
 
 
 def _pricing(value: object) -> PricingModel:
@@ -266,8 +267,7 @@ class CacheStableContext:
         anchor = self._anchor_index(messages, start, current_at)
         folded = False
         if advance and current_at > start:
-            verbatim_cost = sum(self._cost(m) for m in messages[anchor:current_at])
-            if self._due(messages, verbatim_cost):
+            if self._due(messages, anchor, current_at):
                 anchor = self._fold_start(messages, start, current_at)
                 at_anchor = messages[anchor].id if anchor < current_at else None
                 self._anchor = str(at_anchor) if at_anchor is not None else _AFTER_ALL
@@ -355,12 +355,18 @@ class CacheStableContext:
             cost = self._costs[key] = line + 1  # the line break
         return cost
 
-    def _due(self, messages: Sequence[BaseMessage], verbatim_cost: int) -> bool:
-        if verbatim_cost > self.max_verbatim_tokens:
-            return True
-        return cache_cold(
+    def _due(self, messages: Sequence[BaseMessage], anchor: int, stop: int) -> bool:
+        if cache_cold(
             messages, lifetime=self.pricing.cache_lifetime, timestamp_getter=self.timestamp_getter
-        )
+        ):
+            return True
+        # the verbatim rounds' size, read back only until it passes the cap
+        room = self.max_verbatim_tokens
+        for index in range(stop - 1, anchor - 1, -1):
+            room -= self._cost(messages[index])
+            if room < 0:
+                return True
+        return False
 
     def fold_due(self, messages: Sequence[BaseMessage]) -> bool:
         """Whether `assemble` would fold on ``messages``: the point to extract facts in one call.
@@ -373,7 +379,7 @@ class CacheStableContext:
             if current_at <= start:
                 return False
             anchor = self._anchor_index(messages, start, current_at)
-            return self._due(messages, sum(self._cost(m) for m in messages[anchor:current_at]))
+            return self._due(messages, anchor, current_at)
 
     def _anchor_index(self, messages: Sequence[BaseMessage], start: int, stop: int) -> int:
         """Where the verbatim rounds start (the anchor, searched back from ``stop``)."""

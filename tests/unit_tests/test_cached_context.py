@@ -54,15 +54,25 @@ def _data_index(messages: list[BaseMessage]) -> int:
     return next(i for i, m in enumerate(messages) if is_context_message(m) and m.type == "human")
 
 
-def test_cache_cold_compares_the_two_newest_timed_messages() -> None:
+def test_cache_cold_reads_the_pause_before_the_newest_message() -> None:
     old = AIMessage("a", additional_kwargs=_at(0))
     new = HumanMessage("b", additional_kwargs=_at(301))
     untimed = HumanMessage("c")
     assert cache_cold([old, new], lifetime=300)
     assert not cache_cold([old, new], lifetime=301)
-    assert not cache_cold([old, new, untimed], lifetime=1_000)
-    assert cache_cold([old, untimed, new], lifetime=300)
-    assert not cache_cold([untimed, new], lifetime=1)
+    assert not cache_cold([old, new, untimed], lifetime=1)
+    assert not cache_cold([old, untimed, new], lifetime=1)
+    assert not cache_cold([new], lifetime=1)
+
+    class Counting:
+        reads = 0
+
+        def __call__(self, message: BaseMessage) -> datetime | None:
+            Counting.reads += 1
+            return None
+
+    cache_cold([untimed] * 1_000, lifetime=1, timestamp_getter=Counting())
+    assert Counting.reads <= 2  # the rest of the history is not read
 
 
 def test_question_data_comes_after_the_stable_prefix_and_the_prefix_only_grows() -> None:
@@ -198,9 +208,12 @@ def test_extraction_node_takes_the_whole_backlog_in_one_call() -> None:
 
 
 def test_builder_does_not_repeat_what_the_caller_shows() -> None:
-    history = [SystemMessage("s", id="s")]
+    history: list[BaseMessage] = [SystemMessage("s", id="s")]
     for n, word in enumerate(WORDS):
-        history += [HumanMessage(f"I like the {word} " * 3, id=f"h{n}"), AIMessage("ok", id=f"a{n}")]
+        history += [
+            HumanMessage(f"I like the {word} " * 3, id=f"h{n}"),
+            AIMessage("ok", id=f"a{n}"),
+        ]
     asked = [*history, HumanMessage("the river and the violin?", id="q")]
     builder = _builder(90)
     plain = builder.assemble(asked)
