@@ -41,7 +41,7 @@ Example:
     ...            say(AIMessage, "Nice!", "a1", 1),
     ...            say(HumanMessage, "Where do I live?", "h2", 600)]  # 10 min later: cold
     >>> builder = ContextBuilder(max_context_tokens=200, token_counter=count_tokens_approximately,
-    ...                          raw_turn_retrieval=5)
+    ...                          raw_turn_retrieval=5, layout="cache_stable")
     >>> context = CacheStableContext(builder, pricing="openai-90", verbatim_floor_tokens=0)
     >>> built = context.assemble(history)
     >>> context.folded, [m.id for m in built.messages]
@@ -120,7 +120,8 @@ class CacheStableContext:
     Args:
         builder: Chooses the question-dependent data (facts, retrieved turns) from the rounds
             before the anchor; its ``max_context_tokens`` bounds preamble + data + current
-            round.
+            round. It must use ``layout="cache_stable"``; ``data_budget_ratio=1.0`` gives the
+            whole tail to data (the verbatim rounds come from the prefix).
         pricing: The provider's pricing model (name or `PricingModel`): its cache lifetime
             says when the cache is cold, its minimum cached prefix sets the default floor.
         max_verbatim_tokens: Fold when the verbatim rounds pass this many tokens, even when
@@ -166,6 +167,10 @@ class CacheStableContext:
         """Validate and store the configuration (see the class docstring)."""
         if not isinstance(builder, ContextBuilder):
             msg = f"builder must be a ContextBuilder, not {type(builder).__name__}"
+            raise ConfigurationError(msg)
+        if builder.layout != "cache_stable":
+            # a data message right after the preamble would sit before the verbatim rounds
+            msg = f"builder must use layout='cache_stable', got {builder.layout!r}"
             raise ConfigurationError(msg)
         self.builder = builder
         self.pricing = _pricing(pricing)

@@ -25,6 +25,11 @@ adapter. Built in:
 - ``hybrid``: ``RoundCompressor`` summary + facts and older raw turns ranked together by
   ``EvidenceRetriever``, assembled by ``ContextBuilder`` within ``context_tokens``.
 - ``hybrid_retrieval``: the same without the running summary (no summarizer calls).
+- ``facts_turns_cached``: ``hybrid_retrieval`` in a cache-stable prompt
+  (``cached_context.CacheStableContext``): the facts as of the last fold and the verbatim
+  rounds since it form a prefix that only grows; a small tail of turns ranked for the question
+  comes last; facts are extracted once per fold (cold cache or verbatim cap), not per two
+  rounds.
 - ``facts_minilm``: ``facts`` with the facts ranked by ``EmbeddingFactRetriever`` over the
   offline all-MiniLM-L6-v2 model instead of BM25.
 - ``hybrid_minilm``: ``hybrid_retrieval`` ranked by ``EmbeddingEvidenceRetriever``: BM25 and

@@ -182,6 +182,8 @@ def test_prefix_facts_are_frozen_at_the_fold_and_reported_exactly() -> None:
 def test_invalid_configuration_is_rejected() -> None:
     with pytest.raises(ConfigurationError, match="builder"):
         CacheStableContext(object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="cache_stable"):
+        CacheStableContext(ContextBuilder(max_context_tokens=100))
     with pytest.raises(ConfigurationError, match="pricing"):
         CacheStableContext(_builder(), pricing="nope")
     with pytest.raises(ConfigurationError, match="max_verbatim_tokens"):
