@@ -12,12 +12,14 @@ of the prompt. `CacheStableContext` wraps a builder and sends, in this order:
 
 Consecutive requests therefore share everything up to the end of the previous request's
 verbatim rounds. The anchor moves (a *fold*) only when rewriting the prompt costs nothing
-extra: the cache is cold anyway (the current round comes after a pause longer than the
-pricing model's cache lifetime, read from message timestamps), or the verbatim rounds passed
-``max_verbatim_tokens``. A fold keeps the fewest newest rounds that bring the preamble and
-the verbatim rounds to the provider's minimum cached prefix (``verbatim_floor_tokens``):
-the prefix of the next requests is cacheable from the first one on, and the end of the
-previous exchange stays verbatim (recent turns are what a new message most often refers to).
+extra: the cache is cold anyway (this is the first request after a pause longer than the
+pricing model's cache lifetime, read from message timestamps: the pause lies among the
+messages added since the previous request, with no assistant reply after it), or the
+verbatim rounds passed ``max_verbatim_tokens``. A fold keeps the fewest newest rounds that
+bring the preamble and the verbatim rounds to the provider's minimum cached prefix
+(``verbatim_floor_tokens``): the prefix of the next requests is cacheable from the first one
+on, and the end of the previous exchange stays verbatim (recent turns are what a new message
+most often refers to).
 
 The builder's ``max_context_tokens`` bounds the question-dependent request (preamble, data
 and current round); the verbatim rounds come on top, at most ``max_verbatim_tokens`` (plus
@@ -56,7 +58,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress.compressor import message_timestamp
 from langchain_histcompress.context import (
@@ -197,6 +199,7 @@ class CacheStableContext:
         self.timestamp_getter: TimestampGetter = timestamp_getter or message_timestamp
         self._anchor: str | None = None
         self._after = 0
+        self._checked = 0
         self._digest: SystemMessage | None = None
         self._digest_facts: tuple[Fact, ...] = ()
         self._digest_sources: frozenset[str] = frozenset()
@@ -208,6 +211,7 @@ class CacheStableContext:
     def reset(self) -> None:
         """Forget the anchor: the next call starts a new conversation."""
         self._anchor = None
+        self._checked = 0
         self._digest = None
         self._digest_facts = ()
         self._digest_sources = frozenset()
@@ -287,6 +291,7 @@ class CacheStableContext:
                 )
                 folded = True
             self.folded = folded
+            self._checked = len(messages)
         verbatim = list(messages[anchor:current_at])
         verbatim_ids = {str(m.id) for m in verbatim}
         in_digest = {f.id for f in self._digest_facts}
@@ -360,10 +365,27 @@ class CacheStableContext:
             cost = self._costs[key] = line + 1  # the line break
         return cost
 
+    def _paused(self, messages: Sequence[BaseMessage]) -> bool:
+        """Whether this request is the first one after a pause longer than the cache lifetime.
+
+        Only the messages added since the last look are read, newest first: a long pause
+        before them means the cache is cold now, unless an assistant message came after it
+        (a request was made after the pause and warmed the cache again).
+        """
+        start = max(1, min(self._checked, len(messages) - 1))
+        for index in range(len(messages) - 1, start - 1, -1):
+            if isinstance(messages[index], AIMessage):
+                return False
+            if cache_cold(
+                messages[index - 1 : index + 1],
+                lifetime=self.pricing.cache_lifetime,
+                timestamp_getter=self.timestamp_getter,
+            ):
+                return True
+        return False
+
     def _due(self, messages: Sequence[BaseMessage], anchor: int, stop: int) -> bool:
-        if cache_cold(
-            messages, lifetime=self.pricing.cache_lifetime, timestamp_getter=self.timestamp_getter
-        ):
+        if self._paused(messages):
             return True
         # the verbatim rounds' size, read back only until it passes the cap
         room = self.max_verbatim_tokens
