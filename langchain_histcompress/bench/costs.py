@@ -185,8 +185,9 @@ class RequestEncoder:
         """The ids of a request and where a client marks Anthropic cache breakpoints.
 
         A client caching a package-built prompt marks the end of the part that precedes each
-        package data message (`context.is_context_message`: what follows may change with the
-        question) and the end of the prompt; with no data message that is the end alone.
+        package data message (`context.is_context_message`: what follows changes with the
+        question, so writing it to the cache would be paid for and never read); a prompt
+        without a data message is marked at its end (the next request extends it).
         """
         ids: list[int] = self.counter.encode_text(tools_text) if tools_text else []
         marks: list[int] = []
@@ -196,7 +197,7 @@ class RequestEncoder:
             ids += self.message(message)
         if messages:
             ids += self.counter.encode_reply_priming()
-        return ids, (*marks, len(ids)) if marks and ids else ()
+        return ids, tuple(marks)
 
 
 @dataclass(frozen=True)

@@ -150,12 +150,14 @@ def test_anthropic_breakpoints_sit_before_package_data_messages() -> None:
     assert encoder.encode_with_breakpoints(plain) == (encoder.encode(plain), ())
     data = HumanMessage("retrieved", id="d", additional_kwargs=kind)
     first = [system, HumanMessage("hi", id="1"), data, HumanMessage("q1", id="q1")]
-    ids, marks = encoder.encode_with_breakpoints(first)
-    assert marks == (sum(len(encoder.message(m)) for m in first[:2]), len(ids))
+    _, marks = encoder.encode_with_breakpoints(first)
+    assert marks == (sum(len(encoder.message(m)) for m in first[:2]),)  # not the varying tail
     # the stable part before the data message is read by the next request
     meter = CostMeter(COUNTER, pricings=["anthropic"])
     meter.answer(first, output_tokens=1, at=0.0)
     other = HumanMessage("other", id="d2", additional_kwargs=kind)
     grown = [*first[:2], AIMessage("yo", id="2"), other, HumanMessage("q2", id="q2")]
     meter.answer(grown, output_tokens=1, at=30.0)
-    assert meter.costs()["anthropic"].answer.requests[1].cached_tokens == marks[0]
+    second = meter.costs()["anthropic"].answer.requests[1]
+    assert second.cached_tokens == marks[0]
+    assert second.cache_write_tokens == len(encoder.message(grown[2]))  # the new verbatim turn
