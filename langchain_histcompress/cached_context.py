@@ -71,7 +71,7 @@ from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact, facts_from_state
 from langchain_histcompress.pricing import DEFAULT_PRICING, PRICING_MODELS, PricingModel
 from langchain_histcompress.render import escape_data
-from langchain_histcompress.rounds import SUMMARY_SOURCE
+from langchain_histcompress.rounds import SUMMARY_SOURCE, ensure_ids
 
 __all__ = ["CacheStableContext", "cache_cold"]
 
@@ -200,6 +200,8 @@ class CacheStableContext:
         self._anchor: str | None = None
         self._after = 0
         self._checked = 0
+        self._id_checked = 0
+        self._derive_ids = False
         self._digest: SystemMessage | None = None
         self._digest_facts: tuple[Fact, ...] = ()
         self._digest_sources: frozenset[str] = frozenset()
@@ -212,6 +214,8 @@ class CacheStableContext:
         """Forget the anchor: the next call starts a new conversation."""
         self._anchor = None
         self._checked = 0
+        self._id_checked = 0
+        self._derive_ids = False
         self._digest = None
         self._digest_facts = ()
         self._digest_sources = frozenset()
@@ -261,7 +265,18 @@ class CacheStableContext:
                 for a question asked outside the conversation).
         """
         with self._lock:
-            return self._assemble(messages, facts, summary, now, advance=advance)
+            return self._assemble(self._ided(messages), facts, summary, now, advance=advance)
+
+    def _ided(self, messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
+        """``messages`` with an id on each (`rounds.ensure_ids`): anchor and costs go by id.
+
+        Only the messages added since the last call are checked; a history that once lacked
+        ids gets them derived again on every call.
+        """
+        if not self._derive_ids:
+            self._derive_ids = any(m.id is None for m in messages[self._id_checked :])
+        self._id_checked = len(messages)
+        return ensure_ids(messages) if self._derive_ids else messages
 
     def _assemble(
         self,
@@ -331,7 +346,9 @@ class CacheStableContext:
                 )
             ),
             retrieved_ids=inner.retrieved_ids,
-            verbatim_ids=(*(str(m.id) for m in verbatim), *inner.verbatim_ids),
+            verbatim_ids=tuple(
+                dict.fromkeys([*(str(m.id) for m in verbatim), *inner.verbatim_ids])
+            ),
             summary_included=inner.summary_included,
             omitted_rounds=inner.omitted_rounds,
             notes=inner.notes,
@@ -402,6 +419,7 @@ class CacheStableContext:
         ``max_verbatim_tokens``.
         """
         with self._lock:
+            messages = self._ided(messages)
             start, current_at = _bounds(messages)
             if current_at <= start:
                 return False

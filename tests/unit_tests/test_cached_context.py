@@ -223,3 +223,18 @@ def test_builder_does_not_repeat_what_the_caller_shows() -> None:
     hidden = builder.assemble(asked, shown_ids={"h1"})
     assert "h1" not in hidden.retrieved_ids
     assert "h1" not in hidden.verbatim_ids  # treated as shown, not sent
+
+
+def test_messages_without_ids_get_stable_derived_ids() -> None:
+    history = [
+        m.model_copy(update={"id": None}) if m.type != "system" else m for m in _conversation(2, 4)
+    ]
+    context = CacheStableContext(_builder(), pricing="openai-90", verbatim_floor_tokens=60)
+    second = next(i for i, m in enumerate(history) if m.content.startswith("session 1 round 0"))
+    built = context.assemble(history[: second + 1])
+    assert context.folded and context.anchor is not None
+    assert len(set(built.verbatim_ids)) == len(built.verbatim_ids)  # distinct, not "None"
+    anchor = context.anchor
+    again = context.assemble(history[: second + 3])
+    assert not context.folded and context.anchor == anchor  # the derived ids are stable
+    assert anchor in again.verbatim_ids
