@@ -21,9 +21,11 @@ bring the preamble and the verbatim rounds to the provider's minimum cached pref
 on, and the end of the previous exchange stays verbatim (recent turns are what a new message
 most often refers to).
 
-The builder's ``max_context_tokens`` bounds the question-dependent request (preamble, data
-and current round); the verbatim rounds come on top, at most ``max_verbatim_tokens`` (plus
-the newest round that crossed it).
+The builder's ``max_context_tokens`` bounds the question-dependent part (the data and the
+latest human message); the preamble, the facts block, the verbatim rounds (at most
+``max_verbatim_tokens`` plus the newest round that crossed it) and the current round's later
+steps (tool calls and results, sent whole) come on top. A question over that budget gets no
+data.
 
 The same fold points suit batched fact extraction: `CacheStableContext.assemble` reports
 whether it folded, and ``FactExtractionNode(batch_rounds=None)`` extracts every completed
@@ -67,7 +69,7 @@ from langchain_histcompress.context import (
     ContextBuilder,
     is_context_message,
 )
-from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.errors import BudgetError, ConfigurationError
 from langchain_histcompress.facts import Fact, facts_from_state
 from langchain_histcompress.pricing import DEFAULT_PRICING, PRICING_MODELS, PricingModel
 from langchain_histcompress.render import escape_data
@@ -121,8 +123,8 @@ class CacheStableContext:
 
     Args:
         builder: Chooses the question-dependent data (facts, retrieved turns) from the rounds
-            before the anchor; its ``max_context_tokens`` bounds preamble + data + current
-            round. It must use ``layout="cache_stable"``; ``data_budget_ratio=1.0`` gives the
+            before the anchor; its ``max_context_tokens`` bounds the data + the latest human
+            message. It must use ``layout="cache_stable"``; ``data_budget_ratio=1.0`` gives the
             whole tail to data (the verbatim rounds come from the prefix).
         pricing: The provider's pricing model (name or `PricingModel`): its cache lifetime
             says when the cache is cold, its minimum cached prefix sets the default floor.
@@ -316,42 +318,58 @@ class CacheStableContext:
                 ranked = {k: v for k, v in facts.items() if k not in in_digest}
             else:
                 ranked = {k: v for k, v in facts_from_state(facts).items() if k not in in_digest}
-        # the whole history goes in, so the builder's preparation grows with it; what this
-        # prompt shows itself (verbatim rounds, the facts block's sources) counts as shown
-        inner = self.builder.assemble(
-            messages,
-            facts=ranked,
-            summary=summary,
-            now=now,
-            shown_ids=verbatim_ids | self._digest_sources,
-        )
+        # The builder sees the conversation without the preamble, up to the current question:
+        # its budget is the question-dependent part alone, its preparation grows with the
+        # history, and the current round's later steps (tool calls and results) are sent
+        # whole after it. What this prompt shows itself counts as shown.
+        question_end = min(current_at + 1, len(messages))
+        try:
+            inner: BuiltContext | None = self.builder.assemble(
+                messages[start:question_end],
+                facts=ranked,
+                summary=summary,
+                now=now,
+                shown_ids=verbatim_ids | self._digest_sources,
+            )
+        except BudgetError:  # the question alone is over the tail's budget: no data
+            inner = None
+        current = list(messages[current_at:])
+        current_ids = {str(m.id) for m in current}
+        tail = [
+            m
+            for m in (inner.messages if inner is not None else ())
+            if str(m.id) not in verbatim_ids and str(m.id) not in current_ids
+        ]
         preamble = list(messages[:start])
-        head = len(preamble) if inner.messages[: len(preamble)] == preamble else 0
-        current_ids = {str(m.id) for m in messages[current_at:]}
-        body = [m for m in inner.messages[head:] if str(m.id) not in verbatim_ids]
-        tail = [m for m in body if str(m.id) not in current_ids]
-        sent_current = [m for m in body if str(m.id) in current_ids]
         digest = [self._digest] if self._digest is not None else []
         if any(is_context_message(m) for m in tail):
-            out = [*inner.messages[:head], *digest, *verbatim, *tail, *sent_current]
+            out = [*preamble, *digest, *verbatim, *tail, *current]
         else:  # older rounds that fit whole: chronological order, as stable as the anchor
-            out = [*inner.messages[:head], *digest, *tail, *verbatim, *sent_current]
+            out = [*preamble, *digest, *tail, *verbatim, *current]
+        shown_facts = inner.fact_ids if inner is not None else ()
+        shown_sources = inner.fact_source_ids if inner is not None else ()
         return BuiltContext(
             messages=out,
             tokens=self.builder.token_counter(out),
-            fact_ids=(*(f.id for f in self._digest_facts), *inner.fact_ids),
+            fact_ids=(*(f.id for f in self._digest_facts), *shown_facts),
             fact_source_ids=tuple(
                 dict.fromkeys(
-                    [*(s for f in self._digest_facts for s in f.source_ids), *inner.fact_source_ids]
+                    [*(s for f in self._digest_facts for s in f.source_ids), *shown_sources]
                 )
             ),
-            retrieved_ids=inner.retrieved_ids,
+            retrieved_ids=inner.retrieved_ids if inner is not None else (),
             verbatim_ids=tuple(
-                dict.fromkeys([*(str(m.id) for m in verbatim), *inner.verbatim_ids])
+                dict.fromkeys(
+                    [
+                        *(str(m.id) for m in verbatim),
+                        *(m for m in (inner.verbatim_ids if inner is not None else ())),
+                        *current_ids,
+                    ]
+                )
             ),
-            summary_included=inner.summary_included,
-            omitted_rounds=inner.omitted_rounds,
-            notes=inner.notes,
+            summary_included=inner is not None and inner.summary_included,
+            omitted_rounds=inner.omitted_rounds if inner is not None else 0,
+            notes=inner.notes if inner is not None else ("question over the tail budget",),
         )
 
     def _refresh_digest(self, facts: Mapping[str, Fact]) -> None:

@@ -484,7 +484,8 @@ CACHED_PREFIX_FACT_TOKENS = 8192
 """Facts kept in `CachedFactsStrategy`'s cached prefix: read at a tenth of the input price on
 every request of a session, written once per fold."""
 CACHED_TAIL_TOKENS = 300
-"""Budget of `CachedFactsStrategy`'s question-dependent tail (paid in full on every request)."""
+"""Budget of `CachedFactsStrategy`'s question-dependent tail, data and question (paid in full
+on every request, where the cached prefix is paid a tenth)."""
 
 
 class CachedFactsStrategy(FactsStrategy):
@@ -510,8 +511,8 @@ class CachedFactsStrategy(FactsStrategy):
         Args:
             env: The strategy environment (its ``context_tokens`` is not used: the prompt is
                 sized by the three budgets below).
-            tail_tokens: Budget of the question-dependent request: preamble, facts and old
-                turns ranked for the question, the question.
+            tail_tokens: Budget of the question-dependent part: facts and old turns ranked
+                for the question, and the question.
             prefix_fact_tokens: Facts kept in the cached prefix, newest first.
             max_verbatim_tokens: Fold when the verbatim rounds pass this size.
         """

@@ -6,7 +6,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.messages.utils import count_tokens_approximately
 
 from langchain_histcompress.cached_context import CacheStableContext, cache_cold
@@ -14,6 +20,7 @@ from langchain_histcompress.context import ContextBuilder, is_context_message
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.memory import FactExtractionNode
+from langchain_histcompress.rounds import validate_history
 
 T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
 WORDS = ["apple", "river", "violin", "garden", "castle", "rocket", "desert", "piano"]
@@ -238,3 +245,27 @@ def test_messages_without_ids_get_stable_derived_ids() -> None:
     again = context.assemble(history[: second + 3])
     assert not context.folded and context.anchor == anchor  # the derived ids are stable
     assert anchor in again.verbatim_ids
+
+
+def test_the_current_round_is_sent_whole_after_the_data() -> None:
+    history = _conversation(2, 4)
+    second = next(i for i, m in enumerate(history) if m.id == "h1-0")
+    steps = [
+        AIMessage("", id="call", tool_calls=[{"name": "look", "args": {}, "id": "t1"}]),
+        ToolMessage("x " * 400, tool_call_id="t1", id="result"),
+    ]
+    big = "a long question " * 200
+    asked = [*history[:second], HumanMessage(big, id="q", additional_kwargs=_at(86_400)), *steps]
+    context = CacheStableContext(_builder(150), pricing="openai-90", verbatim_floor_tokens=60)
+    built = context.assemble(asked)
+    # the question is over the tail budget: no data, but nothing of the round is dropped
+    assert [m.id for m in built.messages[-3:]] == ["q", "call", "result"]
+    assert built.retrieved_ids == ()
+    assert validate_history(built.messages) == []
+    small = [*history[:second], HumanMessage("the apple?", id="q2", additional_kwargs=_at(86_400))]
+    context = CacheStableContext(_builder(80), pricing="openai-90", verbatim_floor_tokens=60)
+    first = context.assemble(small).messages  # the first request after the pause folds
+    out = context.assemble([*small, *steps]).messages  # the next step of the same round
+    assert [m.id for m in out[-3:]] == ["q2", "call", "result"]
+    assert is_context_message(out[-4])  # the data sits right before the question
+    assert out[: len(first)] == first  # unchanged within the round: the step extends it
