@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from langchain_histcompress.cached_context import CacheStableContext
 from langchain_histcompress.compressor import (
     CompressionResult,
     RoundCompressor,
@@ -137,6 +138,7 @@ __all__ = [
     "Bill",
     "BudgetError",
     "BuiltContext",
+    "CacheStableContext",
     "CompressingChatMessageHistory",
     "CompressingHistoryAdapter",
     "CompressionConflictError",

@@ -824,6 +824,7 @@ class ContextBuilder:
         facts: object = None,
         query: str | None = None,
         now: datetime | None = None,
+        shown_ids: Collection[str] = (),
     ) -> BuiltContext:
         """Assemble the context and report what went in.
 
@@ -834,6 +835,9 @@ class ContextBuilder:
             facts: Facts (state form ``{id: dict}``, a list or dict of `Fact`), or ``None``.
             query: Text used to rank facts and turns (default: the latest human message).
             now: Time for fact expiry (default: current UTC time).
+            shown_ids: Ids of messages the caller shows elsewhere in the prompt (e.g. the
+                sources of facts it sends itself): they are treated as verbatim, so neither
+                they nor facts sourced only from them are repeated as data.
 
         Returns:
             The messages and a report of what they contain.
@@ -843,7 +847,7 @@ class ContextBuilder:
             BudgetError: The preamble and the latest question alone exceed the budget.
         """
         with self._assembling:
-            return self._assemble(messages, summary, facts, query, now)
+            return self._assemble(messages, summary, facts, query, now, shown_ids)
 
     def _assemble(
         self,
@@ -852,6 +856,7 @@ class ContextBuilder:
         facts: object,
         query: str | None,
         now: datetime | None,
+        shown_ids: Collection[str] = (),
     ) -> BuiltContext:
         now = now or datetime.now(timezone.utc)
         prepared = self._prepare(messages)
@@ -899,6 +904,7 @@ class ContextBuilder:
         current_ids = {str(ided(m).id) for m in head} | {
             str(ided(m).id) for unit in tail for m in unit
         }
+        current_ids.update(shown_ids)
         win = _Window(self._cost, rounds, count, older, current_ids)
 
         candidate = summary if self.include_summary else None

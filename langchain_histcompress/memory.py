@@ -164,7 +164,9 @@ class FactExtractionNode(GraphNode):
 
     Args:
         model: Chat model used for extraction (a cheap one is fine).
-        batch_rounds: Completed rounds per model call; fewer pending rounds wait.
+        batch_rounds: Completed rounds per model call; fewer pending rounds wait. ``None``:
+            every completed round pending when the node runs, in one call (run the node at
+            the points where extracting pays, e.g. when the prompt cache is cold anyway).
         max_batches_per_run: Bound on model calls per run (``None``: all full batches).
         state_key: State key of the facts.
         messages_key: State key of the conversation.
@@ -211,7 +213,7 @@ class FactExtractionNode(GraphNode):
         self,
         model: Runnable[LanguageModelInput, BaseMessage] | None = None,
         *,
-        batch_rounds: int = 2,
+        batch_rounds: int | None = 2,
         max_batches_per_run: int | None = None,
         state_key: str = "facts",
         messages_key: str = "messages",
@@ -251,8 +253,10 @@ class FactExtractionNode(GraphNode):
         if not isinstance(extractor, FactExtractor):
             msg = f"extractor must be a FactExtractor, not {type(extractor).__name__}"
             raise ConfigurationError(msg)
-        if isinstance(batch_rounds, bool) or not isinstance(batch_rounds, int) or batch_rounds < 1:
-            msg = f"batch_rounds must be an int >= 1, got {batch_rounds!r}"
+        if batch_rounds is not None and (
+            isinstance(batch_rounds, bool) or not isinstance(batch_rounds, int) or batch_rounds < 1
+        ):
+            msg = f"batch_rounds must be None or an int >= 1, got {batch_rounds!r}"
             raise ConfigurationError(msg)
         if max_batches_per_run is not None and (
             isinstance(max_batches_per_run, bool)
@@ -378,7 +382,7 @@ class FactExtractionNode(GraphNode):
         rounds = list(split_rounds(self._unprocessed(state)).rounds)
         if rounds and not _round_complete(rounds[-1]):
             rounds.pop()
-        size = self.batch_rounds
+        size = self.batch_rounds or max(1, len(rounds))
         batches = [
             tuple(m for r in rounds[i : i + size] for m in r.messages)
             for i in range(0, len(rounds) - size + 1, size)
@@ -465,7 +469,6 @@ class FactExtractionNode(GraphNode):
         cursor = None
         if processed:
             cursor = plan.batches[processed - 1][-1].id
-        unprocessed_batches = len(plan.batches) - processed
         report: dict[str, Any] = {
             "status": status,
             "calls": sum(r.attempts for r in reports),
@@ -477,7 +480,8 @@ class FactExtractionNode(GraphNode):
             "error_type": failed.error_type if failed else None,
             "error": failed.error if failed else None,
             "processed_through": cursor or state.get(self.cursor_key),
-            "pending_rounds": plan.pending_rounds + unprocessed_batches * self.batch_rounds,
+            "pending_rounds": plan.pending_rounds
+            + sum(len(split_rounds(b).rounds) for b in plan.batches[processed:]),
         }
         update: dict[str, Any] = {self.status_key: report}
         if writes:

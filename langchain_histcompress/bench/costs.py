@@ -37,6 +37,7 @@ from datetime import datetime, timedelta, timezone
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from langchain_histcompress.bench.locomo import LocomoConversation
+from langchain_histcompress.context import is_context_message
 from langchain_histcompress.pricing import (
     PRICING_MODELS,
     Bill,
@@ -178,25 +179,39 @@ class RequestEncoder:
 
     def encode(self, messages: Sequence[BaseMessage], *, tools_text: str = "") -> list[int]:
         """The ids of a request (same layout as `pricing.encode_request`)."""
-        return self.encode_request(messages, tools_text=tools_text)[0]
+        return self.encode_with_breakpoints(messages, tools_text=tools_text)[0]
 
-    def encode_request(
+    def encode_with_breakpoints(
         self, messages: Sequence[BaseMessage], *, tools_text: str = ""
-    ) -> tuple[list[int], int]:
-        """The ids of a request and the length of its preamble.
+    ) -> tuple[list[int], tuple[int, ...]]:
+        """The ids of a request and where a client marks Anthropic cache breakpoints.
 
-        The preamble is the tool definitions and the leading system messages: where a
-        client puts its first Anthropic cache breakpoint.
+        After the preamble (tool definitions and leading system messages), as Anthropic's
+        guide places the first one; before each package data message
+        (`context.is_context_message`: what follows changes with the question, so writing
+        it to the cache would be paid for and never read); and at the end of a prompt
+        without a data message (the next request extends it). Anthropic takes at most four:
+        the preamble's and the last three.
         """
         ids: list[int] = self.counter.encode_text(tools_text) if tools_text else []
-        preamble = -1
+        marks: list[int] = []
+        in_preamble = True
+        data = False
         for message in messages:
-            if preamble < 0 and not isinstance(message, SystemMessage):
-                preamble = len(ids)
+            if in_preamble and not isinstance(message, SystemMessage):
+                in_preamble = False
+                if ids:
+                    marks.append(len(ids))
+            if ids and is_context_message(message):
+                data = True
+                marks.append(len(ids))
             ids += self.message(message)
         if messages:
             ids += self.counter.encode_reply_priming()
-        return ids, len(ids) if preamble < 0 else preamble
+        if not data and ids:
+            marks.append(len(ids))
+        unique = sorted(set(marks))
+        return ids, tuple(unique[:1] + unique[1:][-3:])
 
 
 @dataclass(frozen=True)
@@ -249,22 +264,21 @@ class CostMeter:
     def _price(
         self,
         target: dict[str, list[RequestCost]],
-        encoded: tuple[list[int], int],
+        ids: list[int],
         output_tokens: int,
         at: float,
+        breakpoints: tuple[int, ...] = (),
     ) -> None:
-        ids, preamble = encoded
-        # Anthropic breakpoints: after the preamble (tools and system prompt) and at the end,
-        # as Anthropic's guide places them
-        points = tuple(sorted({p for p in (preamble, len(ids)) if 0 < p <= len(ids)}))
-        request = PromptRequest(tokens=ids, output_tokens=output_tokens, at=at, breakpoints=points)
+        request = PromptRequest(
+            tokens=ids, output_tokens=output_tokens, at=at, breakpoints=breakpoints
+        )
         for name, cache in self._caches.items():
             target[name].append(cache.price(request))
 
     def answer(self, messages: Sequence[BaseMessage], *, output_tokens: int, at: float) -> None:
-        """Price an answering call."""
-        encoded = self.encoder.encode_request(messages, tools_text=self.tools_text)
-        self._price(self._answer, encoded, output_tokens, at)
+        """Price an answering call (Anthropic breakpoints as `RequestEncoder` places them)."""
+        ids, marks = self.encoder.encode_with_breakpoints(messages, tools_text=self.tools_text)
+        self._price(self._answer, ids, output_tokens, at, marks)
 
     def internal(
         self,
@@ -275,7 +289,8 @@ class CostMeter:
         reported_cached: int | None = None,
     ) -> None:
         """Price an internal call; ``reported_cached`` is what a real provider said it cached."""
-        self._price(self._internal, self.encoder.encode_request(messages), output_tokens, at)
+        ids, marks = self.encoder.encode_with_breakpoints(messages)
+        self._price(self._internal, ids, output_tokens, at, marks)
         if reported_cached is not None:
             self._reported.append(reported_cached)
 

@@ -31,6 +31,11 @@ adapter. Built in:
 - ``hybrid``: ``RoundCompressor`` summary + facts and older raw turns ranked together by
   ``EvidenceRetriever``, assembled by ``ContextBuilder`` within ``context_tokens``.
 - ``hybrid_retrieval``: the same without the running summary (no summarizer calls).
+- ``facts_turns_cached``: ``hybrid_retrieval`` in a cache-stable prompt
+  (``cached_context.CacheStableContext``): the facts as of the last fold and the verbatim
+  rounds since it form a prefix that only grows; a small tail of turns ranked for the question
+  comes last; facts are extracted once per fold (cold cache or verbatim cap), not per two
+  rounds.
 - ``facts_minilm``: ``facts`` with the facts ranked by ``EmbeddingFactRetriever`` over the
   offline all-MiniLM-L6-v2 model instead of BM25.
 - ``hybrid_minilm``: ``hybrid_retrieval`` ranked by ``EmbeddingEvidenceRetriever``: BM25 and
@@ -401,6 +406,7 @@ class FactsStrategy(Strategy):
         fact_retriever: Any = None,
         evidence_retriever: Any = None,
         layout: str = "data_first",
+        batch_rounds: int | None = 2,
     ) -> None:
         """Build the node and the builder.
 
@@ -413,6 +419,7 @@ class FactsStrategy(Strategy):
             evidence_retriever: The ``EvidenceRetriever`` ranking facts and turns (default:
                 BM25 with the environment's speaker names).
             layout: ``ContextBuilder`` layout (``layout.PromptLayout``).
+            batch_rounds: Completed rounds per extraction call (``None``: all pending).
         """
         memory = importlib.import_module("langchain_histcompress.memory")
         context = importlib.import_module("langchain_histcompress.context")
@@ -421,7 +428,7 @@ class FactsStrategy(Strategy):
         self._merge: Callable[[Any, Any], dict[str, Any]] = facts_module.merge_facts
         self.node = memory.FactExtractionNode(
             env.model,
-            batch_rounds=2,
+            batch_rounds=batch_rounds,
             use_runtime_store=False,
             max_prompt_facts=EXTRACTION_PROMPT_FACTS,
         )
@@ -488,6 +495,85 @@ class FactsStrategy(Strategy):
         built = self.builder.assemble(
             [*history, question], summary=self._summary(), facts=self._facts
         )
+        return QuestionContext(
+            tuple(built.messages),
+            fact_source_ids=frozenset(built.fact_source_ids),
+            retrieved_ids=frozenset(built.retrieved_ids),
+        )
+
+
+CACHED_PRICING = "openai-90"
+"""Pricing model whose cache rules `CachedFactsStrategy` plans for (lifetime, minimum prefix)."""
+CACHED_PREFIX_FACT_TOKENS = 8192
+"""Facts kept in `CachedFactsStrategy`'s cached prefix: read at a tenth of the input price on
+every request of a session, written once per fold."""
+CACHED_TAIL_TOKENS = 300
+"""Budget of `CachedFactsStrategy`'s question-dependent tail, data and question (paid in full
+on every request, where the cached prefix is paid a tenth)."""
+
+
+class CachedFactsStrategy(FactsStrategy):
+    """Facts + retrieved turns in a cache-stable prompt (``cached_context.CacheStableContext``).
+
+    The prompt is the preamble, the verbatim rounds since the last fold (they only grow),
+    then the facts and older turns ranked for the question, then the question. A fold
+    happens when the cache is cold anyway (a pause longer than its lifetime) or when the
+    verbatim rounds pass their cap, and the fact backlog is extracted in one call at each
+    fold instead of one call per two rounds.
+    """
+
+    def __init__(
+        self,
+        env: StrategyEnv,
+        *,
+        tail_tokens: int = CACHED_TAIL_TOKENS,
+        prefix_fact_tokens: int = CACHED_PREFIX_FACT_TOKENS,
+        max_verbatim_tokens: int = 4096,
+    ) -> None:
+        """Build the node (one call per backlog), the builder and the cache-stable context.
+
+        Args:
+            env: The strategy environment (its ``context_tokens`` is not used: the prompt is
+                sized by the three budgets below).
+            tail_tokens: Budget of the question-dependent part: facts and old turns ranked
+                for the question, and the question.
+            prefix_fact_tokens: Facts kept in the cached prefix, newest first.
+            max_verbatim_tokens: Fold when the verbatim rounds pass this size.
+        """
+        env = StrategyEnv(**{**env.__dict__, "context_tokens": tail_tokens})
+        super().__init__(env, raw_turns=True, layout="cache_stable", batch_rounds=None)
+        # the verbatim rounds come from the stable prefix: the tail budget is all data
+        self.builder.data_budget_ratio = 1.0
+        module = importlib.import_module("langchain_histcompress.cached_context")
+        self.context = module.CacheStableContext(
+            self.builder,
+            pricing=CACHED_PRICING,
+            max_verbatim_tokens=max_verbatim_tokens,
+            prefix_fact_tokens=prefix_fact_tokens,
+        )
+
+    def reset(self) -> None:
+        """Forget facts, cursor and anchor."""
+        super().reset()
+        self.context.reset()
+
+    def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Extract the backlog when a fold is due, then assemble the context."""
+        if self.context.fold_due(history):
+            self._extract(history)
+        return list(self.context.assemble(history, facts=self._facts).messages)
+
+    def warm_start(self, history: Sequence[BaseMessage]) -> None:
+        """Extract from the newest 40 rounds in one call, then continue from there."""
+        rounds = split_rounds(history).rounds
+        self._extract([m for r in rounds[-40:] for m in r.messages])
+        self.model_input(history)
+
+    def context_for_question(
+        self, history: Sequence[BaseMessage], question: HumanMessage
+    ) -> QuestionContext:
+        """The context for ``question`` from the current state (no fold, no extraction)."""
+        built = self.context.assemble([*history, question], facts=self._facts, advance=False)
         return QuestionContext(
             tuple(built.messages),
             fact_source_ids=frozenset(built.fact_source_ids),
@@ -769,6 +855,13 @@ register_strategy(
     lambda env: FactsStrategy(env, raw_turns=True),
     "facts and old raw turns ranked together, newest rounds; no summary, no summarizer calls",
     requires=("langchain_histcompress.memory", "langchain_histcompress.context"),
+)
+register_strategy(
+    "facts_turns_cached",
+    CachedFactsStrategy,
+    "hybrid_retrieval in a cache-stable prompt: verbatim rounds since the last fold first, "
+    "facts and old turns for the question last; facts extracted once per fold",
+    requires=("langchain_histcompress.memory", "langchain_histcompress.cached_context"),
 )
 register_strategy(
     "facts_minilm",

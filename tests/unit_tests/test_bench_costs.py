@@ -187,3 +187,27 @@ def test_reference_rows_bound_the_default(tmp_path: Path) -> None:
     totals = data["costs"]["totals"]["round_compression"]["openai-90"]
     assert totals["savings_with_free_internal_calls"] >= totals["savings"]
     assert totals["answer_output_cost_usd"] > 0
+
+
+def test_anthropic_breakpoints_sit_before_package_data_messages() -> None:
+    encoder = RequestEncoder(COUNTER)
+    kind = {"histcompress_kind": "histcompress_context"}
+    system = SystemMessage("rules " * 1500, id="s")
+    plain = [system, HumanMessage("hi", id="1")]
+    preamble = len(encoder.message(system))
+    ids = encoder.encode(plain)
+    assert encoder.encode_with_breakpoints(plain) == (ids, (preamble, len(ids)))
+    data = HumanMessage("retrieved", id="d", additional_kwargs=kind)
+    first = [system, HumanMessage("hi", id="1"), data, HumanMessage("q1", id="q1")]
+    _, marks = encoder.encode_with_breakpoints(first)
+    # after the preamble and before the data, not at the end (the varying tail)
+    assert marks == (preamble, sum(len(encoder.message(m)) for m in first[:2]))
+    # the stable part before the data message is read by the next request
+    meter = CostMeter(COUNTER, pricings=["anthropic"])
+    meter.answer(first, output_tokens=1, at=0.0)
+    other = HumanMessage("other", id="d2", additional_kwargs=kind)
+    grown = [*first[:2], AIMessage("yo", id="2"), other, HumanMessage("q2", id="q2")]
+    meter.answer(grown, output_tokens=1, at=30.0)
+    second = meter.costs()["anthropic"].answer.requests[1]
+    assert second.cached_tokens == marks[-1]
+    assert second.cache_write_tokens == len(encoder.message(grown[2]))  # the new verbatim turn

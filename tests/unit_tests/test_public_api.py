@@ -8,6 +8,7 @@ EXPECTED = [
     "Bill",
     "BudgetError",
     "BuiltContext",
+    "CacheStableContext",
     "CompressingChatMessageHistory",
     "CompressingHistoryAdapter",
     "CompressionConflictError",
