@@ -21,7 +21,9 @@ import itertools
 import math
 import re
 import unicodedata
+from array import array
 from collections.abc import Callable, Container, Iterable, Sequence
+from typing import Any
 
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
@@ -137,8 +139,15 @@ class BM25Index:
         self._lengths: dict[str, int] = {}
         self._terms: dict[str, tuple[str, ...]] = {}
         self._order: dict[str, int] = {}
+        """Key -> slot: the number of texts added before its current one (unique, growing)."""
         self._next = 0
         self._total = 0
+        # Column form of the postings, for `slot_scores`: per term, the slot, term frequency
+        # and text length of each posting, in posting order (append-only; a term that lost
+        # a posting is rebuilt from ``_postings`` when next scored).
+        self._slot_keys: list[str] = []
+        self._columns: dict[str, tuple[array[int], array[float], array[float]]] = {}
+        self._stale: set[str] = set()
 
     def __len__(self) -> int:
         """Number of indexed texts."""
@@ -156,11 +165,19 @@ class BM25Index:
         counts: dict[str, int] = {}
         for token in tokens:
             counts[token] = counts.get(token, 0) + 1
+        slot, length = self._next, float(len(tokens))
         for term, tf in counts.items():
             self._postings.setdefault(term, {})[key] = tf
+            column = self._columns.get(term)
+            if column is None:
+                column = self._columns[term] = (array("q"), array("d"), array("d"))
+            column[0].append(slot)
+            column[1].append(tf)
+            column[2].append(length)
         self._lengths[key] = len(tokens)
         self._terms[key] = tuple(counts)
-        self._order[key] = self._next
+        self._order[key] = slot
+        self._slot_keys.append(key)
         self._next += 1
         self._total += len(tokens)
 
@@ -171,8 +188,12 @@ class BM25Index:
         for term in self._terms.pop(key):
             postings = self._postings[term]
             del postings[key]
-            if not postings:
+            if postings:
+                self._stale.add(term)
+            else:
                 del self._postings[term]
+                del self._columns[term]
+                self._stale.discard(term)
         self._total -= self._lengths.pop(key)
         del self._order[key]
 
@@ -202,19 +223,13 @@ class BM25Index:
         n = len(self._lengths)
         if not n:
             return {}
-        avg = self._total / n if self._total else 1.0
         scores: dict[str, float] = {}
-        found = [p for t in dict.fromkeys(tokenize(query)) if (p := self._postings.get(t))]
-        newest_only = False
-        if max_postings is not None and found:
-            kept = [p for p in found if len(p) <= max_postings]
-            newest_only = not kept
-            found = kept or [min(found, key=len)]
-        lengths, k1 = self._lengths, self.k1
-        fixed, scale = k1 * (1 - self.b), k1 * self.b / avg
-        for postings in found:
-            df = len(postings)
-            weight = math.log(1 + (n - df + 0.5) / (df + 0.5)) * (k1 + 1)
+        terms, newest_only = self._query_terms(query, max_postings)
+        lengths = self._lengths
+        fixed, scale = self._length_terms()
+        for term in terms:
+            postings = self._postings[term]
+            weight = self._weight(len(postings))
             items: Iterable[tuple[str, int]] = postings.items()
             if newest_only and max_postings is not None:
                 items = itertools.islice(reversed(postings.items()), max_postings)
@@ -232,6 +247,112 @@ class BM25Index:
         if not scores or min(scores.values()) > 0:
             return scores
         return {key: score for key, score in scores.items() if score > 0}
+
+    def _query_terms(self, query: str, max_postings: int | None) -> tuple[list[str], bool]:
+        """The indexed terms of ``query`` to score, and whether only their newest postings.
+
+        See ``max_postings`` in `scores`.
+        """
+        postings = self._postings
+        found = [t for t in dict.fromkeys(tokenize(query)) if t in postings]
+        if max_postings is None or not found:
+            return found, False
+        kept = [t for t in found if len(postings[t]) <= max_postings]
+        if kept:
+            return kept, False
+        return [min(found, key=lambda t: len(postings[t]))], True
+
+    def _length_terms(self) -> tuple[float, float]:
+        """``(fixed, scale)``: a posting's score denominator is ``tf + fixed + scale * length``."""
+        n = len(self._lengths)
+        avg = self._total / n if self._total else 1.0
+        return self.k1 * (1 - self.b), self.k1 * self.b / avg
+
+    def _weight(self, df: int) -> float:
+        """Inverse document frequency of a term found in ``df`` texts, times ``k1 + 1``."""
+        n = len(self._lengths)
+        return math.log(1 + (n - df + 0.5) / (df + 0.5)) * (self.k1 + 1)
+
+    def _column(self, term: str) -> tuple[array[int], array[float], array[float]]:
+        if term in self._stale:
+            postings, order, lengths = self._postings[term], self._order, self._lengths
+            self._columns[term] = (
+                array("q", map(order.__getitem__, postings)),
+                array("d", postings.values()),
+                array("d", map(lengths.__getitem__, postings)),
+            )
+            self._stale.discard(term)
+        return self._columns[term]
+
+    def slot_key(self, slot: int) -> str:
+        """The key whose text was added in ``slot`` (see `slot_scores`)."""
+        return self._slot_keys[slot]
+
+    def slot(self, key: str) -> int:
+        """The slot of ``key``'s current text (see `slot_scores`)."""
+        return self._order[key]
+
+    @property
+    def slots(self) -> int:
+        """Slots used so far: every slot is below this."""
+        return self._next
+
+    def slot_scores(self, np: Any, query: str, *, max_postings: int | None = None) -> Any:
+        """`scores` over whole arrays: ``(slots, scores)``, numpy arrays, slots ascending.
+
+        A key's *slot* numbers its current text in insertion order (`slot`, `slot_key`).
+        Each posting's score is computed with the same floating-point operations, in the
+        same order, as in `scores`, and a key's terms are summed in query order, so the
+        scores are identical to those of `scores` (keys with a score > 0 only).
+
+        Args:
+            np: The numpy module.
+            query: Free text.
+            max_postings: See `scores`.
+
+        Example:
+            >>> import numpy as np
+            >>> index = BM25Index()
+            >>> for key, text in [("a", "red apple pie"), ("b", "green apple"), ("c", "sky")]:
+            ...     index.add(key, text)
+            >>> slots, scores = index.slot_scores(np, "apple pie")
+            >>> [index.slot_key(s) for s in slots.tolist()]
+            ['a', 'b']
+            >>> scores.tolist() == list(index.scores("apple pie").values())
+            True
+        """
+        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
+        if not self._lengths:
+            return empty
+        terms, newest_only = self._query_terms(query, max_postings)
+        if not terms:
+            return empty
+        fixed, scale = self._length_terms()
+        parts: list[tuple[Any, Any]] = []
+        for term in terms:
+            column = self._column(term)
+            weight = self._weight(len(self._postings[term]))
+            # copies: a view would pin the arrays' buffers (they must stay growable)
+            slots = np.array(column[0], dtype=np.int64)
+            tfs = np.array(column[1], dtype=np.float64)
+            lengths = np.array(column[2], dtype=np.float64)
+            if newest_only and max_postings is not None:
+                slots, tfs, lengths = (
+                    slots[-max_postings:],
+                    tfs[-max_postings:],
+                    lengths[-max_postings:],
+                )
+            parts.append((slots, weight * tfs / (tfs + fixed + scale * lengths)))
+        if len(parts) == 1:
+            slots, scores = parts[0]
+        else:
+            # bincount adds each slot's contributions in array order (query order), from 0.0
+            slots, inverse = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
+            scores = np.bincount(inverse, weights=np.concatenate([p[1] for p in parts]))
+        positive = scores > 0
+        if not positive.all():
+            slots, scores = slots[positive], scores[positive]
+        return slots, scores
 
     def search(
         self, query: str, k: int, *, allowed: Container[str] | None = None
@@ -283,12 +404,16 @@ class _FactIndex:
         return positions
 
 
-def _top(scores: dict[str, float], n: int) -> dict[str, float]:
-    """The ``n`` best-scored entries of ``scores`` (ties: the earliest), in their order.
+def _top(
+    scores: dict[str, float], n: int, rank: Callable[[str], int] | None = None
+) -> dict[str, float]:
+    """The ``n`` best-scored entries of ``scores``, in their order.
 
-    The same entries as ``heapq.nlargest(n, scores.items(), key=score)``, found with one
-    sort of the bare scores: no tuple per entry is kept alive (which, on a long history,
-    would cost more in garbage collection than the selection itself).
+    Of the entries tied at the cut, the earliest are kept: by ``rank`` (key -> rank) when
+    given, else in the order of ``scores``. Without ``order``, the same entries as
+    ``heapq.nlargest(n, scores.items(), key=score)``, found with one sort of the bare
+    scores: no tuple per entry is kept alive (which, on a long history, would cost more in
+    garbage collection than the selection itself).
     """
     if len(scores) <= n:
         return scores
@@ -297,7 +422,21 @@ def _top(scores: dict[str, float], n: int) -> dict[str, float]:
     ties = n - (len(values) - bisect.bisect_right(values, cut))
     top = {key: score for key, score in scores.items() if score >= cut}
     if len(top) > n:  # keep only the earliest ``ties`` of the entries scoring ``cut``
-        tied = [key for key, score in top.items() if score == cut][ties:]
-        for key in tied:
+        tied = [key for key, score in top.items() if score == cut]
+        if rank is not None:
+            tied.sort(key=rank)
+        for key in tied[ties:]:
             del top[key]
     return top
+
+
+def _top_slots(np: Any, slots: Any, scores: Any, n: int) -> tuple[Any, Any]:
+    """`_top` over `BM25Index.slot_scores` arrays (ties at the cut: the lowest slots)."""
+    if len(scores) <= n:
+        return slots, scores
+    cut = np.partition(scores, len(scores) - n)[len(scores) - n]
+    keep = scores > cut
+    need = n - int(np.count_nonzero(keep))
+    if need:
+        keep[np.flatnonzero(scores == cut)[:need]] = True
+    return slots[keep], scores[keep]

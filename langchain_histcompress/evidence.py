@@ -17,15 +17,18 @@ Example:
 from __future__ import annotations
 
 import heapq
+import importlib
 import itertools
 import threading
+from array import array
 from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
 from langchain_histcompress._prefix import extends
-from langchain_histcompress.bm25 import BM25Index, _check_k, _FactIndex, _top
+from langchain_histcompress.bm25 import BM25Index, _check_k, _FactIndex, _top, _top_slots
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.render import message_text
@@ -71,6 +74,10 @@ class _TurnIndex:
         self.position: dict[str, int] = {}
         self.by_key: dict[str, BaseMessage] = {}
         self._anonymous: list[str] = []
+        self.turn_slots: array[int] = array("q")
+        """Index in ``keys`` -> the key's `BM25Index` slot."""
+        self.slot_turns: array[int] = array("q")
+        """`BM25Index` slot -> index in ``keys``, or -1 (a text this call does not hold)."""
 
     def eligible(self, message: BaseMessage) -> bool:
         if message.type == "system":
@@ -94,6 +101,8 @@ class _TurnIndex:
         if len(self._seen) > self.max_cached:
             self.index = BM25Index(k1=self.k1, b=self.b)
             self._seen.clear()
+        self.turn_slots = array("q")
+        self.slot_turns = array("q", [-1]) * self.index.slots
 
     def allowed(self) -> Container[str] | None:
         """The keys to score: ``by_key``, or ``None`` when the index holds nothing else.
@@ -137,10 +146,26 @@ class _TurnIndex:
                     if cached is None or cached[1] != text:
                         self.index.add(key, text)
                     self._seen[key] = (message, text)
+            slot = self.index.slot(key)
+            if slot >= len(self.slot_turns):
+                self.slot_turns.extend(array("q", [-1]) * (self.index.slots - len(self.slot_turns)))
+            self.slot_turns[slot] = len(self.keys)
+            self.turn_slots.append(slot)
             self.order[key] = len(self.keys)
             self.position[key] = position
             self.keys.append(key)
             self.by_key[key] = message
+
+    @staticmethod
+    def gather(np: Any, column: array[int], at: Any) -> Any:
+        """``column[at]`` as a numpy array (no copy of the whole column)."""
+        if not len(at):
+            return np.zeros(0, dtype=np.int64)
+        view = np.frombuffer(column, dtype=np.int64)
+        try:
+            return view[at]
+        finally:
+            del view  # a live view would pin the column's buffer (it must stay growable)
 
 
 DEFAULT_MAX_TERM_POSTINGS = 2_000
@@ -184,6 +209,34 @@ def _ordered_turns(
         for at, _ in group:
             yield at, messages[at]
         start = stop
+
+
+def _listed_turns(
+    ranked: Sequence[int],
+    index: BM25Index,
+    position: Mapping[str, int],
+    messages: Sequence[BaseMessage],
+    only_before: int | None,
+    turn_ids: Container[str] | None,
+) -> Iterator[tuple[int, BaseMessage]]:
+    """``(position, message)`` of the ``ranked`` slots, already in order, as they are taken.
+
+    The restrictions are applied lazily, as in `_ordered_turns`.
+    """
+    for slot in ranked:
+        at = position[index.slot_key(slot)]
+        if (only_before is None or at < only_before) and (
+            turn_ids is None or str(messages[at].id) in turn_ids
+        ):
+            yield at, messages[at]
+
+
+def _numpy() -> Any:
+    """The numpy module, or ``None`` when it is not installed (it is optional)."""
+    try:
+        return importlib.import_module("numpy")
+    except ImportError:  # pragma: no cover - numpy ships with the bench extra
+        return None
 
 
 def _check_bm25(k1: float, b: float) -> None:
@@ -412,21 +465,21 @@ class EvidenceRetriever:
         """Raw and neighbour-expanded BM25 scores of the messages (call under the lock).
 
         With ``spread=False`` (no message is to be returned) the expanded scores are left
-        empty: only the raw ones are used, to score facts by their sources.
+        empty: only the raw ones are used, to score facts by their sources. Of the matches
+        tied at a limit (`_MATCH_LIMIT`, `_SPREAD_LIMIT`), the earliest indexed are kept.
         """
         turns = self._turns
         turns.sync(messages)
-        base = turns.index.scores(
-            query, allowed=turns.allowed(), max_postings=self.max_term_postings
-        )
-        base = _top(base, _MATCH_LIMIT)
+        index = turns.index
+        base = index.scores(query, allowed=turns.allowed(), max_postings=self.max_term_postings)
+        base = _top(base, _MATCH_LIMIT, index.slot)
         if not spread:
             return base, {}
         expanded = dict(base)
         if self.neighbour_window and self.neighbour_weight and base:
             keys, order, width = turns.keys, turns.order, self.neighbour_window
             best: dict[int, float] = {}
-            seeds = _top(base, _SPREAD_LIMIT).items()
+            seeds = _top(base, _SPREAD_LIMIT, index.slot).items()
             for key, score in seeds:
                 at = order[key]
                 for near in range(max(0, at - width), min(len(keys), at + width + 1)):
@@ -436,6 +489,48 @@ class EvidenceRetriever:
                 key = keys[near]
                 expanded[key] = expanded.get(key, 0.0) + self.neighbour_weight * score
         return base, expanded
+
+    def _turn_ranking(
+        self, np: Any, query: str, messages: Sequence[BaseMessage], *, spread: bool = True
+    ) -> tuple[dict[str, float], list[int]]:
+        """`_turn_scores` over numpy arrays: the raw scores and the ranked slots.
+
+        Every score is computed with the same floating-point operations as in
+        `_turn_scores`, so the ranking is identical: expanded score descending, then
+        earliest message. Python only touches the best `_MATCH_LIMIT` matches (to key the
+        raw scores for the facts' sources); the ranked slots are mapped to messages as the
+        caller takes them.
+        """
+        turns = self._turns
+        turns.sync(messages)
+        index = turns.index
+        slots, scores = index.slot_scores(np, query, max_postings=self.max_term_postings)
+        if turns.allowed() is not None:  # the index also holds texts this call does not
+            mine = turns.gather(np, turns.slot_turns, slots) >= 0
+            slots, scores = slots[mine], scores[mine]
+        slots, scores = _top_slots(np, slots, scores, _MATCH_LIMIT)
+        base = dict(zip(map(index.slot_key, slots.tolist()), scores.tolist(), strict=True))
+        if not spread:
+            return base, []
+        if self.neighbour_window and self.neighbour_weight and len(slots):
+            seeds, seed_scores = _top_slots(np, slots, scores, _SPREAD_LIMIT)
+            width = self.neighbour_window
+            offsets = np.array([d for d in range(-width, width + 1) if d], dtype=np.int64)
+            near = (turns.gather(np, turns.slot_turns, seeds)[:, None] + offsets).ravel()
+            value = np.repeat(seed_scores, len(offsets))
+            inside = (near >= 0) & (near < len(turns.keys))
+            near, value = near[inside], value[inside]
+            near_turns, inverse = np.unique(near, return_inverse=True)
+            best = np.zeros(len(near_turns))
+            np.maximum.at(best, inverse, value)
+            near_slots = turns.gather(np, turns.turn_slots, near_turns)
+            # bincount adds in array order from 0.0: raw score, then the neighbour share
+            slots, inverse = np.unique(np.concatenate([slots, near_slots]), return_inverse=True)
+            scores = np.bincount(
+                inverse, weights=np.concatenate([scores, self.neighbour_weight * best])
+            )
+        ranked = slots[np.lexsort((turns.gather(np, turns.slot_turns, slots), -scores))]
+        return base, ranked.tolist()
 
     def iter_rank(
         self,
@@ -448,23 +543,33 @@ class EvidenceRetriever:
     ) -> Iterator[RankedEvidence]:
         """Like `rank`, lazily: scoring happens at once, ordering as items are taken.
 
-        Messages are ordered by one sort of their scores (in C); the restrictions are
-        applied and ties broken as items are taken, so a caller filling a token budget pays
-        in Python for what it looks at, not for every match.
+        With numpy installed, messages are scored and ranked over arrays; without it, by
+        one sort of their scores (in C), ties broken as items are taken. Either way the
+        ranking is the same, and the restrictions are applied as items are taken, so a
+        caller filling a token budget pays in Python for what it looks at, not for every
+        match.
         """
         if not query.strip() or (not facts and not messages):
             return iter(())
         with self._lock:
             returned = only_before is None or only_before > 0  # positions are >= 0
-            base, turn_scores = self._turn_scores(query, messages, spread=returned)
-            turns = _ordered_turns(
-                sorted(turn_scores, key=turn_scores.__getitem__, reverse=True) if returned else [],
-                turn_scores,
-                self._turns.position,
-                messages,
-                only_before,
-                turn_ids,
-            )
+            np = _numpy()
+            turns: Iterator[tuple[int, BaseMessage]]
+            if np is not None:
+                base, ranked = self._turn_ranking(np, query, messages, spread=returned)
+                turns = _listed_turns(
+                    ranked, self._turns.index, self._turns.position, messages, only_before, turn_ids
+                )
+            else:
+                base, turn_scores = self._turn_scores(query, messages, spread=returned)
+                turns = _ordered_turns(
+                    sorted(turn_scores, key=turn_scores.__getitem__, reverse=True),
+                    turn_scores,
+                    self._turns.position,
+                    messages,
+                    only_before,
+                    turn_ids,
+                )
             positions = self._facts.sync(facts)
             fact_scores = self._facts.index.scores(query, max_postings=self.max_term_postings)
         if self.source_weight and base:

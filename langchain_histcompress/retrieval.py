@@ -46,7 +46,6 @@ from langchain_histcompress.bm25 import (
     BM25Index,
     _check_k,
     _FactIndex,
-    _top,
     stem,
     tokenize,
 )
@@ -79,9 +78,6 @@ __all__ = [
     "tokenize",
     "validate_namespace",
 ]
-
-# Re-exported: these live in `bm25` and `evidence`; ``_top`` for the tests of its contract.
-_REEXPORTED = (_top,)
 
 logger = logging.getLogger(__name__)
 
