@@ -21,7 +21,7 @@ import importlib
 import itertools
 import threading
 from array import array
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,6 +229,17 @@ def _listed_turns(
             turn_ids is None or str(messages[at].id) in turn_ids
         ):
             yield at, messages[at]
+
+
+def _slot_scores(index: BM25Index, by_slot: Mapping[int, float]) -> Callable[[str], float | None]:
+    """Key -> its score in ``by_slot`` (``None`` when it has none)."""
+    slot_of, score_of = index.slot_of, by_slot.get
+
+    def score(key: str) -> float | None:
+        slot = slot_of(key)
+        return None if slot is None else score_of(slot)
+
+    return score
 
 
 def _numpy() -> Any:
@@ -492,14 +503,13 @@ class EvidenceRetriever:
 
     def _turn_ranking(
         self, np: Any, query: str, messages: Sequence[BaseMessage], *, spread: bool = True
-    ) -> tuple[dict[str, float], list[int]]:
-        """`_turn_scores` over numpy arrays: the raw scores and the ranked slots.
+    ) -> tuple[dict[int, float], list[int]]:
+        """`_turn_scores` over numpy arrays: the raw scores by slot and the ranked slots.
 
         Every score is computed with the same floating-point operations as in
         `_turn_scores`, so the ranking is identical: expanded score descending, then
-        earliest message. Python only touches the best `_MATCH_LIMIT` matches (to key the
-        raw scores for the facts' sources); the ranked slots are mapped to messages as the
-        caller takes them.
+        earliest message. The ranked slots are mapped to messages as the caller takes
+        them.
         """
         turns = self._turns
         turns.sync(messages)
@@ -509,7 +519,7 @@ class EvidenceRetriever:
             mine = turns.gather(np, turns.slot_turns, slots) >= 0
             slots, scores = slots[mine], scores[mine]
         slots, scores = _top_slots(np, slots, scores, _MATCH_LIMIT)
-        base = dict(zip(map(index.slot_key, slots.tolist()), scores.tolist(), strict=True))
+        base = dict(zip(slots.tolist(), scores.tolist(), strict=True))
         if not spread:
             return base, []
         if self.neighbour_window and self.neighbour_weight and len(slots):
@@ -555,13 +565,17 @@ class EvidenceRetriever:
             returned = only_before is None or only_before > 0  # positions are >= 0
             np = _numpy()
             turns: Iterator[tuple[int, BaseMessage]]
+            source_score: Callable[[str], float | None]
             if np is not None:
-                base, ranked = self._turn_ranking(np, query, messages, spread=returned)
+                by_slot, ranked = self._turn_ranking(np, query, messages, spread=returned)
+                matched = bool(by_slot)
+                source_score = _slot_scores(self._turns.index, by_slot)
                 turns = _listed_turns(
                     ranked, self._turns.index, self._turns.position, messages, only_before, turn_ids
                 )
             else:
-                base, turn_scores = self._turn_scores(query, messages, spread=returned)
+                base_keys, turn_scores = self._turn_scores(query, messages, spread=returned)
+                matched, source_score = bool(base_keys), base_keys.get
                 turns = _ordered_turns(
                     sorted(turn_scores, key=turn_scores.__getitem__, reverse=True),
                     turn_scores,
@@ -571,10 +585,15 @@ class EvidenceRetriever:
                     turn_ids,
                 )
             positions = self._facts.sync(facts)
+            sources = self._facts.sources
             fact_scores = self._facts.index.scores(query, max_postings=self.max_term_postings)
-        if self.source_weight and base:
-            for fact_id, at in positions.items():
-                best = max((base.get(f"id:{s}", 0.0) for s in facts[at].source_ids), default=0.0)
+        if self.source_weight and matched:
+            for fact_id, keys in sources.items():
+                best = 0.0
+                for key in keys:
+                    score = source_score(key)
+                    if score is not None and score > best:
+                        best = score
                 if best:
                     fact_scores[fact_id] = fact_scores.get(fact_id, 0.0) + self.source_weight * best
         fact_heap = [
