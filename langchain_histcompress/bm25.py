@@ -350,9 +350,9 @@ class BM25Index:
         if len(parts) == 1:
             slots, scores = parts[0]
         else:
-            # bincount adds each slot's contributions in array order (query order), from 0.0
-            slots, inverse = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
-            scores = np.bincount(inverse, weights=np.concatenate([p[1] for p in parts]))
+            slots, scores = _sum_by_slot(
+                np, np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+            )
         positive = scores > 0
         if not positive.all():
             slots, scores = slots[positive], scores[positive]
@@ -446,6 +446,22 @@ def _top(
         for key in tied[ties:]:
             del top[key]
     return top
+
+
+def _sum_by_slot(np: Any, slots: Any, values: Any) -> tuple[Any, Any]:
+    """Distinct ``slots`` (ascending) and the sum of each one's ``values``.
+
+    Each sum adds the values in array order, starting from 0.0, as a Python loop would:
+    the sort is stable (and fast on runs already sorted) and ``bincount`` adds in order.
+    """
+    if not len(slots):
+        return slots, values
+    order = np.argsort(slots, kind="stable")
+    slots, values = slots[order], values[order]
+    first = np.empty(len(slots), dtype=bool)
+    first[0] = True
+    np.not_equal(slots[1:], slots[:-1], out=first[1:])
+    return slots[first], np.bincount(np.cumsum(first) - 1, weights=values)
 
 
 def _top_slots(np: Any, slots: Any, scores: Any, n: int) -> tuple[Any, Any]:

@@ -79,16 +79,17 @@ import hashlib
 import logging
 import operator
 import threading
-from collections.abc import Callable, Collection, Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from langchain_histcompress._fact_cache import FactStateCache
 from langchain_histcompress._prefix import extends
 from langchain_histcompress.errors import BudgetError, ConfigurationError, InvalidHistoryError
-from langchain_histcompress.facts import Fact, facts_from_state
+from langchain_histcompress.facts import Fact
 from langchain_histcompress.layout import PromptLayout, arrange, check_layout
 from langchain_histcompress.render import (
     ROLE_NAMES,
@@ -387,13 +388,6 @@ def _same(message: BaseMessage) -> BaseMessage:
     return message
 
 
-def _snapshot(raw: object) -> tuple[Any, ...]:
-    """A comparable copy of a fact dict's fields (lists frozen), to detect in-place edits."""
-    if not isinstance(raw, Mapping):
-        return (raw,)
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in raw.items())
-
-
 def _unchanged(messages: list[BaseMessage]) -> bool:
     """Whether ``messages`` is provider-valid as it is (`repair_history` returns the same)."""
     fixed = repair_history(messages).messages
@@ -672,7 +666,7 @@ class ContextBuilder:
         self._text_costs: dict[str, int] = {}
         self._empty_cost: int | None = None
         self._prepared: _Prepared | None = None
-        self._fact_cache: dict[str, tuple[object, tuple[Any, ...], Fact]] = {}
+        self._facts = FactStateCache()
         self._lock = threading.Lock()
         self._assembling = threading.Lock()
         """Held by `assemble`: calls on one builder share the growing preparation."""
@@ -740,39 +734,10 @@ class ContextBuilder:
             estimate.add_turn(self._turn_cost(message))
         return estimate
 
-    def _parse_facts(self, facts: object) -> dict[str, Fact]:
-        """`facts_from_state`, reusing the facts parsed last call for unchanged entries.
-
-        In the state form (``{id: fact dict}``) an entry is parsed again only when its dict
-        is a new object or its fields changed, so a large, slowly changing fact set costs a
-        field comparison per fact, not a validation.
-        """
-        if not isinstance(facts, Mapping):
-            return facts_from_state(facts)
-        with self._lock:
-            cache = self._fact_cache
-        fresh: dict[str, tuple[object, tuple[Any, ...], Fact]] = {}
-        out: dict[str, Fact] = {}
-        for key, raw in facts.items():
-            if isinstance(raw, Fact):
-                out[raw.id] = raw
-                continue
-            snapshot = _snapshot(raw)
-            hit = cache.get(key)
-            if hit is not None and hit[0] is raw and hit[1] == snapshot:
-                fact = hit[2]
-            else:
-                fact = next(iter(facts_from_state({key: raw}).values()))
-            fresh[key] = (raw, snapshot, fact)
-            out[fact.id] = fact
-        with self._lock:
-            self._fact_cache = fresh
-        return out
-
     def _fact_pool(self, facts: object, now: datetime) -> list[Fact]:
         return [
             f
-            for f in self._parse_facts(facts).values()
+            for f in self._facts.read(facts).values()
             if not f.is_expired(now)
             and f.confidence >= self.min_fact_confidence
             and (self.include_uncertain or f.status != "uncertain")

@@ -28,7 +28,14 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from langchain_histcompress._prefix import extends
-from langchain_histcompress.bm25 import BM25Index, _check_k, _FactIndex, _top, _top_slots
+from langchain_histcompress.bm25 import (
+    BM25Index,
+    _check_k,
+    _FactIndex,
+    _sum_by_slot,
+    _top,
+    _top_slots,
+)
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.render import message_text
@@ -534,10 +541,11 @@ class EvidenceRetriever:
             best = np.zeros(len(near_turns))
             np.maximum.at(best, inverse, value)
             near_slots = turns.gather(np, turns.turn_slots, near_turns)
-            # bincount adds in array order from 0.0: raw score, then the neighbour share
-            slots, inverse = np.unique(np.concatenate([slots, near_slots]), return_inverse=True)
-            scores = np.bincount(
-                inverse, weights=np.concatenate([scores, self.neighbour_weight * best])
+            # summed in array order from 0.0: raw score, then the neighbour share
+            slots, scores = _sum_by_slot(
+                np,
+                np.concatenate([slots, near_slots]),
+                np.concatenate([scores, self.neighbour_weight * best]),
             )
         ranked = slots[np.lexsort((turns.gather(np, turns.slot_turns, slots), -scores))]
         return base, ranked.tolist()

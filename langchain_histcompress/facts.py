@@ -1260,18 +1260,28 @@ class FactExtractor:
         self.ttl_by_type: Mapping[str, timedelta] = ttls
         self.instructions = instructions
         self.fact_retriever = fact_retriever
+        self._bm25: FactRetriever | None = None
 
     # -- shared pieces ---------------------------------------------------------------
+
+    def _default_retriever(self) -> FactRetriever:
+        """A BM25 retriever kept for the extractor's life.
+
+        Its index follows the fact set incrementally instead of being rebuilt from every
+        fact on each call.
+        """
+        retriever = self._bm25
+        if retriever is None:
+            from langchain_histcompress.retrieval import BM25FactRetriever
+
+            retriever = self._bm25 = BM25FactRetriever()
+        return retriever
 
     def _select_facts(self, facts: dict[str, Fact], transcript: str) -> list[Fact]:
         values = list(facts.values())
         if len(values) <= self.max_prompt_facts:
             return values
-        retriever = self.fact_retriever
-        if retriever is None:
-            from langchain_histcompress.retrieval import BM25FactRetriever
-
-            retriever = BM25FactRetriever()
+        retriever = self.fact_retriever or self._default_retriever()
         chosen = list(retriever.retrieve(transcript, values, self.max_prompt_facts))
         if len(chosen) < self.max_prompt_facts:
             picked = {f.id for f in chosen}
