@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
 
 from langchain_histcompress.facts import Fact, facts_from_state
 
 
-def _snapshot(raw: object) -> tuple[Any, ...]:
-    """A comparable copy of a fact dict's fields (lists frozen), to detect in-place edits."""
+def _snapshot(raw: object) -> object:
+    """A copy of a fact dict equal to it until it is edited in place (lists copied too)."""
     if not isinstance(raw, Mapping):
-        return (raw,)
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in raw.items())
+        return raw
+    return {k: list(v) if isinstance(v, list) else v for k, v in raw.items()}
 
 
 class FactStateCache:
@@ -42,7 +41,7 @@ class FactStateCache:
 
     def __init__(self) -> None:
         """Start empty."""
-        self._entries: dict[str, tuple[object, tuple[Any, ...], Fact]] = {}
+        self._entries: dict[str, tuple[object, object, Fact]] = {}
         self._lock = threading.Lock()
 
     def read(self, value: object) -> dict[str, Fact]:
@@ -55,7 +54,7 @@ class FactStateCache:
             return facts_from_state(value)
         with self._lock:
             cache = self._entries
-        fresh: dict[str, tuple[object, tuple[Any, ...], Fact]] = {}
+        fresh: dict[str, tuple[object, object, Fact]] = {}
         out: dict[str, Fact] = {}
         for key, raw in value.items():
             if isinstance(raw, Fact):
@@ -64,13 +63,13 @@ class FactStateCache:
                     facts_from_state({key: raw})
                 out[fact.id] = fact
                 continue
-            snapshot = _snapshot(raw)
             hit = cache.get(key)
-            if hit is not None and hit[0] is raw and hit[1] == snapshot:
+            if hit is not None and hit[0] is raw and hit[1] == raw:
+                fresh[key] = hit
                 fact = hit[2]
             else:
                 fact = next(iter(facts_from_state({key: raw}).values()))
-            fresh[key] = (raw, snapshot, fact)
+                fresh[key] = (raw, _snapshot(raw), fact)
             out[fact.id] = fact
         with self._lock:
             self._entries = fresh

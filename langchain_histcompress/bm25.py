@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import re
@@ -89,6 +90,10 @@ def stem(word: str) -> str:
     return base
 
 
+_stem = functools.lru_cache(maxsize=1 << 16)(stem)
+"""`stem`, remembered: a conversation's vocabulary is small next to its word count."""
+
+
 def tokenize(
     text: str, *, stopwords: Container[str] = STOPWORDS, stemming: bool = True
 ) -> list[str]:
@@ -102,7 +107,7 @@ def tokenize(
     """
     words = _WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold())
     if stemming:
-        return [stem(w) for w in words if w not in stopwords]
+        return [_stem(w) for w in words if w not in stopwords]
     return [w for w in words if w not in stopwords]
 
 
@@ -273,7 +278,10 @@ class BM25Index:
         n = len(self._lengths)
         return math.log(1 + (n - df + 0.5) / (df + 0.5)) * (self.k1 + 1)
 
-    def _column(self, term: str) -> tuple[array[int], array[float], array[float]]:
+    def _column(
+        self, term: str, newest: int | None = None
+    ) -> tuple[array[int], array[float], array[float]]:
+        """Slots, term frequencies and text lengths of ``term``'s postings (the ``newest``)."""
         if term in self._stale:
             postings, order, lengths = self._postings[term], self._order, self._lengths
             self._columns[term] = (
@@ -282,7 +290,10 @@ class BM25Index:
                 array("d", map(lengths.__getitem__, postings)),
             )
             self._stale.discard(term)
-        return self._columns[term]
+        column = self._columns[term]
+        if newest is None:
+            return column
+        return column[0][-newest:], column[1][-newest:], column[2][-newest:]
 
     def slot_key(self, slot: int) -> str:
         """The key whose text was added in ``slot`` (see `slot_scores`)."""
@@ -334,18 +345,12 @@ class BM25Index:
         fixed, scale = self._length_terms()
         parts: list[tuple[Any, Any]] = []
         for term in terms:
-            column = self._column(term)
+            column = self._column(term, max_postings if newest_only else None)
             weight = self._weight(len(self._postings[term]))
             # copies: a view would pin the arrays' buffers (they must stay growable)
             slots = np.array(column[0], dtype=np.int64)
             tfs = np.array(column[1], dtype=np.float64)
             lengths = np.array(column[2], dtype=np.float64)
-            if newest_only and max_postings is not None:
-                slots, tfs, lengths = (
-                    slots[-max_postings:],
-                    tfs[-max_postings:],
-                    lengths[-max_postings:],
-                )
             parts.append((slots, weight * tfs / (tfs + fixed + scale * lengths)))
         if len(parts) == 1:
             slots, scores = parts[0]

@@ -667,6 +667,7 @@ class ContextBuilder:
         self._empty_cost: int | None = None
         self._prepared: _Prepared | None = None
         self._facts = FactStateCache()
+        self._fact_costs: dict[str, tuple[Fact, int]] = {}
         self._lock = threading.Lock()
         self._assembling = threading.Lock()
         """Held by `assemble`: calls on one builder share the growing preparation."""
@@ -710,8 +711,16 @@ class ContextBuilder:
         return cost
 
     def _fact_cost(self, fact: Fact) -> int:
+        # keyed by id, valid for the same (frozen) object: no re-rendering per turn
+        hit = self._fact_costs.get(fact.id)
+        if hit is not None and hit[0] is fact:
+            return hit[1]
         line = _fact_line(fact) if self.data_format == "compact" else _fact_block(fact)
-        return self._text_cost(line)
+        cost = self._text_cost(line)
+        if len(self._fact_costs) >= _TEXT_COST_CACHE:
+            self._fact_costs.clear()
+        self._fact_costs[fact.id] = (fact, cost)
+        return cost
 
     def _turn_cost(self, message: BaseMessage) -> int:
         if self.data_format == "compact":
