@@ -59,8 +59,7 @@ def facts_about(history: list[BaseMessage], count: int = 24) -> list[Fact]:
 
 def ranked(retriever: EvidenceRetriever, *args: Any, **kwargs: Any) -> list[tuple[Any, ...]]:
     return [
-        (r.is_fact, r.position, r.score, str(r.item.id))
-        for r in retriever.rank(*args, **kwargs)
+        (r.is_fact, r.position, r.score, str(r.item.id)) for r in retriever.rank(*args, **kwargs)
     ]
 
 
