@@ -52,7 +52,7 @@ def grown(size: int) -> list[BaseMessage]:
 
 def facts_about(history: list[BaseMessage], count: int = 24) -> list[Fact]:
     return [
-        Fact(id=f"f-{n}", content=f"The user mentioned the {topic}", source_ids=[f"h{n}"])
+        Fact(id=f"f-{n}", content=f"The user mentioned the {topic}", source_ids=(f"h{n}",))
         for n, topic in zip(range(count), itertools.cycle(_TOPICS), strict=False)
     ]
 
