@@ -234,17 +234,39 @@ def _one_line(text: str) -> str:
     return " ".join(escape_data(text).split())
 
 
+_LINES_CACHED = 8_192
+"""Rendered fact and message lines remembered (a candidate is costed, then rendered, on
+every turn it is considered)."""
+_fact_lines: dict[int, tuple[Fact, str]] = {}
+_turn_lines: dict[int, tuple[BaseMessage, str]] = {}
+
+
 def _fact_line(fact: Fact) -> str:
+    hit = _fact_lines.get(id(fact))
+    if hit is not None and hit[0] is fact:  # facts are frozen: the same object, the same line
+        return hit[1]
     sources = escape_data(" ".join(fact.source_ids)) or "-"
     status = "" if fact.status == "confirmed" else f"({escape_data(fact.status)}) "
-    return f"[{sources}] {status}{_one_line(fact.content)}"
+    line = f"[{sources}] {status}{_one_line(fact.content)}"
+    if len(_fact_lines) >= _LINES_CACHED:
+        _fact_lines.clear()
+    _fact_lines[id(fact)] = (fact, line)
+    return line
 
 
 def _turn_line(message: BaseMessage) -> str:
+    # the same message object renders the same line (as the retrievers' indexes assume)
+    hit = _turn_lines.get(id(message))
+    if hit is not None and hit[0] is message:
+        return hit[1]
     role = ROLE_NAMES.get(message.type, message.type)
     name = f" {message.name}" if message.name else ""
     text = escape_data(message_text(message)).replace("\n", "\n  ")
-    return f"[{escape_data(f'{message.id} {role}{name}')}] {text}"
+    line = f"[{escape_data(f'{message.id} {role}{name}')}] {text}"
+    if len(_turn_lines) >= _LINES_CACHED:
+        _turn_lines.clear()
+    _turn_lines[id(message)] = (message, line)
+    return line
 
 
 def _render_facts(facts: Sequence[Fact], data_format: DataFormat) -> str:
