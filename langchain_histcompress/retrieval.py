@@ -10,9 +10,11 @@ the turn that names the topic), each fact by the turn it was extracted from, the
 merged by reciprocal rank fusion. `EmbeddingEvidenceRetriever` fuses embedding similarity
 into both rankings, so items that share no word with the question but mean the same rank too.
 
-BM25 is implemented here (no dependency) with a deterministic tokenizer: NFKC, casefold,
-split on anything that is not a letter or digit, drop English stopwords and chat filler,
-light suffix stemming (`stem`). Ties are broken by input order, so results are reproducible.
+BM25 (`bm25`, no dependency; vectorized when numpy is installed, with identical scores) uses
+a deterministic tokenizer: NFKC, casefold, split on anything that is not a letter or digit,
+drop English stopwords and chat filler, light suffix stemming (`stem`). Ties are broken by
+input order, so results are reproducible. The turn and evidence retrievers live in
+`evidence`; every name is importable from here.
 
 Example:
     >>> from langchain_histcompress.facts import Fact
