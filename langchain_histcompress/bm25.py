@@ -153,6 +153,8 @@ class BM25Index:
         self._slot_keys: list[str] = []
         self._columns: dict[str, tuple[array[int], array[float], array[float]]] = {}
         self._stale: set[str] = set()
+        self.removed = 0
+        """Texts removed or replaced so far (a key's slot changes only then)."""
 
     def __len__(self) -> int:
         """Number of indexed texts."""
@@ -201,6 +203,7 @@ class BM25Index:
                 self._stale.discard(term)
         self._total -= self._lengths.pop(key)
         del self._order[key]
+        self.removed += 1
 
     def keys(self) -> list[str]:
         """The indexed keys, in insertion order of their current text."""

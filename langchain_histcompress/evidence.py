@@ -21,7 +21,7 @@ import importlib
 import itertools
 import threading
 from array import array
-from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,15 +238,57 @@ def _listed_turns(
             yield at, messages[at]
 
 
-def _slot_scores(index: BM25Index, by_slot: Mapping[int, float]) -> Callable[[str], float | None]:
-    """Key -> its score in ``by_slot`` (``None`` when it has none)."""
-    slot_of, score_of = index.slot_of, by_slot.get
+def _best_sources(
+    sources: Mapping[str, Sequence[str]], scores: Mapping[str, float]
+) -> list[tuple[str, float]]:
+    """``(fact id, best raw score of its source messages)`` for the facts with one > 0."""
+    out: list[tuple[str, float]] = []
+    if not scores:
+        return out
+    get = scores.get
+    for fact_id, keys in sources.items():
+        best = 0.0
+        for key in keys:
+            score = get(key)
+            if score is not None and score > best:
+                best = score
+        if best:
+            out.append((fact_id, best))
+    return out
 
-    def score(key: str) -> float | None:
-        slot = slot_of(key)
-        return None if slot is None else score_of(slot)
 
-    return score
+class _SourceSlots:
+    """The facts' source messages as index slots, for scoring facts by their sources.
+
+    Rebuilt when the facts change (a new ``sources`` mapping), the message index is replaced
+    or one of its texts is replaced (a slot may then be stale); sources not indexed yet are
+    looked up again on each call (normally none).
+    """
+
+    def __init__(self, np: Any, sources: Mapping[str, Sequence[str]], index: BM25Index) -> None:
+        self.sources, self.index, self.removed = sources, index, index.removed
+        self.fact_ids = list(sources)
+        slots: list[int] = []
+        owners: list[int] = []
+        self.pending: list[tuple[int, str]] = []
+        for owner, keys in enumerate(sources.values()):
+            for key in keys:
+                slot = index.slot_of(key)
+                if slot is None:
+                    self.pending.append((owner, key))
+                else:
+                    slots.append(slot)
+                    owners.append(owner)
+        self.slots = np.array(slots, dtype=np.int64)
+        self.owners = np.array(owners, dtype=np.int64)
+
+    def valid(self, sources: Mapping[str, Sequence[str]], index: BM25Index) -> bool:
+        return (
+            self.sources is sources
+            and self.index is index
+            and self.removed == index.removed
+            and all(index.slot_of(key) is None for _, key in self.pending)
+        )
 
 
 def _numpy() -> Any:
@@ -475,6 +517,7 @@ class EvidenceRetriever:
             speaker_names=_check_names(speaker_names),
         )
         self._facts = _FactIndex(k1=k1, b=b, text=_content_only)
+        self._source_slots: _SourceSlots | None = None
         self._lock = threading.Lock()
 
     def _turn_scores(
@@ -510,8 +553,8 @@ class EvidenceRetriever:
 
     def _turn_ranking(
         self, np: Any, query: str, messages: Sequence[BaseMessage], *, spread: bool = True
-    ) -> tuple[dict[int, float], list[int]]:
-        """`_turn_scores` over numpy arrays: the raw scores by slot and the ranked slots.
+    ) -> tuple[tuple[Any, Any], list[int]]:
+        """`_turn_scores` over numpy arrays: raw scores (slots ascending) and ranked slots.
 
         Every score is computed with the same floating-point operations as in
         `_turn_scores`, so the ranking is identical: expanded score descending, then
@@ -526,7 +569,7 @@ class EvidenceRetriever:
             mine = turns.gather(np, turns.slot_turns, slots) >= 0
             slots, scores = slots[mine], scores[mine]
         slots, scores = _top_slots(np, slots, scores, _MATCH_LIMIT)
-        base = dict(zip(slots.tolist(), scores.tolist(), strict=True))
+        base = (slots, scores)
         if not spread:
             return base, []
         if self.neighbour_window and self.neighbour_weight and len(slots):
@@ -549,6 +592,31 @@ class EvidenceRetriever:
             )
         ranked = slots[np.lexsort((turns.gather(np, turns.slot_turns, slots), -scores))]
         return base, ranked.tolist()
+
+    def _best_sources(self, np: Any, slots: Any, scores: Any) -> list[tuple[str, float]]:
+        """`_best_sources` over arrays: each fact's best source among the raw ``scores``."""
+        if not len(slots):
+            return []
+        sources, index = self._facts.sources, self._turns.index
+        cached = self._source_slots
+        if cached is None or not cached.valid(sources, index):
+            cached = self._source_slots = _SourceSlots(np, sources, index)
+        if not len(cached.slots):
+            return []
+        at = np.minimum(np.searchsorted(slots, cached.slots), len(slots) - 1)
+        hit = slots[at] == cached.slots
+        if not hit.any():
+            return []
+        best = np.zeros(len(cached.fact_ids))
+        np.maximum.at(best, cached.owners[hit], scores[at[hit]])
+        found = np.flatnonzero(best)
+        return list(
+            zip(
+                [cached.fact_ids[i] for i in found.tolist()],
+                best[found].tolist(),
+                strict=True,
+            )
+        )
 
     def iter_rank(
         self,
@@ -573,17 +641,13 @@ class EvidenceRetriever:
             returned = only_before is None or only_before > 0  # positions are >= 0
             np = _numpy()
             turns: Iterator[tuple[int, BaseMessage]]
-            source_score: Callable[[str], float | None]
             if np is not None:
-                by_slot, ranked = self._turn_ranking(np, query, messages, spread=returned)
-                matched = bool(by_slot)
-                source_score = _slot_scores(self._turns.index, by_slot)
+                base, ranked = self._turn_ranking(np, query, messages, spread=returned)
                 turns = _listed_turns(
                     ranked, self._turns.index, self._turns.position, messages, only_before, turn_ids
                 )
             else:
                 base_keys, turn_scores = self._turn_scores(query, messages, spread=returned)
-                matched, source_score = bool(base_keys), base_keys.get
                 turns = _ordered_turns(
                     sorted(turn_scores, key=turn_scores.__getitem__, reverse=True),
                     turn_scores,
@@ -593,16 +657,13 @@ class EvidenceRetriever:
                     turn_ids,
                 )
             positions = self._facts.sync(facts)
-            sources = self._facts.sources
             fact_scores = self._facts.index.scores(query, max_postings=self.max_term_postings)
-        if self.source_weight and matched:
-            for fact_id, keys in sources.items():
-                best = 0.0
-                for key in keys:
-                    score = source_score(key)
-                    if score is not None and score > best:
-                        best = score
-                if best:
+            if self.source_weight:
+                if np is not None:
+                    best_source = self._best_sources(np, *base)
+                else:
+                    best_source = _best_sources(self._facts.sources, base_keys)
+                for fact_id, best in best_source:
                     fact_scores[fact_id] = fact_scores.get(fact_id, 0.0) + self.source_weight * best
         fact_heap = [
             (-score, positions[key], facts[positions[key]]) for key, score in fact_scores.items()

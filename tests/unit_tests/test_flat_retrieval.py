@@ -90,15 +90,26 @@ def test_numpy_and_python_rank_identically(
         (history[:500] + history[3_000:3_500], {}),  # not an extension: a restart
         (history[:500] + history[3_000:3_600], {}),
     ]
+    edited = list(history)
+    edited[7] = HumanMessage("Now about the kitten code12 again", id=edited[7].id)
+    fewer = [*facts[3:], Fact(id="f-new", content="kitten shelter visit", source_ids=("h9",))]
+    changes: list[tuple[list[BaseMessage], list[Fact]]] = [
+        *((messages, facts) for messages, _ in calls),
+        (history, fewer),  # facts changed
+        (edited, fewer),  # a message's text replaced under the same id
+    ]
     numpy_module = evidence._numpy
-    for messages, options in calls:
+    compared = 0
+    settings = [*(options for _, options in calls), {}, {}]
+    for (messages, fact_list), options in zip(changes, settings, strict=True):
         for question in questions:
             monkeypatch.setattr(evidence, "_numpy", numpy_module)
-            expected_fast = ranked(fast, question, facts, messages, **options)
+            expected_fast = ranked(fast, question, fact_list, messages, **options)
             monkeypatch.setattr(evidence, "_numpy", lambda: None)
-            expected_slow = ranked(slow, question, facts, messages, **options)
+            expected_slow = ranked(slow, question, fact_list, messages, **options)
             assert expected_fast == expected_slow, (question, options)
-    assert expected_fast or expected_slow is not None
+            compared += len(expected_fast)
+    assert compared > 1_000
 
 
 def test_slot_scores_equal_scores_after_edits() -> None:
