@@ -47,6 +47,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.store.base import BaseStore, Item, PutOp
 from typing_extensions import TypedDict
 
+from langchain_histcompress._fact_cache import FactStateCache
 from langchain_histcompress._graph_node import GraphNode
 from langchain_histcompress._model_edge import Steps, Twin, arun_steps, run_steps
 from langchain_histcompress.errors import ConfigurationError, StorageError
@@ -55,7 +56,6 @@ from langchain_histcompress.facts import (
     ExtractionResult,
     Fact,
     FactExtractor,
-    facts_from_state,
     merge_facts,
 )
 from langchain_histcompress.retrieval import validate_namespace
@@ -303,6 +303,7 @@ class FactExtractionNode(GraphNode):
         self.namespace_prefix = tuple(namespace_prefix)
         self.name = name
         self._now = now
+        self._state_facts = FactStateCache()
         self._bind_body(name)
 
     # -- runnable faces ----------------------------------------------------------------
@@ -439,7 +440,7 @@ class FactExtractionNode(GraphNode):
         ops.extend(
             PutOp(namespace, fid, fact.to_state())
             for fid, fact in after.items()
-            if before.get(fid) != fact
+            if _changed(before, fid, fact)
         )
         return ops
 
@@ -455,7 +456,7 @@ class FactExtractionNode(GraphNode):
         writes: list[dict[str, Any]] = [
             {"op": "DELETE", "id": fid} for fid in before if fid not in final
         ]
-        writes.extend(fact.to_state() for fid, fact in final.items() if before.get(fid) != fact)
+        writes.extend(fact.to_state() for fid, fact in final.items() if _changed(before, fid, fact))
         statuses = [r.status for r in reports]
         if "failed" in statuses:
             status = "failed"
@@ -497,7 +498,7 @@ class FactExtractionNode(GraphNode):
         plan = self._plan(state)
         now = self._clock()
         store = self._store()
-        in_state = facts_from_state(state.get(self.state_key))
+        in_state = self._state_facts.read(state.get(self.state_key))
         if store is not None:
             namespace = self._namespace(config)
             try:
@@ -553,6 +554,12 @@ def _search_all(store: BaseStore, namespace: tuple[str, ...]) -> Steps[list[Item
         items.extend(page)
         if len(page) < _PAGE:
             return items
+
+
+def _changed(before: Mapping[str, Fact], fid: str, fact: Fact) -> bool:
+    """Whether ``fact`` differs from ``before[fid]`` (the same object needs no field check)."""
+    old = before.get(fid)
+    return old is not fact and old != fact
 
 
 def _ids(groups: Any) -> list[str]:

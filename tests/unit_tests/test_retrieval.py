@@ -746,7 +746,7 @@ def test_fused_retriever_plugs_into_the_context_builder() -> None:
 def test_top_keeps_what_nlargest_keeps(values: list[float], n: int) -> None:
     import heapq
 
-    from langchain_histcompress.retrieval import _top
+    from langchain_histcompress.bm25 import _top
 
     scores = {f"k{i}": v for i, v in enumerate(values)}
     expected = dict(heapq.nlargest(n, scores.items(), key=lambda item: item[1]))

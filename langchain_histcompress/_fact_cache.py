@@ -1,0 +1,76 @@
+"""Facts read from graph state, parsed once per fact while its dict stays the same.
+
+Graph state holds facts as ``{id: fact dict}``; validating every fact on every turn costs a
+pydantic validation per fact, a cost that grows with the fact set. `FactStateCache` keeps
+the `Fact` parsed from each entry and parses an entry again only when its dict is a new
+object or its fields changed (an in-place edit), so an unchanged fact costs one field
+comparison.
+
+Example:
+    >>> cache = FactStateCache()
+    >>> state = {"f-1": {"id": "f-1", "content": "Lives in Oslo"}}
+    >>> first = cache.read(state)["f-1"]
+    >>> cache.read(state)["f-1"] is first
+    True
+    >>> state["f-1"]["content"] = "Lives in Bergen"
+    >>> cache.read(state)["f-1"].content
+    'Lives in Bergen'
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+from langchain_histcompress.facts import Fact, facts_from_state
+
+
+def _snapshot(raw: object) -> object:
+    """A copy of a fact dict equal to it until it is edited in place (lists copied too)."""
+    if not isinstance(raw, Mapping):
+        return raw
+    return {k: list(v) if isinstance(v, list) else v for k, v in raw.items()}
+
+
+class FactStateCache:
+    """`facts_from_state` that reuses the facts parsed last call for unchanged entries.
+
+    Safe to share between threads: each call reads the previous call's entries and
+    publishes its own at the end.
+    """
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self._entries: dict[str, tuple[object, object, Fact]] = {}
+        self._lock = threading.Lock()
+
+    def read(self, value: object) -> dict[str, Fact]:
+        """The facts of ``value`` (any form `facts_from_state` accepts), by id.
+
+        Raises:
+            ConfigurationError: An entry is not a valid fact.
+        """
+        if not isinstance(value, Mapping):
+            return facts_from_state(value)
+        with self._lock:
+            cache = self._entries
+        fresh: dict[str, tuple[object, object, Fact]] = {}
+        out: dict[str, Fact] = {}
+        for key, raw in value.items():
+            if isinstance(raw, Fact):
+                fact = raw
+                if fact.id != str(key):  # let facts_from_state raise its error
+                    facts_from_state({key: raw})
+                out[fact.id] = fact
+                continue
+            hit = cache.get(key)
+            if hit is not None and hit[0] is raw and hit[1] == raw:
+                fresh[key] = hit
+                fact = hit[2]
+            else:
+                fact = next(iter(facts_from_state({key: raw}).values()))
+                fresh[key] = (raw, _snapshot(raw), fact)
+            out[fact.id] = fact
+        with self._lock:
+            self._entries = fresh
+        return out

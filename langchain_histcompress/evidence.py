@@ -1,0 +1,722 @@
+"""Raw-turn and evidence retrieval over a growing conversation (BM25 family, offline).
+
+`BM25TurnRetriever` ranks conversation messages for the hybrid context (facts + retrieved
+raw turns). `EvidenceRetriever` ranks facts and raw turns *together* for a question about a
+long conversation: BM25 over facts and over turns, each turn also scored by its nearest
+neighbours (an answer often sits next to the turn that names the topic), each fact by the
+turn it was extracted from, the two lists merged by reciprocal rank fusion. Both keep their
+message index between calls and read only the messages a growing history added.
+
+Example:
+    >>> from langchain_core.messages import AIMessage, HumanMessage
+    >>> history = [HumanMessage("I adopted a kitten", id="h1"), AIMessage("Cute!", id="a1")]
+    >>> [str(m.id) for m in BM25TurnRetriever().retrieve("kitten", history, 3)]
+    ['h1']
+"""
+
+from __future__ import annotations
+
+import heapq
+import importlib
+import itertools
+import threading
+from array import array
+from collections.abc import Container, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from langchain_histcompress._prefix import extends
+from langchain_histcompress.bm25 import (
+    BM25Index,
+    _check_k,
+    _FactIndex,
+    _sum_by_slot,
+    _top,
+    _top_slots,
+)
+from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.facts import Fact
+from langchain_histcompress.render import message_text
+
+__all__ = [
+    "DEFAULT_MAX_TERM_POSTINGS",
+    "BM25TurnRetriever",
+    "EvidenceRetriever",
+    "RankedEvidence",
+]
+
+
+class _TurnIndex:
+    """An incremental BM25 index over conversation messages, shared across calls.
+
+    A message is keyed by its id and tokenized once: a later call passing the same message
+    object costs one dictionary lookup; an equal-id message with another text is
+    re-indexed. When a call's messages start with the previous call's messages (a growing
+    history), only the new tail is looked at: the prefix is confirmed by one comparison of
+    references at C speed (see `extends`). Messages without an id are keyed by position and
+    dropped when the history changes.
+    """
+
+    def __init__(
+        self,
+        *,
+        k1: float,
+        b: float,
+        max_cached: int,
+        include_tool_results: bool,
+        speaker_names: Mapping[str, str],
+    ) -> None:
+        self.k1 = k1
+        self.b = b
+        self.max_cached = max_cached
+        self.include_tool_results = include_tool_results
+        self.speaker_names = dict(speaker_names)
+        self.index = BM25Index(k1=k1, b=b)
+        self._seen: dict[str, tuple[BaseMessage, str]] = {}
+        self._previous: list[BaseMessage] = []
+        self.keys: list[str] = []
+        self.order: dict[str, int] = {}
+        self.position: dict[str, int] = {}
+        self.by_key: dict[str, BaseMessage] = {}
+        self._anonymous: list[str] = []
+        self.turn_slots: array[int] = array("q")
+        """Index in ``keys`` -> the key's `BM25Index` slot."""
+        self.slot_turns: array[int] = array("q")
+        """`BM25Index` slot -> index in ``keys``, or -1 (a text this call does not hold)."""
+
+    def eligible(self, message: BaseMessage) -> bool:
+        if message.type == "system":
+            return False
+        return self.include_tool_results or message.type != "tool"
+
+    def text(self, message: BaseMessage) -> str:
+        text = message_text(message)
+        name = message.name or self.speaker_names.get(message.type)
+        return f"{text}\n{name}" if name else text
+
+    def _restart(self) -> None:
+        for key in self._anonymous:
+            self.index.remove(key)
+        self._anonymous = []
+        self._previous = []
+        self.keys = []
+        self.order = {}
+        self.position = {}
+        self.by_key = {}
+        if len(self._seen) > self.max_cached:
+            self.index = BM25Index(k1=self.k1, b=self.b)
+            self._seen.clear()
+        self.turn_slots = array("q")
+        self.slot_turns = array("q", [-1]) * self.index.slots
+
+    def allowed(self) -> Container[str] | None:
+        """The keys to score: ``by_key``, or ``None`` when the index holds nothing else.
+
+        Every key of ``by_key`` is indexed, so equal sizes mean equal key sets and the
+        per-posting membership test can be skipped.
+        """
+        return None if len(self.index) == len(self.by_key) else self.by_key
+
+    def sync(self, messages: Sequence[BaseMessage]) -> None:
+        """Index ``messages``; afterwards the attributes describe them.
+
+        ``keys``: keys of the eligible messages in order; ``order``: key -> index in
+        ``keys``; ``position``: key -> index in ``messages``; ``by_key``: key -> message.
+        """
+        known = len(self._previous)
+        if not (
+            known
+            and len(messages) >= known
+            and extends(messages, self._previous)
+            and len(self._seen) <= self.max_cached
+        ):
+            self._restart()
+            known = 0
+        for position in range(known, len(messages)):
+            message = messages[position]
+            self._previous.append(message)
+            if not self.eligible(message):
+                continue
+            if message.id is None:
+                key = f"\x00anon-{position}"
+                self.index.add(key, self.text(message))
+                self._anonymous.append(key)
+            else:
+                key = f"id:{message.id}"
+                if key in self.by_key:
+                    continue
+                cached = self._seen.get(key)
+                if cached is None or cached[0] is not message:
+                    text = self.text(message)
+                    if cached is None or cached[1] != text:
+                        self.index.add(key, text)
+                    self._seen[key] = (message, text)
+            slot = self.index.slot(key)
+            if slot >= len(self.slot_turns):
+                self.slot_turns.extend(array("q", [-1]) * (self.index.slots - len(self.slot_turns)))
+            self.slot_turns[slot] = len(self.keys)
+            self.turn_slots.append(slot)
+            self.order[key] = len(self.keys)
+            self.position[key] = position
+            self.keys.append(key)
+            self.by_key[key] = message
+
+    @staticmethod
+    def gather(np: Any, column: array[int], at: Any) -> Any:
+        """``column[at]`` as a numpy array (no copy of the whole column)."""
+        if not len(at):
+            return np.zeros(0, dtype=np.int64)
+        view = np.frombuffer(column, dtype=np.int64)
+        try:
+            return view[at]
+        finally:
+            del view  # a live view would pin the column's buffer (it must stay growable)
+
+
+DEFAULT_MAX_TERM_POSTINGS = 2_000
+"""Default bound on how many messages or facts a query word may appear in to be scored."""
+
+_MATCH_LIMIT = 2_048
+"""Best-matching messages kept per query by `EvidenceRetriever` (far more than any context
+shows; bounds the work on very long histories)."""
+_SPREAD_LIMIT = 512
+"""Best-matching messages whose score spreads to their neighbours."""
+
+
+def _ordered_turns(
+    ranked: Sequence[str],
+    scores: Mapping[str, float],
+    position: Mapping[str, int],
+    messages: Sequence[BaseMessage],
+    only_before: int | None,
+    turn_ids: Container[str] | None,
+) -> Iterator[tuple[int, BaseMessage]]:
+    """``(position, message)`` of the ``ranked`` keys (best score first), earliest first on ties.
+
+    ``ranked`` holds keys of ``scores``, best first; each run of equal scores is ordered by
+    position when first reached, and the restrictions (``only_before``, ``turn_ids``) are
+    applied then. ``position`` only ever gains keys while a history grows (a restart binds
+    a new dictionary), so reading it lazily sees the values of the call; the messages are
+    read from the call's own ``messages``.
+    """
+    start, end = 0, len(ranked)
+    while start < end:
+        score = scores[ranked[start]]
+        stop = start + 1
+        while stop < end and scores[ranked[stop]] == score:
+            stop += 1
+        group = sorted(
+            (position[key], key)
+            for key in ranked[start:stop]
+            if (only_before is None or position[key] < only_before)
+            and (turn_ids is None or str(messages[position[key]].id) in turn_ids)
+        )
+        for at, _ in group:
+            yield at, messages[at]
+        start = stop
+
+
+def _listed_turns(
+    ranked: Sequence[int],
+    index: BM25Index,
+    position: Mapping[str, int],
+    messages: Sequence[BaseMessage],
+    only_before: int | None,
+    turn_ids: Container[str] | None,
+) -> Iterator[tuple[int, BaseMessage]]:
+    """``(position, message)`` of the ``ranked`` slots, already in order, as they are taken.
+
+    The restrictions are applied lazily, as in `_ordered_turns`.
+    """
+    for slot in ranked:
+        at = position[index.slot_key(slot)]
+        if (only_before is None or at < only_before) and (
+            turn_ids is None or str(messages[at].id) in turn_ids
+        ):
+            yield at, messages[at]
+
+
+def _best_sources(
+    sources: Mapping[str, Sequence[str]], scores: Mapping[str, float]
+) -> list[tuple[str, float]]:
+    """``(fact id, best raw score of its source messages)`` for the facts with one > 0."""
+    out: list[tuple[str, float]] = []
+    if not scores:
+        return out
+    get = scores.get
+    for fact_id, keys in sources.items():
+        best = 0.0
+        for key in keys:
+            score = get(key)
+            if score is not None and score > best:
+                best = score
+        if best:
+            out.append((fact_id, best))
+    return out
+
+
+class _SourceSlots:
+    """The facts' source messages as index slots, for scoring facts by their sources.
+
+    Rebuilt when the facts change (a new ``sources`` mapping), the message index is replaced
+    or one of its texts is replaced (a slot may then be stale); sources not indexed yet are
+    looked up again on each call (normally none).
+    """
+
+    def __init__(self, np: Any, sources: Mapping[str, Sequence[str]], index: BM25Index) -> None:
+        self.sources, self.index, self.removed = sources, index, index.removed
+        self.fact_ids = list(sources)
+        slots: list[int] = []
+        owners: list[int] = []
+        self.pending: list[tuple[int, str]] = []
+        for owner, keys in enumerate(sources.values()):
+            for key in keys:
+                slot = index.slot_of(key)
+                if slot is None:
+                    self.pending.append((owner, key))
+                else:
+                    slots.append(slot)
+                    owners.append(owner)
+        self.slots = np.array(slots, dtype=np.int64)
+        self.owners = np.array(owners, dtype=np.int64)
+
+    def valid(self, sources: Mapping[str, Sequence[str]], index: BM25Index) -> bool:
+        return (
+            self.sources is sources
+            and self.index is index
+            and self.removed == index.removed
+            and all(index.slot_of(key) is None for _, key in self.pending)
+        )
+
+
+def _numpy() -> Any:
+    """The numpy module, or ``None`` when it is not installed (it is optional)."""
+    try:
+        return importlib.import_module("numpy")
+    except ImportError:  # pragma: no cover - numpy ships with the bench extra
+        return None
+
+
+def _check_bm25(k1: float, b: float) -> None:
+    BM25Index(k1=k1, b=b)
+
+
+def _check_postings(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"max_term_postings must be an int >= 1 or None, got {value!r}"
+        raise ConfigurationError(msg)
+    return value
+
+
+def _check_max_cached(max_cached: object) -> int:
+    if isinstance(max_cached, bool) or not isinstance(max_cached, int) or max_cached < 1:
+        msg = f"max_cached must be an int >= 1, got {max_cached!r}"
+        raise ConfigurationError(msg)
+    return max_cached
+
+
+def _check_names(speaker_names: object) -> dict[str, str]:
+    if speaker_names is None:
+        return {}
+    if not isinstance(speaker_names, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in speaker_names.items()
+    ):
+        msg = (
+            "speaker_names must map message types to names, e.g. "
+            f"{{'human': 'Ann', 'ai': 'Bot'}}, got {speaker_names!r}"
+        )
+        raise ConfigurationError(msg)
+    return {k: v for k, v in speaker_names.items() if v.strip()}
+
+
+class BM25TurnRetriever:
+    """Rank conversation messages by BM25 (for hybrid contexts with retrieved raw turns).
+
+    The index is incremental and cached across calls: each message is tokenized once (a
+    message object seen before costs a dictionary lookup; an edited message with the same id
+    is re-indexed), and when a call's messages extend the previous call's (the same objects
+    first, checked at C speed) only the new ones are looked at, so repeated calls
+    on a growing history cost little. Messages without an id are keyed by position while the
+    history only grows.
+
+    Args:
+        max_cached: When the cache holds more messages than this, it is rebuilt from the
+            messages of the current call.
+        include_tool_results: Also rank tool results.
+        speaker_names: Message type -> speaker name (``{"human": "Ann", "ai": "Bob"}``),
+            indexed with each message's text so questions naming a speaker find that
+            speaker's turns; a message's own ``name`` takes precedence.
+        max_term_postings: Query words found in more messages than this are ignored (see
+            `BM25Index.scores`); ``None`` scores every word.
+        k1: BM25 term-frequency saturation.
+        b: BM25 length normalization.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> history = [HumanMessage("My dog is called Rex", id="m1"), AIMessage("Nice!", id="m2"),
+        ...            HumanMessage("I work in Bergen", id="m3")]
+        >>> [m.id for m in BM25TurnRetriever().retrieve("what is my dog called", history, 2)]
+        ['m1']
+    """
+
+    def __init__(
+        self,
+        *,
+        max_cached: int = 200_000,
+        include_tool_results: bool = True,
+        speaker_names: Mapping[str, str] | None = None,
+        max_term_postings: int | None = DEFAULT_MAX_TERM_POSTINGS,
+        k1: float = 1.5,
+        b: float = 0.75,
+    ) -> None:
+        """Validate and store the configuration."""
+        _check_bm25(k1, b)
+        self.max_term_postings = _check_postings(max_term_postings)
+        self.max_cached = _check_max_cached(max_cached)
+        self.include_tool_results = include_tool_results
+        self._turns = _TurnIndex(
+            k1=k1,
+            b=b,
+            max_cached=self.max_cached,
+            include_tool_results=include_tool_results,
+            speaker_names=_check_names(speaker_names),
+        )
+        self._lock = threading.Lock()
+
+    def retrieve(self, query: str, messages: Sequence[BaseMessage], k: int) -> list[BaseMessage]:
+        """The at most ``k`` messages sharing words with ``query``, best first (ties: earliest)."""
+        _check_k(k)
+        if not k or not messages:
+            return []
+        with self._lock:
+            turns = self._turns
+            turns.sync(messages)
+            scores = turns.index.scores(
+                query, allowed=turns.allowed(), max_postings=self.max_term_postings
+            )
+            best = heapq.nsmallest(k, scores.items(), key=lambda i: (-i[1], turns.order[i[0]]))
+            return [messages[turns.position[key]] for key, _ in best]
+
+
+@dataclass(frozen=True)
+class RankedEvidence:
+    """One item of an `EvidenceRetriever` ranking."""
+
+    item: Fact | BaseMessage
+    """The fact or the conversation message."""
+    score: float
+    """Fused score (reciprocal rank fusion of the fact and turn rankings); higher is better."""
+    position: int = 0
+    """Index of the item in the ``facts`` or ``messages`` sequence it came from."""
+
+    @property
+    def is_fact(self) -> bool:
+        """Whether the item is a fact (else a message)."""
+        return isinstance(self.item, Fact)
+
+
+def _content_only(fact: Fact) -> str:
+    return fact.content
+
+
+class EvidenceRetriever:
+    """Rank facts and raw conversation turns together for a question (BM25 family, offline).
+
+    Built for questions about a long conversation, where the answer may sit in a remembered
+    fact or only in an old turn, and where the turn that names a topic is often not the turn
+    that answers it. Three BM25 signals, then one fused list:
+
+    1. **Turns**: BM25 over every message of the conversation (speaker names indexed with
+       the text when known), plus ``neighbour_weight`` times the best score among the
+       ``neighbour_window`` messages on either side, so the reply to a matching question
+       (and the question before a matching answer) ranks too.
+    2. **Facts**: BM25 over fact contents, plus ``source_weight`` times the best score of
+       the turns the fact was extracted from (``source_ids``).
+    3. **Fusion**: reciprocal rank fusion, ``1 / (rrf_k + rank)`` in each list (a fact
+       before a turn on equal scores), so neither list's raw score scale dominates.
+
+    Items sharing no word with the query, directly or through a neighbour or source, are
+    left out. Indexes are incremental and kept between calls (see `BM25TurnRetriever`); on
+    very long histories the work per query stays bounded: query words found in more than
+    ``max_term_postings`` texts are skipped, the best 2,048 matching messages are kept and
+    the best 512 spread their score to neighbours.
+
+    Args:
+        neighbour_window: Messages on each side whose score spreads to a message.
+        neighbour_weight: Share of the best neighbour's score added to a message's score.
+        source_weight: Share of the best source turn's score added to a fact's score.
+        rrf_k: Reciprocal rank fusion constant.
+        speaker_names: Message type -> speaker name, indexed with the messages.
+        include_tool_results: Also rank tool results.
+        max_cached: Cache bound of the message index (see `BM25TurnRetriever`).
+        max_term_postings: Query words found in more texts than this are ignored (see
+            `BM25Index.scores`), which bounds the work per query on very long histories;
+            ``None`` scores every word.
+        k1: BM25 term-frequency saturation.
+        b: BM25 length normalization.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> from langchain_histcompress.facts import Fact
+        >>> history = [HumanMessage("What did you paint last week?", id="h1"),
+        ...            AIMessage("A lake at sunrise.", id="a1"),
+        ...            HumanMessage("Nice! I adopted a kitten.", id="h2")]
+        >>> facts = [Fact(id="f-1", content="The user adopted a kitten", source_ids=["h2"])]
+        >>> retriever = EvidenceRetriever(neighbour_window=1)
+        >>> [r.item.id for r in retriever.rank("What was painted?", facts, history)]
+        ['h1', 'a1']
+        >>> [r.item.id for r in retriever.rank("Any new pets or kittens?", facts, history)]
+        ['f-1', 'h2', 'a1']
+    """
+
+    def __init__(
+        self,
+        *,
+        neighbour_window: int = 2,
+        neighbour_weight: float = 0.6,
+        source_weight: float = 0.3,
+        rrf_k: float = 60.0,
+        speaker_names: Mapping[str, str] | None = None,
+        include_tool_results: bool = True,
+        max_cached: int = 200_000,
+        max_term_postings: int | None = DEFAULT_MAX_TERM_POSTINGS,
+        k1: float = 1.5,
+        b: float = 0.75,
+    ) -> None:
+        """Validate and store the configuration (see the class docstring)."""
+        _check_bm25(k1, b)
+        self.max_term_postings = _check_postings(max_term_postings)
+        if isinstance(neighbour_window, bool) or not isinstance(neighbour_window, int):
+            msg = f"neighbour_window must be an int >= 0, got {neighbour_window!r}"
+            raise ConfigurationError(msg)
+        if neighbour_window < 0:
+            msg = f"neighbour_window must be an int >= 0, got {neighbour_window!r}"
+            raise ConfigurationError(msg)
+        for name, value in (
+            ("neighbour_weight", neighbour_weight),
+            ("source_weight", source_weight),
+            ("rrf_k", rrf_k),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                msg = f"{name} must be a number >= 0, got {value!r}"
+                raise ConfigurationError(msg)
+        self.neighbour_window = neighbour_window
+        self.neighbour_weight = float(neighbour_weight)
+        self.source_weight = float(source_weight)
+        self.rrf_k = float(rrf_k)
+        self.max_cached = _check_max_cached(max_cached)
+        self._turns = _TurnIndex(
+            k1=k1,
+            b=b,
+            max_cached=self.max_cached,
+            include_tool_results=include_tool_results,
+            speaker_names=_check_names(speaker_names),
+        )
+        self._facts = _FactIndex(k1=k1, b=b, text=_content_only)
+        self._source_slots: _SourceSlots | None = None
+        self._lock = threading.Lock()
+
+    def _turn_scores(
+        self, query: str, messages: Sequence[BaseMessage], *, spread: bool = True
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """Raw and neighbour-expanded BM25 scores of the messages (call under the lock).
+
+        With ``spread=False`` (no message is to be returned) the expanded scores are left
+        empty: only the raw ones are used, to score facts by their sources. Of the matches
+        tied at a limit (`_MATCH_LIMIT`, `_SPREAD_LIMIT`), the earliest indexed are kept.
+        """
+        turns = self._turns
+        turns.sync(messages)
+        index = turns.index
+        base = index.scores(query, allowed=turns.allowed(), max_postings=self.max_term_postings)
+        base = _top(base, _MATCH_LIMIT, index.slot)
+        if not spread:
+            return base, {}
+        expanded = dict(base)
+        if self.neighbour_window and self.neighbour_weight and base:
+            keys, order, width = turns.keys, turns.order, self.neighbour_window
+            best: dict[int, float] = {}
+            seeds = _top(base, _SPREAD_LIMIT, index.slot).items()
+            for key, score in seeds:
+                at = order[key]
+                for near in range(max(0, at - width), min(len(keys), at + width + 1)):
+                    if near != at and score > best.get(near, 0.0):
+                        best[near] = score
+            for near, score in best.items():
+                key = keys[near]
+                expanded[key] = expanded.get(key, 0.0) + self.neighbour_weight * score
+        return base, expanded
+
+    def _turn_ranking(
+        self, np: Any, query: str, messages: Sequence[BaseMessage], *, spread: bool = True
+    ) -> tuple[tuple[Any, Any], list[int]]:
+        """`_turn_scores` over numpy arrays: raw scores (slots ascending) and ranked slots.
+
+        Every score is computed with the same floating-point operations as in
+        `_turn_scores`, so the ranking is identical: expanded score descending, then
+        earliest message. The ranked slots are mapped to messages as the caller takes
+        them.
+        """
+        turns = self._turns
+        turns.sync(messages)
+        index = turns.index
+        slots, scores = index.slot_scores(np, query, max_postings=self.max_term_postings)
+        if turns.allowed() is not None:  # the index also holds texts this call does not
+            mine = turns.gather(np, turns.slot_turns, slots) >= 0
+            slots, scores = slots[mine], scores[mine]
+        slots, scores = _top_slots(np, slots, scores, _MATCH_LIMIT)
+        base = (slots, scores)
+        if not spread:
+            return base, []
+        if self.neighbour_window and self.neighbour_weight and len(slots):
+            seeds, seed_scores = _top_slots(np, slots, scores, _SPREAD_LIMIT)
+            width = self.neighbour_window
+            offsets = np.array([d for d in range(-width, width + 1) if d], dtype=np.int64)
+            near = (turns.gather(np, turns.slot_turns, seeds)[:, None] + offsets).ravel()
+            value = np.repeat(seed_scores, len(offsets))
+            inside = (near >= 0) & (near < len(turns.keys))
+            near, value = near[inside], value[inside]
+            near_turns, inverse = np.unique(near, return_inverse=True)
+            best = np.zeros(len(near_turns))
+            np.maximum.at(best, inverse, value)
+            near_slots = turns.gather(np, turns.turn_slots, near_turns)
+            # summed in array order from 0.0: raw score, then the neighbour share
+            slots, scores = _sum_by_slot(
+                np,
+                np.concatenate([slots, near_slots]),
+                np.concatenate([scores, self.neighbour_weight * best]),
+            )
+        ranked = slots[np.lexsort((turns.gather(np, turns.slot_turns, slots), -scores))]
+        return base, ranked.tolist()
+
+    def _best_sources(self, np: Any, slots: Any, scores: Any) -> list[tuple[str, float]]:
+        """`_best_sources` over arrays: each fact's best source among the raw ``scores``."""
+        if not len(slots):
+            return []
+        sources, index = self._facts.sources, self._turns.index
+        cached = self._source_slots
+        if cached is None or not cached.valid(sources, index):
+            cached = self._source_slots = _SourceSlots(np, sources, index)
+        if not len(cached.slots):
+            return []
+        at = np.minimum(np.searchsorted(slots, cached.slots), len(slots) - 1)
+        hit = slots[at] == cached.slots
+        if not hit.any():
+            return []
+        best = np.zeros(len(cached.fact_ids))
+        np.maximum.at(best, cached.owners[hit], scores[at[hit]])
+        found = np.flatnonzero(best)
+        return list(
+            zip(
+                [cached.fact_ids[i] for i in found.tolist()],
+                best[found].tolist(),
+                strict=True,
+            )
+        )
+
+    def iter_rank(
+        self,
+        query: str,
+        facts: Sequence[Fact],
+        messages: Sequence[BaseMessage],
+        *,
+        turn_ids: Container[str] | None = None,
+        only_before: int | None = None,
+    ) -> Iterator[RankedEvidence]:
+        """Like `rank`, lazily: scoring happens at once, ordering as items are taken.
+
+        With numpy installed, messages are scored and ranked over arrays; without it, by
+        one sort of their scores (in C), ties broken as items are taken. Either way the
+        ranking is the same, and the restrictions are applied as items are taken, so a
+        caller filling a token budget pays in Python for what it looks at, not for every
+        match.
+        """
+        if not query.strip() or (not facts and not messages):
+            return iter(())
+        with self._lock:
+            returned = only_before is None or only_before > 0  # positions are >= 0
+            np = _numpy()
+            turns: Iterator[tuple[int, BaseMessage]]
+            if np is not None:
+                base, ranked = self._turn_ranking(np, query, messages, spread=returned)
+                turns = _listed_turns(
+                    ranked, self._turns.index, self._turns.position, messages, only_before, turn_ids
+                )
+            else:
+                base_keys, turn_scores = self._turn_scores(query, messages, spread=returned)
+                turns = _ordered_turns(
+                    sorted(turn_scores, key=turn_scores.__getitem__, reverse=True),
+                    turn_scores,
+                    self._turns.position,
+                    messages,
+                    only_before,
+                    turn_ids,
+                )
+            positions = self._facts.sync(facts)
+            fact_scores = self._facts.index.scores(query, max_postings=self.max_term_postings)
+            if self.source_weight:
+                if np is not None:
+                    best_source = self._best_sources(np, *base)
+                else:
+                    best_source = _best_sources(self._facts.sources, base_keys)
+                for fact_id, best in best_source:
+                    fact_scores[fact_id] = fact_scores.get(fact_id, 0.0) + self.source_weight * best
+        fact_heap = [
+            (-score, positions[key], facts[positions[key]]) for key, score in fact_scores.items()
+        ]
+        return self._fuse(fact_heap, turns)
+
+    def _fuse(
+        self,
+        fact_heap: list[tuple[float, int, Fact]],
+        turns: Iterator[tuple[int, BaseMessage]],
+    ) -> Iterator[RankedEvidence]:
+        # With one weight per list, reciprocal rank fusion interleaves the two rankings:
+        # fact 1, turn 1, fact 2, turn 2... (a fact first on equal fused scores).
+        heapq.heapify(fact_heap)
+        turn = next(turns, None)
+        rank = 0
+        while fact_heap or turn is not None:
+            score = 1.0 / (self.rrf_k + rank + 1)
+            if fact_heap:
+                _, at, fact = heapq.heappop(fact_heap)
+                yield RankedEvidence(fact, score, at)
+            if turn is not None:
+                at, message = turn
+                yield RankedEvidence(message, score, at)
+                turn = next(turns, None)
+            rank += 1
+
+    def rank(
+        self,
+        query: str,
+        facts: Sequence[Fact],
+        messages: Sequence[BaseMessage],
+        *,
+        turn_ids: Container[str] | None = None,
+        only_before: int | None = None,
+        k: int | None = None,
+    ) -> list[RankedEvidence]:
+        """Facts and messages relevant to ``query``, best first.
+
+        Args:
+            query: The question.
+            facts: Candidate facts (the caller filters expired or low-confidence ones).
+            messages: The conversation, in order: every message is indexed and may lend its
+                score to its neighbours and to the facts extracted from it.
+            turn_ids: When given, only messages with these ids are returned (e.g. the ones
+                not already shown verbatim); the others still score neighbours and facts.
+            only_before: When given, only messages at an index below it are returned.
+            k: At most this many items (``None``: all that score).
+
+        Returns:
+            The ranking; facts and messages are the objects passed in.
+        """
+        if k is not None:
+            _check_k(k)
+        ranked = self.iter_rank(query, facts, messages, turn_ids=turn_ids, only_before=only_before)
+        return list(ranked if k is None else itertools.islice(ranked, k))

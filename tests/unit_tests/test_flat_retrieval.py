@@ -1,0 +1,261 @@
+"""Per-question work of the retrieval faces does not grow with the history.
+
+The retrieval strategies (facts, hybrid, hybrid_retrieval) rank evidence for every turn. Each
+test drives a face on a short and on a long grown history and counts what a question costs:
+postings scored, messages indexed, ranked messages resolved, facts validated, fact and
+message lines costed. The counts must not grow with the history. The numpy and pure-Python
+scoring paths must rank identically. No timing: speed is measured by ``histcompress bench``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages.utils import count_tokens_approximately
+
+from langchain_histcompress import evidence
+from langchain_histcompress.bm25 import BM25Index
+from langchain_histcompress.context import ContextBuilder
+from langchain_histcompress.facts import Fact, FactExtractor, facts_to_state
+from langchain_histcompress.retrieval import EvidenceRetriever
+
+np = pytest.importorskip("numpy")
+
+_TOPICS = [
+    "adopted a kitten from the shelter",
+    "painted the lake at sunrise",
+    "hiking trip in the mountains",
+    "pottery class with wet clay",
+    "guitar lessons before the concert",
+    "marathon training every morning",
+    "garden tomatoes ready for harvest",
+    "camping tent deep in the forest",
+]
+SHORT, LONG = 1_000, 10_000  # messages
+TURNS = 5
+
+
+def grown(size: int) -> list[BaseMessage]:
+    """A system message then rounds about recurring topics; ``code<i>`` words occur once."""
+    history: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
+    for i in range(size // 2 + TURNS + 1):
+        topic, other = _TOPICS[i % len(_TOPICS)], _TOPICS[(i * 3 + 1) % len(_TOPICS)]
+        history.append(HumanMessage(f"Tell me about the {topic}, code{i} {i % 17}", id=f"h{i}"))
+        history.append(AIMessage(f"Sure: the {other}, then the {topic}.", id=f"a{i}"))
+    return history
+
+
+def facts_about(history: list[BaseMessage], count: int = 24) -> list[Fact]:
+    return [
+        Fact(id=f"f-{n}", content=f"The user mentioned the {topic}", source_ids=(f"h{n}",))
+        for n, topic in zip(range(count), itertools.cycle(_TOPICS), strict=False)
+    ]
+
+
+def ranked(retriever: EvidenceRetriever, *args: Any, **kwargs: Any) -> list[tuple[Any, ...]]:
+    return [
+        (r.is_fact, r.position, r.score, str(r.item.id)) for r in retriever.rank(*args, **kwargs)
+    ]
+
+
+# --------------------------------------------------------------------------- numpy = Python
+
+
+@pytest.mark.parametrize("max_term_postings", [None, 40, 2_000])
+def test_numpy_and_python_rank_identically(
+    monkeypatch: pytest.MonkeyPatch, max_term_postings: int | None
+) -> None:
+    history = grown(6_000)  # with no cap, more matches than the match limit, tied at the cut
+    facts = facts_about(history)
+    fast = EvidenceRetriever(max_term_postings=max_term_postings)
+    slow = EvidenceRetriever(max_term_postings=max_term_postings)
+    questions = [
+        "kitten shelter code12",
+        "who went hiking in the mountains or camping in the forest?",
+        "pottery clay guitar concert marathon morning",
+        "code5999 code3",
+        "nothing here matches",
+    ]
+    calls: list[tuple[list[BaseMessage], dict[str, Any]]] = [
+        (history[:4_000], {}),
+        (history, {}),
+        (history, {"only_before": len(history) - 30}),
+        (history, {"only_before": 0}),
+        (history, {"turn_ids": {f"a{i}" for i in range(0, 3_000, 7)}}),
+        (history[:500] + history[3_000:3_500], {}),  # not an extension: a restart
+        (history[:500] + history[3_000:3_600], {}),
+    ]
+    edited = list(history)
+    edited[7] = HumanMessage("Now about the kitten code12 again", id=edited[7].id)
+    fewer = [*facts[3:], Fact(id="f-new", content="kitten shelter visit", source_ids=("h9",))]
+    changes: list[tuple[list[BaseMessage], list[Fact]]] = [
+        *((messages, facts) for messages, _ in calls),
+        (history, fewer),  # facts changed
+        (edited, fewer),  # a message's text replaced under the same id
+    ]
+    numpy_module = evidence._numpy
+    compared = 0
+    settings = [*(options for _, options in calls), {}, {}]
+    for (messages, fact_list), options in zip(changes, settings, strict=True):
+        for question in questions:
+            monkeypatch.setattr(evidence, "_numpy", numpy_module)
+            expected_fast = ranked(fast, question, fact_list, messages, **options)
+            monkeypatch.setattr(evidence, "_numpy", lambda: None)
+            expected_slow = ranked(slow, question, fact_list, messages, **options)
+            assert expected_fast == expected_slow, (question, options)
+            compared += len(expected_fast)
+    assert compared > 1_000
+
+
+def test_slot_scores_equal_scores_after_edits() -> None:
+    index = BM25Index()
+    for i in range(300):
+        index.add(f"k{i}", f"{_TOPICS[i % 8]} item{i % 11}")
+    for i in range(0, 300, 3):
+        index.remove(f"k{i}")
+    for i in range(0, 300, 5):
+        index.add(f"k{i}", f"{_TOPICS[(i + 3) % 8]} edited item{i % 7}")
+    for query in ["kitten item3", "sunrise lake edited", "item5 item6 clay", "absent"]:
+        for cap in (None, 10, 1_000):
+            slots, scores = index.slot_scores(np, query, max_postings=cap)
+            expected = index.scores(query, max_postings=cap)
+            got = dict(zip(map(index.slot_key, slots.tolist()), scores.tolist(), strict=True))
+            assert got == expected
+            assert list(slots) == sorted(slots)
+
+
+# --------------------------------------------------------------------------- evidence face
+
+
+class _Counts:
+    """Counts postings scored, texts indexed and ranked slots resolved."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.postings = self.indexed = self.resolved = 0
+        column, add, slot_key = BM25Index._column, BM25Index.add, BM25Index.slot_key
+
+        def counting_column(index: BM25Index, term: str, newest: int | None = None) -> Any:
+            out = column(index, term, newest)
+            self.postings += len(out[0])
+            return out
+
+        def counting_add(index: BM25Index, key: str, text: str) -> None:
+            self.indexed += 1
+            add(index, key, text)
+
+        def counting_slot_key(index: BM25Index, slot: int) -> str:
+            self.resolved += 1
+            return slot_key(index, slot)
+
+        monkeypatch.setattr(BM25Index, "_column", counting_column)
+        monkeypatch.setattr(BM25Index, "add", counting_add)
+        monkeypatch.setattr(BM25Index, "slot_key", counting_slot_key)
+
+    def take(self) -> tuple[int, int, int]:
+        out = (self.postings, self.indexed, self.resolved)
+        self.postings = self.indexed = self.resolved = 0
+        return out
+
+
+def turn_ends(size: int) -> Iterator[int]:
+    """History lengths at each turn: through the question of the next round."""
+    return (size + 2 * t + 2 for t in range(TURNS))
+
+
+def test_evidence_work_per_question_is_flat(monkeypatch: pytest.MonkeyPatch) -> None:
+    counts = _Counts(monkeypatch)
+    per_size = {}
+    for size in (SHORT, LONG):
+        history = grown(size)
+        retriever = EvidenceRetriever(max_term_postings=60)
+        facts = facts_about(history)
+        retriever.rank("warm up", facts, history[:size])
+        counts.take()
+        seen = []
+        for turn, end in enumerate(turn_ends(size)):
+            # "kitten" is in more messages than the cap at both sizes, code<i> in one
+            question = f"the kitten code{turn * 50} tomatoes" if turn % 2 else "kitten shelter"
+            taken = list(itertools.islice(retriever.iter_rank(question, facts, history[:end]), 12))
+            assert any(not r.is_fact for r in taken)
+            seen.append(counts.take())
+        per_size[size] = seen
+    assert per_size[SHORT] == per_size[LONG]
+    postings, indexed, resolved = zip(*per_size[LONG], strict=True)
+    assert max(postings) <= 60 * 4  # the cap times the question's words
+    assert set(indexed) == {2}  # the new round only
+    assert max(resolved) <= 12
+
+
+# --------------------------------------------------------------------------- context builder
+
+
+def test_context_builder_work_per_turn_is_flat(monkeypatch: pytest.MonkeyPatch) -> None:
+    counts = _Counts(monkeypatch)
+    validated: list[int] = []
+    validate = Fact.model_validate.__func__  # type: ignore[attr-defined]
+
+    def counting_validate(cls: type[Fact], *args: Any, **kwargs: Any) -> Fact:
+        validated.append(1)
+        return validate(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(Fact, "model_validate", classmethod(counting_validate))
+    costed: list[str] = []
+    per_size = {}
+    for size in (SHORT, LONG):
+        history = grown(size)
+        state = facts_to_state(facts_about(history))
+        builder = ContextBuilder(
+            max_context_tokens=900,
+            token_counter=count_tokens_approximately,
+            top_k_facts=1_000,
+            raw_turn_retrieval=1_000,
+            evidence_retriever=EvidenceRetriever(max_term_postings=60),
+        )
+        original_cost = builder._text_cost
+
+        def counting_cost(text: str, original: Any = original_cost) -> int:
+            costed.append(text)
+            return int(original(text))
+
+        monkeypatch.setattr(builder, "_text_cost", counting_cost)
+        builder.build(history[: size + 2], facts=state)
+        counts.take()
+        seen = []
+        for end in turn_ends(size):
+            validated.clear()
+            costed.clear()
+            built = builder.assemble(history[:end], facts=state)
+            assert built.retrieved_ids
+            seen.append((*counts.take(), len(validated), len(costed)))
+        per_size[size] = seen
+    # The questions differ between the sizes (they name their round), so the counts are
+    # bounded rather than equal: by the cap and the budget, never by the history.
+    for size, seen in per_size.items():
+        postings, indexed, resolved, validated_facts, lines = zip(*seen, strict=True)
+        assert max(postings) <= 60 * 8, size  # the cap times the question's words
+        assert set(indexed) <= {0, 2}, size  # at most the newest round
+        assert max(resolved) <= 120, size  # messages looked at while filling the budget
+        assert set(validated_facts) == {0}, size  # unchanged facts are not parsed again
+        assert max(lines) <= 120, size  # fact and message lines costed
+
+
+# --------------------------------------------------------------------------- fact extraction
+
+
+def test_extraction_reindexes_only_changed_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    counts = _Counts(monkeypatch)
+    extractor = FactExtractor(GenericFakeChatModel(messages=iter(["[]"] * 10)), max_prompt_facts=5)
+    facts = {f.id: f for f in facts_about(grown(100), count=40)}
+    batch = grown(4)[1:5]
+    extractor.extract(batch, facts)
+    assert counts.take()[1] == 40 + 0  # first call: every fact indexed once
+    for n in range(3):
+        new = Fact(id=f"g-{n}", content=f"The user also mentioned code{n}")
+        facts[new.id] = new
+        extractor.extract(batch, facts)
+        assert counts.take()[1] == 1  # only the new fact
