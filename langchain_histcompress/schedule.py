@@ -33,7 +33,9 @@ With ``F`` the folded tokens, ``S`` / ``S'`` the summary before / after (``S' = 
 cap)``), ``o`` the output / input price ratio and ``r`` / ``w`` the cache read / write price
 ratios, a fold costs ``instruction_tokens + S + F + o * S'`` plus, when the cache is warm and
 the view was cacheable, ``(S' + kept) * (w - r)`` for the miss; it removes ``F - (S' - S)``
-tokens from every later request.
+tokens from every later request. An append-only memory (fact extraction, ``append_ratio``
+``a``) reads only the folded rounds and writes what it adds: ``S' = min(S + a * F, cap)``
+and the call costs ``instruction_tokens + F + o * a * F``.
 
 A verbatim floor keeps the view cacheable: when the provider caches from
 ``min_cached_tokens`` on, a fold never leaves the preamble + kept rounds under it (below it
@@ -142,6 +144,11 @@ class FoldSchedule:
     verbatim_floor: int | None = None
     """Smallest preamble + kept rounds (in tokens) a fold may leave; ``None``
     for the provider's ``min_cached_tokens`` when it caches, else 0."""
+    append_ratio: float | None = None
+    """``None``: the call rewrites the summary (it reads the current one and writes the new
+    one). A ratio: the call appends to a memory instead (fact extraction): it reads only the
+    folded rounds after ``instruction_tokens``, writes ``append_ratio`` tokens per folded
+    token, and the memory in the view grows by as much, up to ``summary_tokens``."""
 
     def __post_init__(self) -> None:
         """Validate the settings."""
@@ -163,6 +170,12 @@ class FoldSchedule:
         factor = self.payback_factor
         if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1:
             msg = f"payback_factor must be a number >= 1, got {factor!r}"
+            raise ConfigurationError(msg)
+        ratio = self.append_ratio
+        if ratio is not None and (
+            isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 0
+        ):
+            msg = f"append_ratio must be None or a number >= 0, got {ratio!r}"
             raise ConfigurationError(msg)
         floor = self.verbatim_floor
         if floor is not None and (
@@ -209,6 +222,18 @@ class FoldSchedule:
         if not self.pricing.caches or prompt_tokens < self.pricing.min_cached_tokens:
             return 1.0
         return write if cold else read
+
+    def _call(self, summary_tokens: int, folded: float, out: float) -> tuple[float, float]:
+        """The summary after folding ``folded`` tokens, and the call's price."""
+        if self.append_ratio is None:  # the call reads the summary and rewrites it
+            new_summary = min(summary_tokens + folded, self.summary_tokens)
+            return (
+                new_summary,
+                self.instruction_tokens + summary_tokens + folded + out * new_summary,
+            )
+        written = self.append_ratio * folded
+        new_summary = min(summary_tokens + written, max(summary_tokens, self.summary_tokens))
+        return new_summary, self.instruction_tokens + folded + out * written
 
     def decide(
         self,
@@ -285,8 +310,7 @@ class FoldSchedule:
             kept = total - folded
             if fixed_tokens + kept < floor:  # the new summary may be short: not counted
                 break  # folding more would only shrink the view further below the floor
-            new_summary = min(summary_tokens + folded, self.summary_tokens)
-            call = self.instruction_tokens + summary_tokens + folded + out * new_summary
+            new_summary, call = self._call(summary_tokens, folded, out)
             miss = 0.0
             if pricing.caches and not cold_now and prompt >= pricing.min_cached_tokens:
                 after = new_summary + kept + (fixed_tokens if fixed_tokens < floor else 0)

@@ -528,7 +528,6 @@ class CachedFactsStrategy(FactsStrategy):
         *,
         tail_tokens: int = CACHED_TAIL_TOKENS,
         prefix_fact_tokens: int = CACHED_PREFIX_FACT_TOKENS,
-        max_verbatim_tokens: int = 4096,
     ) -> None:
         """Build the node (one call per backlog), the builder and the cache-stable context.
 
@@ -538,7 +537,6 @@ class CachedFactsStrategy(FactsStrategy):
             tail_tokens: Budget of the question-dependent part: facts and old turns ranked
                 for the question, and the question.
             prefix_fact_tokens: Facts kept in the cached prefix, newest first.
-            max_verbatim_tokens: Fold when the verbatim rounds pass this size.
         """
         env = StrategyEnv(**{**env.__dict__, "context_tokens": tail_tokens})
         super().__init__(env, raw_turns=True, layout="cache_stable", batch_rounds=None)
@@ -547,8 +545,7 @@ class CachedFactsStrategy(FactsStrategy):
         module = importlib.import_module("langchain_histcompress.cached_context")
         self.context = module.CacheStableContext(
             self.builder,
-            pricing=CACHED_PRICING,
-            max_verbatim_tokens=max_verbatim_tokens,
+            pricing=env.pricing or CACHED_PRICING,
             prefix_fact_tokens=prefix_fact_tokens,
         )
 
@@ -560,8 +557,30 @@ class CachedFactsStrategy(FactsStrategy):
     def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
         """Extract the backlog when a fold is due, then assemble the context."""
         if self.context.fold_due(history):
-            self._extract(history)
+            self._extract_backlog(history)
         return list(self.context.assemble(history, facts=self._facts).messages)
+
+    def _extract_backlog(self, history: Sequence[BaseMessage]) -> None:
+        """Extract the rounds after the cursor in as few calls as the extractor allows.
+
+        The extractor applies at most ``max_ops`` operations per call and rejects the rest;
+        a message yields about one fact, so each call gets whole rounds of at most
+        ``max_ops`` messages (a longer round alone).
+        """
+        limit = self.node.extractor.max_ops
+        begin = next(
+            (i + 1 for i in range(len(history) - 1, -1, -1) if history[i].id == self._cursor),
+            0,
+        )
+        cuts: list[int] = []
+        first = begin
+        for index in range(begin, len(history)):
+            if isinstance(history[index], HumanMessage) and index - first > limit:
+                cuts.append(index)
+                first = index
+        for cut in cuts:
+            self._extract(history[:cut])
+        self._extract(history)
 
     def warm_start(self, history: Sequence[BaseMessage]) -> None:
         """Extract from the newest 40 rounds in one call, then continue from there."""
@@ -860,8 +879,10 @@ register_strategy(
     "facts_turns_cached",
     CachedFactsStrategy,
     "hybrid_retrieval in a cache-stable prompt: verbatim rounds since the last fold first, "
-    "facts and old turns for the question last; facts extracted once per fold",
+    "facts and old turns for the question last; facts extracted once per fold, folds by cost "
+    "under the pricing model it is configured for (one run per cost column)",
     requires=("langchain_histcompress.memory", "langchain_histcompress.cached_context"),
+    priced=True,
 )
 register_strategy(
     "facts_minilm",
