@@ -514,8 +514,14 @@ class CacheStableContext:
             summary_tokens=self._cost(self._digest) if self._digest is not None else 0,
             rounds=loads,
             rounds_so_far=self._round_count(messages, start),
+            # the first fold starts the question-dependent data, paid in full every request
+            added_tokens=self._tail_tokens(messages[stop]) if self._anchor is None else 0,
         )
         return bounds[decision.rounds] if decision.rounds else None
+
+    def _tail_tokens(self, question: BaseMessage) -> int:
+        """The data the builder may add next to ``question`` (its budget minus the question)."""
+        return max(0, self.builder.max_context_tokens - self._cost(question))
 
     def _time(self, message: BaseMessage) -> datetime | None:
         at = self.timestamp_getter(message)

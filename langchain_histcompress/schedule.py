@@ -242,6 +242,7 @@ class FoldSchedule:
         summary_tokens: int,
         rounds: Sequence[RoundLoad],
         rounds_so_far: int = 0,
+        added_tokens: int = 0,
     ) -> FoldDecision:
         """Choose how many of the oldest pending rounds to fold now.
 
@@ -253,6 +254,8 @@ class FoldSchedule:
                 counting the coming one).
             rounds_so_far: Rounds of the whole conversation, the latest and the folded ones
                 included (at least ``len(rounds)`` are counted).
+            added_tokens: Tokens the fold adds to every later request at the full input price
+                (e.g. question-dependent data that only stands in for folded rounds).
 
         Example:
             >>> from langchain_histcompress.pricing import PRICING_MODELS
@@ -318,8 +321,10 @@ class FoldSchedule:
             cost = call + miss
             removed = folded - (new_summary - summary_tokens)
             # the coming request is certain, the others as likely as the horizon says
-            confident = removed * (now_price + future_price * (likely - 1))
-            net = removed * (now_price + future_price * (horizon - 1)) - cost
+            confident = removed * (now_price + future_price * (likely - 1)) - added_tokens * likely
+            net = (
+                removed * (now_price + future_price * (horizon - 1)) - added_tokens * horizon - cost
+            )
             if rent >= cost and confident >= cost and net > best.net_saving:
                 reason: FoldReason = "cold" if cold_now and pricing.caches else "rent"
                 best = FoldDecision(k, reason, net, cost, rent)

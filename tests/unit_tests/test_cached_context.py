@@ -322,3 +322,16 @@ def test_a_cheaper_extraction_folds_sooner() -> None:
         return len(history)
 
     assert first_fold(0.1) < first_fold(2.0)
+
+
+def test_the_data_the_first_fold_starts_sending_counts_against_it() -> None:
+    history = _conversation(1, 40)
+
+    def first_fold(tail: int) -> int:
+        context = CacheStableContext(_builder(tail), pricing="none")
+        for index, message in enumerate(history):
+            if isinstance(message, HumanMessage) and context.fold_due(history[: index + 1]):
+                return index
+        return len(history)
+
+    assert first_fold(100) < first_fold(3000)

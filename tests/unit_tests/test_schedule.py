@@ -195,3 +195,21 @@ def test_an_appending_call_reads_only_the_folded_rounds_and_writes_its_share() -
     assert decision.cost == pytest.approx(10 + folded + out * 0.25 * folded)
     with pytest.raises(ConfigurationError, match="append_ratio"):
         FoldSchedule(append_ratio=-1.0)
+
+
+def test_tokens_a_fold_adds_to_every_later_request_count_against_it() -> None:
+    from langchain_histcompress.pricing import PRICING_MODELS as MODELS
+
+    schedule = FoldSchedule(pricing=MODELS["none"], summary_tokens=128, instruction_tokens=10)
+    rounds = [RoundLoad(tokens=400)] * 30
+    plain = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=rounds)
+    assert plain.rounds > 0
+    burdened = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=rounds, added_tokens=300)
+    assert burdened.net_saving < plain.net_saving
+    # data as large as everything a fold could remove never pays
+    assert (
+        schedule.decide(
+            fixed_tokens=50, summary_tokens=0, rounds=rounds, added_tokens=30 * 400
+        ).rounds
+        == 0
+    )
