@@ -57,6 +57,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import threading
@@ -211,6 +212,11 @@ class CacheStableContext:
             msg = f"by_cost must be a bool, got {by_cost!r}"
             raise ConfigurationError(msg)
         self.by_cost = by_cost
+        ratio = extraction_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 0:
+            msg = f"extraction_ratio must be a number >= 0, got {ratio!r}"
+            raise ConfigurationError(msg)
+        self.extraction_ratio = float(ratio)
         self.max_verbatim_tokens = max_verbatim_tokens
         self.prefix_fact_tokens = prefix_fact_tokens
         if extraction_overhead_tokens is None:
@@ -220,7 +226,7 @@ class CacheStableContext:
             summary_tokens=max(1, prefix_fact_tokens),
             instruction_tokens=extraction_overhead_tokens,
             verbatim_floor=verbatim_floor_tokens,
-            append_ratio=extraction_ratio,
+            append_ratio=self.extraction_ratio,
         )
         """The cost model of a fold (an extraction call appending facts) when ``by_cost``."""
         self.verbatim_floor_tokens = (
@@ -244,6 +250,7 @@ class CacheStableContext:
         self._rounds = 0
         self._rounds_checked = 0
         self._memo: tuple[tuple[object, ...], int | None] | None = None
+        self._extracted = (0, 0)
         self._lock = threading.Lock()
         self.folded = False
         """Whether the last `assemble` call with ``advance=True`` moved the anchor."""
@@ -260,7 +267,29 @@ class CacheStableContext:
         self._rounds = 0
         self._rounds_checked = 0
         self._memo = None
+        self._extracted = (0, 0)
+        self.schedule = dataclasses.replace(self.schedule, append_ratio=self.extraction_ratio)
         self.folded = False
+
+    def record_extraction(self, *, read_tokens: int, written_tokens: int) -> None:
+        """Tell the schedule what an extraction call cost: conversation tokens in, tokens out.
+
+        From the first report on, folds expect the ratio observed over this conversation's
+        extractions (tokens written per token read) instead of ``extraction_ratio``.
+
+        Raises:
+            ConfigurationError: A count is negative.
+        """
+        if min(read_tokens, written_tokens) < 0:
+            msg = f"token counts must be >= 0, got {read_tokens!r} and {written_tokens!r}"
+            raise ConfigurationError(msg)
+        with self._lock:
+            read, written = self._extracted
+            self._extracted = (read + read_tokens, written + written_tokens)
+            if self._extracted[0]:
+                observed = self._extracted[1] / self._extracted[0]
+                # the fold already decided for the current request stands (see `fold_due`)
+                self.schedule = dataclasses.replace(self.schedule, append_ratio=observed)
 
     @property
     def anchor(self) -> str | None:

@@ -335,3 +335,25 @@ def test_the_data_the_first_fold_starts_sending_counts_against_it() -> None:
         return len(history)
 
     assert first_fold(100) < first_fold(3000)
+
+
+def test_observed_extraction_costs_replace_the_prior() -> None:
+    history = _conversation(1, 40)
+
+    def first_fold(context: CacheStableContext) -> int:
+        for index, message in enumerate(history):
+            if isinstance(message, HumanMessage) and context.fold_due(history[: index + 1]):
+                return index
+        return len(history)
+
+    prior = CacheStableContext(_builder(), pricing="none", extraction_ratio=0.1)
+    verbose = CacheStableContext(_builder(), pricing="none", extraction_ratio=0.1)
+    verbose.record_extraction(read_tokens=1000, written_tokens=2000)
+    assert verbose.schedule.append_ratio == 2.0
+    assert first_fold(prior) < first_fold(verbose)
+    verbose.reset()  # a new conversation starts from the prior again
+    assert verbose.schedule.append_ratio == 0.1
+    with pytest.raises(ConfigurationError, match="token counts"):
+        verbose.record_extraction(read_tokens=-1, written_tokens=0)
+    with pytest.raises(ConfigurationError, match="extraction_ratio"):
+        CacheStableContext(_builder(), extraction_ratio=-0.5)
