@@ -251,6 +251,7 @@ class CacheStableContext:
         self._rounds_checked = 0
         self._memo: tuple[tuple[object, ...], int | None] | None = None
         self._extracted = (0, 0)
+        self._folded_tokens = 0
         self._lock = threading.Lock()
         self.folded = False
         """Whether the last `assemble` call with ``advance=True`` moved the anchor."""
@@ -268,7 +269,10 @@ class CacheStableContext:
         self._rounds_checked = 0
         self._memo = None
         self._extracted = (0, 0)
-        self.schedule = dataclasses.replace(self.schedule, append_ratio=self.extraction_ratio)
+        self._folded_tokens = 0
+        self.schedule = dataclasses.replace(
+            self.schedule, append_ratio=self.extraction_ratio, memory_ratio=None
+        )
         self.folded = False
 
     def record_extraction(self, *, read_tokens: int, written_tokens: int) -> None:
@@ -363,6 +367,7 @@ class CacheStableContext:
         if advance and current_at > start:
             moved = self._fold_anchor(messages, start, anchor, current_at)
             if moved is not None:
+                self._folded_tokens += sum(self._cost(m) for m in messages[anchor:moved])
                 anchor = moved
                 at_anchor = messages[anchor].id if anchor < current_at else None
                 self._anchor = str(at_anchor) if at_anchor is not None else _AFTER_ALL
@@ -375,6 +380,10 @@ class CacheStableContext:
                         if not (fact.source_ids and kept.issuperset(fact.source_ids))
                     }
                 )
+                if self._folded_tokens:  # the prefix's facts per folded token, as observed
+                    shown = self._cost(self._digest) if self._digest is not None else 0
+                    ratio = shown / self._folded_tokens
+                    self.schedule = dataclasses.replace(self.schedule, memory_ratio=ratio)
                 folded = True
             self.folded = folded
             self._checked = len(messages)

@@ -35,7 +35,8 @@ ratios, a fold costs ``instruction_tokens + S + F + o * S'`` plus, when the cach
 the view was cacheable, ``(S' + kept) * (w - r)`` for the miss; it removes ``F - (S' - S)``
 tokens from every later request. An append-only memory (fact extraction, ``append_ratio``
 ``a``) reads only the folded rounds and writes what it adds: ``S' = min(S + a * F, cap)``
-and the call costs ``instruction_tokens + F + o * a * F``.
+and the call costs ``instruction_tokens + F + o * a * F`` (``memory_ratio`` replaces ``a`` in
+``S'`` when the memory is shown tersely).
 
 A verbatim floor keeps the view cacheable: when the provider caches from
 ``min_cached_tokens`` on, a fold never leaves the preamble + kept rounds under it (below it
@@ -149,6 +150,9 @@ class FoldSchedule:
     one). A ratio: the call appends to a memory instead (fact extraction): it reads only the
     folded rounds after ``instruction_tokens``, writes ``append_ratio`` tokens per folded
     token, and the memory in the view grows by as much, up to ``summary_tokens``."""
+    memory_ratio: float | None = None
+    """With ``append_ratio``: tokens the memory in the view grows by per folded token, when
+    it is shown in a terser form than the call writes (``None``: ``append_ratio``)."""
 
     def __post_init__(self) -> None:
         """Validate the settings."""
@@ -171,12 +175,13 @@ class FoldSchedule:
         if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1:
             msg = f"payback_factor must be a number >= 1, got {factor!r}"
             raise ConfigurationError(msg)
-        ratio = self.append_ratio
-        if ratio is not None and (
-            isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 0
-        ):
-            msg = f"append_ratio must be None or a number >= 0, got {ratio!r}"
-            raise ConfigurationError(msg)
+        for name in ("append_ratio", "memory_ratio"):
+            ratio = getattr(self, name)
+            if ratio is not None and (
+                isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 0
+            ):
+                msg = f"{name} must be None or a number >= 0, got {ratio!r}"
+                raise ConfigurationError(msg)
         floor = self.verbatim_floor
         if floor is not None and (
             isinstance(floor, bool) or not isinstance(floor, int) or floor < 0
@@ -232,7 +237,8 @@ class FoldSchedule:
                 self.instruction_tokens + summary_tokens + folded + out * new_summary,
             )
         written = self.append_ratio * folded
-        new_summary = min(summary_tokens + written, max(summary_tokens, self.summary_tokens))
+        grown = written if self.memory_ratio is None else self.memory_ratio * folded
+        new_summary = min(summary_tokens + grown, max(summary_tokens, self.summary_tokens))
         return new_summary, self.instruction_tokens + folded + out * written
 
     def decide(

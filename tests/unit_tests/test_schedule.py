@@ -213,3 +213,17 @@ def test_tokens_a_fold_adds_to_every_later_request_count_against_it() -> None:
         ).rounds
         == 0
     )
+
+
+def test_a_terser_memory_removes_more_and_folds_no_later() -> None:
+    from langchain_histcompress.pricing import PRICING_MODELS as MODELS
+
+    verbose = FoldSchedule(pricing=MODELS["openai-50"], summary_tokens=8000, append_ratio=0.7)
+    terse = dataclasses.replace(verbose, memory_ratio=0.2)
+    rounds = [RoundLoad(tokens=400, requests=3)] * 40
+    state = {"fixed_tokens": 50, "summary_tokens": 0, "rounds": rounds, "rounds_so_far": 400}
+    loose, tight = terse.decide(**state), verbose.decide(**state)
+    assert loose.net_saving > tight.net_saving
+    assert loose.cost <= tight.cost  # the same call; a smaller rewrite of the cached view
+    with pytest.raises(ConfigurationError, match="memory_ratio"):
+        FoldSchedule(memory_ratio=-1.0)
