@@ -252,6 +252,7 @@ class CacheStableContext:
         self._memo: tuple[tuple[object, ...], int | None] | None = None
         self._extracted = (0, 0)
         self._folded_tokens = 0
+        self._times: dict[str, datetime | None] = {}
         self._lock = threading.Lock()
         self.folded = False
         """Whether the last `assemble` call with ``advance=True`` moved the anchor."""
@@ -270,6 +271,7 @@ class CacheStableContext:
         self._memo = None
         self._extracted = (0, 0)
         self._folded_tokens = 0
+        self._times = {}
         self.schedule = dataclasses.replace(
             self.schedule, append_ratio=self.extraction_ratio, memory_ratio=None
         )
@@ -562,8 +564,12 @@ class CacheStableContext:
         return max(0, self.builder.max_context_tokens - self._cost(question))
 
     def _time(self, message: BaseMessage) -> datetime | None:
+        key = str(message.id)
+        if key in self._times:  # every request reads the pending rounds' times again
+            return self._times[key]
         at = self.timestamp_getter(message)
-        return at if isinstance(at, datetime) else None
+        found = self._times[key] = at if isinstance(at, datetime) else None
+        return found
 
     def fold_due(self, messages: Sequence[BaseMessage]) -> bool:
         """Whether `assemble` would fold on ``messages``: the point to extract facts in one call.
