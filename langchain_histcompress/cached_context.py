@@ -11,15 +11,17 @@ of the prompt. `CacheStableContext` wraps a builder and sends, in this order:
 4. the current round.
 
 Consecutive requests therefore share everything up to the end of the previous request's
-verbatim rounds. The anchor moves (a *fold*) only when rewriting the prompt costs nothing
-extra: the cache is cold anyway (this is the first request after a pause longer than the
-pricing model's cache lifetime, read from message timestamps: the pause lies among the
-messages added since the previous request, with no assistant reply after it), or the
-verbatim rounds passed ``max_verbatim_tokens``. A fold keeps the fewest newest rounds that
-bring the preamble and the verbatim rounds to the provider's minimum cached prefix
-(``verbatim_floor_tokens``): the prefix of the next requests is cacheable from the first one
-on, and the end of the previous exchange stays verbatim (recent turns are what a new message
-most often refers to).
+verbatim rounds. The anchor moves (a *fold*, one fact extraction for the backlog) when it pays:
+`schedule.FoldSchedule` decides, under the pricing model, as for a running summary (fold once
+the rent paid for re-sending the verbatim rounds reaches the fold's cost, and only if the fold
+repays itself with 90% confidence), the call being an extraction that reads the folded rounds
+and writes about ``extraction_ratio`` tokens of facts per token. A cold cache (the first
+request after a pause longer than the pricing model's cache lifetime, read from message
+timestamps) makes a fold cheaper (no cache miss) but not free, so a short conversation never
+pays for an extraction. ``by_cost=False`` folds at every cold cache instead; a
+``max_verbatim_tokens`` cap folds whatever the cost. A fold keeps verbatim the fewest newest
+rounds that keep the prefix cacheable (``verbatim_floor_tokens``): recent turns are what a new
+message most often refers to.
 
 The builder's ``max_context_tokens`` bounds the question-dependent part (the data and the
 latest human message); the preamble, the facts block, the verbatim rounds (at most
@@ -46,7 +48,8 @@ Example:
     ...            say(HumanMessage, "Where do I live?", "h2", 600)]  # 10 min later: cold
     >>> builder = ContextBuilder(max_context_tokens=200, token_counter=count_tokens_approximately,
     ...                          raw_turn_retrieval=5, layout="cache_stable")
-    >>> context = CacheStableContext(builder, pricing="openai-90", verbatim_floor_tokens=0)
+    >>> context = CacheStableContext(builder, pricing="openai-90", by_cost=False,
+    ...                              verbatim_floor_tokens=0)
     >>> built = context.assemble(history)
     >>> context.folded, [m.id for m in built.messages]
     (True, ['s', 'h1', 'a1', 'h2'])
@@ -54,7 +57,9 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import itertools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -70,14 +75,20 @@ from langchain_histcompress.context import (
     is_context_message,
 )
 from langchain_histcompress.errors import BudgetError, ConfigurationError
-from langchain_histcompress.facts import Fact, facts_from_state
+from langchain_histcompress.facts import Fact, build_extraction_prompt, facts_from_state
 from langchain_histcompress.pricing import DEFAULT_PRICING, PRICING_MODELS, PricingModel
 from langchain_histcompress.render import escape_data
 from langchain_histcompress.rounds import SUMMARY_SOURCE, ensure_ids
+from langchain_histcompress.schedule import FoldSchedule, round_loads
 
 __all__ = ["CacheStableContext", "cache_cold"]
 
 TimestampGetter = Callable[[BaseMessage], datetime | None]
+
+EXTRACTION_RATIO = 0.5
+"""Default tokens an extraction call writes per conversation token it reads: a fact or two per
+message as JSON operations (content, type, confidence, status, source ids), about half the
+message's length."""
 
 
 def cache_cold(
@@ -128,8 +139,13 @@ class CacheStableContext:
             whole tail to data (the verbatim rounds come from the prefix).
         pricing: The provider's pricing model (name or `PricingModel`): its cache lifetime
             says when the cache is cold, its minimum cached prefix sets the default floor.
-        max_verbatim_tokens: Fold when the verbatim rounds pass this many tokens, even when
-            the cache is warm.
+        by_cost: Fold when `schedule` finds that the extraction pays (``False``: at every
+            cold cache).
+        extraction_ratio: Tokens an extraction call writes per conversation token it reads.
+        extraction_overhead_tokens: Tokens of an extraction prompt besides the rounds
+            (default: the extraction instructions, counted by the builder's counter).
+        max_verbatim_tokens: Fold whatever the cost when the verbatim rounds pass this many
+            tokens (``None``: no cap).
         verbatim_floor_tokens: A fold keeps the fewest newest rounds that bring preamble +
             verbatim rounds to at least this many tokens (default: the pricing model's
             minimum cached prefix; 0 keeps none).
@@ -163,7 +179,10 @@ class CacheStableContext:
         builder: ContextBuilder,
         *,
         pricing: str | PricingModel = DEFAULT_PRICING,
-        max_verbatim_tokens: int = 4096,
+        by_cost: bool = True,
+        extraction_ratio: float = EXTRACTION_RATIO,
+        extraction_overhead_tokens: int | None = None,
+        max_verbatim_tokens: int | None = None,
         verbatim_floor_tokens: int | None = None,
         prefix_fact_tokens: int = 0,
         timestamp_getter: TimestampGetter | None = None,
@@ -181,15 +200,35 @@ class CacheStableContext:
         for name, value in (
             ("max_verbatim_tokens", max_verbatim_tokens),
             ("verbatim_floor_tokens", verbatim_floor_tokens),
+            ("extraction_overhead_tokens", extraction_overhead_tokens),
             ("prefix_fact_tokens", prefix_fact_tokens),
         ):
-            if value is None and name == "verbatim_floor_tokens":
+            if value is None and name != "prefix_fact_tokens":
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 msg = f"{name} must be an int >= 0, got {value!r}"
                 raise ConfigurationError(msg)
+        if not isinstance(by_cost, bool):
+            msg = f"by_cost must be a bool, got {by_cost!r}"
+            raise ConfigurationError(msg)
+        self.by_cost = by_cost
+        ratio = extraction_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 0:
+            msg = f"extraction_ratio must be a number >= 0, got {ratio!r}"
+            raise ConfigurationError(msg)
+        self.extraction_ratio = float(ratio)
         self.max_verbatim_tokens = max_verbatim_tokens
         self.prefix_fact_tokens = prefix_fact_tokens
+        if extraction_overhead_tokens is None:
+            extraction_overhead_tokens = builder.token_counter(build_extraction_prompt([], []))
+        self.schedule = FoldSchedule(
+            pricing=self.pricing,
+            summary_tokens=max(1, prefix_fact_tokens),
+            instruction_tokens=extraction_overhead_tokens,
+            verbatim_floor=verbatim_floor_tokens,
+            append_ratio=self.extraction_ratio,
+        )
+        """The cost model of a fold (an extraction call appending facts) when ``by_cost``."""
         self.verbatim_floor_tokens = (
             self.pricing.min_cached_tokens
             if verbatim_floor_tokens is None and self.pricing.family != "none"
@@ -208,6 +247,12 @@ class CacheStableContext:
         self._digest_facts: tuple[Fact, ...] = ()
         self._digest_sources: frozenset[str] = frozenset()
         self._costs: dict[str, int] = {}
+        self._rounds = 0
+        self._rounds_checked = 0
+        self._memo: tuple[tuple[object, ...], int | None] | None = None
+        self._extracted = (0, 0)
+        self._folded_tokens = 0
+        self._times: dict[str, datetime | None] = {}
         self._lock = threading.Lock()
         self.folded = False
         """Whether the last `assemble` call with ``advance=True`` moved the anchor."""
@@ -221,7 +266,36 @@ class CacheStableContext:
         self._digest = None
         self._digest_facts = ()
         self._digest_sources = frozenset()
+        self._rounds = 0
+        self._rounds_checked = 0
+        self._memo = None
+        self._extracted = (0, 0)
+        self._folded_tokens = 0
+        self._times = {}
+        self.schedule = dataclasses.replace(
+            self.schedule, append_ratio=self.extraction_ratio, memory_ratio=None
+        )
         self.folded = False
+
+    def record_extraction(self, *, read_tokens: int, written_tokens: int) -> None:
+        """Tell the schedule what an extraction call cost: conversation tokens in, tokens out.
+
+        From the first report on, folds expect the ratio observed over this conversation's
+        extractions (tokens written per token read) instead of ``extraction_ratio``.
+
+        Raises:
+            ConfigurationError: A count is negative.
+        """
+        if min(read_tokens, written_tokens) < 0:
+            msg = f"token counts must be >= 0, got {read_tokens!r} and {written_tokens!r}"
+            raise ConfigurationError(msg)
+        with self._lock:
+            read, written = self._extracted
+            self._extracted = (read + read_tokens, written + written_tokens)
+            if self._extracted[0]:
+                observed = self._extracted[1] / self._extracted[0]
+                # the fold already decided for the current request stands (see `fold_due`)
+                self.schedule = dataclasses.replace(self.schedule, append_ratio=observed)
 
     @property
     def anchor(self) -> str | None:
@@ -293,8 +367,10 @@ class CacheStableContext:
         anchor = self._anchor_index(messages, start, current_at)
         folded = False
         if advance and current_at > start:
-            if self._due(messages, anchor, current_at):
-                anchor = self._fold_start(messages, start, current_at)
+            moved = self._fold_anchor(messages, start, anchor, current_at)
+            if moved is not None:
+                self._folded_tokens += sum(self._cost(m) for m in messages[anchor:moved])
+                anchor = moved
                 at_anchor = messages[anchor].id if anchor < current_at else None
                 self._anchor = str(at_anchor) if at_anchor is not None else _AFTER_ALL
                 self._after = current_at
@@ -306,6 +382,10 @@ class CacheStableContext:
                         if not (fact.source_ids and kept.issuperset(fact.source_ids))
                     }
                 )
+                if self._folded_tokens:  # the prefix's facts per folded token, as observed
+                    shown = self._cost(self._digest) if self._digest is not None else 0
+                    ratio = shown / self._folded_tokens
+                    self.schedule = dataclasses.replace(self.schedule, memory_ratio=ratio)
                 folded = True
             self.folded = folded
             self._checked = len(messages)
@@ -419,10 +499,10 @@ class CacheStableContext:
                 return True
         return False
 
-    def _due(self, messages: Sequence[BaseMessage], anchor: int, stop: int) -> bool:
-        if self._paused(messages):
-            return True
-        # the verbatim rounds' size, read back only until it passes the cap
+    def _over_cap(self, messages: Sequence[BaseMessage], anchor: int, stop: int) -> bool:
+        """Whether the verbatim rounds passed ``max_verbatim_tokens`` (read back to the cap)."""
+        if self.max_verbatim_tokens is None:
+            return False
         room = self.max_verbatim_tokens
         for index in range(stop - 1, anchor - 1, -1):
             room -= self._cost(messages[index])
@@ -430,11 +510,72 @@ class CacheStableContext:
                 return True
         return False
 
+    def _fold_anchor(
+        self, messages: Sequence[BaseMessage], start: int, anchor: int, stop: int
+    ) -> int | None:
+        """Where the verbatim rounds start after the fold due now (``None``: no fold)."""
+        key = (len(messages), str(messages[-1].id), self._anchor, anchor)
+        if self._memo is not None and self._memo[0] == key:
+            return self._memo[1]
+        if self._over_cap(messages, anchor, stop):
+            moved: int | None = self._fold_start(messages, start, stop)
+        elif not self.by_cost:
+            moved = self._fold_start(messages, start, stop) if self._paused(messages) else None
+        else:
+            moved = self._scheduled(messages, start, anchor, stop)
+        self._memo = (key, moved)
+        return moved
+
+    def _round_count(self, messages: Sequence[BaseMessage], start: int) -> int:
+        """Rounds of the conversation so far (human messages; only new messages are read)."""
+        begin = max(start, min(self._rounds_checked, len(messages)))
+        self._rounds += sum(1 for m in messages[begin:] if isinstance(m, HumanMessage))
+        self._rounds_checked = len(messages)
+        return self._rounds
+
+    def _scheduled(
+        self, messages: Sequence[BaseMessage], start: int, anchor: int, stop: int
+    ) -> int | None:
+        """The fold `schedule` chooses: the verbatim rounds and the current one are pending."""
+        starts = [
+            i for i in range(anchor, stop) if i == anchor or isinstance(messages[i], HumanMessage)
+        ]
+        bounds = [*starts, stop, len(messages)]
+        groups = [messages[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+        loads = round_loads(
+            groups,
+            [sum(self._cost(m) for m in group) for group in groups],
+            timestamp=self._time,
+            lifetime=self.pricing.cache_lifetime,
+            before=messages[anchor - 1] if anchor > start else None,
+        )
+        decision = self.schedule.decide(
+            fixed_tokens=sum(self._cost(m) for m in messages[:start]),
+            summary_tokens=self._cost(self._digest) if self._digest is not None else 0,
+            rounds=loads,
+            rounds_so_far=self._round_count(messages, start),
+            # the first fold starts the question-dependent data, paid in full every request
+            added_tokens=self._tail_tokens(messages[stop]) if self._anchor is None else 0,
+        )
+        return bounds[decision.rounds] if decision.rounds else None
+
+    def _tail_tokens(self, question: BaseMessage) -> int:
+        """The data the builder may add next to ``question`` (its budget minus the question)."""
+        return max(0, self.builder.max_context_tokens - self._cost(question))
+
+    def _time(self, message: BaseMessage) -> datetime | None:
+        key = str(message.id)
+        if key in self._times:  # every request reads the pending rounds' times again
+            return self._times[key]
+        at = self.timestamp_getter(message)
+        found = self._times[key] = at if isinstance(at, datetime) else None
+        return found
+
     def fold_due(self, messages: Sequence[BaseMessage]) -> bool:
         """Whether `assemble` would fold on ``messages``: the point to extract facts in one call.
 
-        A fold is due when the cache is cold or the verbatim rounds passed
-        ``max_verbatim_tokens``.
+        A fold is due when `schedule` finds that it pays (``by_cost``; else when the cache is
+        cold), or the verbatim rounds passed ``max_verbatim_tokens``.
         """
         with self._lock:
             messages = self._ided(messages)
@@ -442,7 +583,7 @@ class CacheStableContext:
             if current_at <= start:
                 return False
             anchor = self._anchor_index(messages, start, current_at)
-            return self._due(messages, anchor, current_at)
+            return self._fold_anchor(messages, start, anchor, current_at) is not None
 
     def _anchor_index(self, messages: Sequence[BaseMessage], start: int, stop: int) -> int:
         """Where the verbatim rounds start (the anchor, searched back from ``stop``)."""

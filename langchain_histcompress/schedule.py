@@ -33,7 +33,10 @@ With ``F`` the folded tokens, ``S`` / ``S'`` the summary before / after (``S' = 
 cap)``), ``o`` the output / input price ratio and ``r`` / ``w`` the cache read / write price
 ratios, a fold costs ``instruction_tokens + S + F + o * S'`` plus, when the cache is warm and
 the view was cacheable, ``(S' + kept) * (w - r)`` for the miss; it removes ``F - (S' - S)``
-tokens from every later request.
+tokens from every later request. An append-only memory (fact extraction, ``append_ratio``
+``a``) reads only the folded rounds and writes what it adds: ``S' = min(S + a * F, cap)``
+and the call costs ``instruction_tokens + F + o * a * F`` (``memory_ratio`` replaces ``a`` in
+``S'`` when the memory is shown tersely).
 
 A verbatim floor keeps the view cacheable: when the provider caches from
 ``min_cached_tokens`` on, a fold never leaves the preamble + kept rounds under it (below it
@@ -142,6 +145,14 @@ class FoldSchedule:
     verbatim_floor: int | None = None
     """Smallest preamble + kept rounds (in tokens) a fold may leave; ``None``
     for the provider's ``min_cached_tokens`` when it caches, else 0."""
+    append_ratio: float | None = None
+    """``None``: the call rewrites the summary (it reads the current one and writes the new
+    one). A ratio: the call appends to a memory instead (fact extraction): it reads only the
+    folded rounds after ``instruction_tokens``, writes ``append_ratio`` tokens per folded
+    token, and the memory in the view grows by as much, up to ``summary_tokens``."""
+    memory_ratio: float | None = None
+    """With ``append_ratio``: tokens the memory in the view grows by per folded token, when
+    it is shown in a terser form than the call writes (``None``: ``append_ratio``)."""
 
     def __post_init__(self) -> None:
         """Validate the settings."""
@@ -164,6 +175,13 @@ class FoldSchedule:
         if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1:
             msg = f"payback_factor must be a number >= 1, got {factor!r}"
             raise ConfigurationError(msg)
+        for name in ("append_ratio", "memory_ratio"):
+            ratio = getattr(self, name)
+            if ratio is not None and (
+                isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 0
+            ):
+                msg = f"{name} must be None or a number >= 0, got {ratio!r}"
+                raise ConfigurationError(msg)
         floor = self.verbatim_floor
         if floor is not None and (
             isinstance(floor, bool) or not isinstance(floor, int) or floor < 0
@@ -210,6 +228,19 @@ class FoldSchedule:
             return 1.0
         return write if cold else read
 
+    def _call(self, summary_tokens: int, folded: float, out: float) -> tuple[float, float]:
+        """The summary after folding ``folded`` tokens, and the call's price."""
+        if self.append_ratio is None:  # the call reads the summary and rewrites it
+            new_summary = min(summary_tokens + folded, self.summary_tokens)
+            return (
+                new_summary,
+                self.instruction_tokens + summary_tokens + folded + out * new_summary,
+            )
+        written = self.append_ratio * folded
+        grown = written if self.memory_ratio is None else self.memory_ratio * folded
+        new_summary = min(summary_tokens + grown, max(summary_tokens, self.summary_tokens))
+        return new_summary, self.instruction_tokens + folded + out * written
+
     def decide(
         self,
         *,
@@ -217,6 +248,7 @@ class FoldSchedule:
         summary_tokens: int,
         rounds: Sequence[RoundLoad],
         rounds_so_far: int = 0,
+        added_tokens: int = 0,
     ) -> FoldDecision:
         """Choose how many of the oldest pending rounds to fold now.
 
@@ -228,6 +260,8 @@ class FoldSchedule:
                 counting the coming one).
             rounds_so_far: Rounds of the whole conversation, the latest and the folded ones
                 included (at least ``len(rounds)`` are counted).
+            added_tokens: Tokens the fold adds to every later request at the full input price
+                (e.g. question-dependent data that only stands in for folded rounds).
 
         Example:
             >>> from langchain_histcompress.pricing import PRICING_MODELS
@@ -285,8 +319,7 @@ class FoldSchedule:
             kept = total - folded
             if fixed_tokens + kept < floor:  # the new summary may be short: not counted
                 break  # folding more would only shrink the view further below the floor
-            new_summary = min(summary_tokens + folded, self.summary_tokens)
-            call = self.instruction_tokens + summary_tokens + folded + out * new_summary
+            new_summary, call = self._call(summary_tokens, folded, out)
             miss = 0.0
             if pricing.caches and not cold_now and prompt >= pricing.min_cached_tokens:
                 after = new_summary + kept + (fixed_tokens if fixed_tokens < floor else 0)
@@ -294,8 +327,10 @@ class FoldSchedule:
             cost = call + miss
             removed = folded - (new_summary - summary_tokens)
             # the coming request is certain, the others as likely as the horizon says
-            confident = removed * (now_price + future_price * (likely - 1))
-            net = removed * (now_price + future_price * (horizon - 1)) - cost
+            confident = removed * (now_price + future_price * (likely - 1)) - added_tokens * likely
+            net = (
+                removed * (now_price + future_price * (horizon - 1)) - added_tokens * horizon - cost
+            )
             if rent >= cost and confident >= cost and net > best.net_saving:
                 reason: FoldReason = "cold" if cold_now and pricing.caches else "rent"
                 best = FoldDecision(k, reason, net, cost, rent)

@@ -34,8 +34,9 @@ adapter. Built in:
 - ``facts_turns_cached``: ``hybrid_retrieval`` in a cache-stable prompt
   (``cached_context.CacheStableContext``): the facts as of the last fold and the verbatim
   rounds since it form a prefix that only grows; a small tail of turns ranked for the question
-  comes last; facts are extracted once per fold (cold cache or verbatim cap), not per two
-  rounds.
+  comes last; a fold and its one-call fact extraction happen when ``schedule.FoldSchedule``
+  finds that they pay under the pricing model the strategy is configured for (replayed once
+  per pricing model), priced at the extraction output observed so far.
 - ``facts_minilm``: ``facts`` with the facts ranked by ``EmbeddingFactRetriever`` over the
   offline all-MiniLM-L6-v2 model instead of BM25.
 - ``hybrid_minilm``: ``hybrid_retrieval`` ranked by ``EmbeddingEvidenceRetriever``: BM25 and
@@ -69,9 +70,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, trim_messages
+from langchain_core.outputs import LLMResult
 
 from langchain_histcompress.bench.recall import QuestionContext
 from langchain_histcompress.errors import ConfigurationError
@@ -503,7 +506,7 @@ class FactsStrategy(Strategy):
 
 
 CACHED_PRICING = "openai-90"
-"""Pricing model whose cache rules `CachedFactsStrategy` plans for (lifetime, minimum prefix)."""
+"""Pricing model `CachedFactsStrategy` plans for when its environment names none."""
 CACHED_PREFIX_FACT_TOKENS = 8192
 """Facts kept in `CachedFactsStrategy`'s cached prefix: read at a tenth of the input price on
 every request of a session, written once per fold."""
@@ -512,14 +515,29 @@ CACHED_TAIL_TOKENS = 300
 on every request, where the cached prefix is paid a tenth)."""
 
 
+class _OutputTokens(BaseCallbackHandler):
+    """Counts the output tokens a model reports (``usage_metadata``) over its calls."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+
+    def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        for generations in response.generations:
+            for generation in generations:
+                message = getattr(generation, "message", None)
+                usage = getattr(message, "usage_metadata", None)
+                if usage:
+                    self.tokens += int(usage.get("output_tokens", 0))
+
+
 class CachedFactsStrategy(FactsStrategy):
     """Facts + retrieved turns in a cache-stable prompt (``cached_context.CacheStableContext``).
 
     The prompt is the preamble, the verbatim rounds since the last fold (they only grow),
-    then the facts and older turns ranked for the question, then the question. A fold
-    happens when the cache is cold anyway (a pause longer than its lifetime) or when the
-    verbatim rounds pass their cap, and the fact backlog is extracted in one call at each
-    fold instead of one call per two rounds.
+    then the facts and older turns ranked for the question, then the question. A fold, and
+    the extraction of the fact backlog with it, happens when it pays under the pricing model
+    (``CacheStableContext(by_cost=True)``), priced at the output the extractions of this
+    conversation really wrote per token read (`CacheStableContext.record_extraction`).
     """
 
     def __init__(
@@ -528,7 +546,6 @@ class CachedFactsStrategy(FactsStrategy):
         *,
         tail_tokens: int = CACHED_TAIL_TOKENS,
         prefix_fact_tokens: int = CACHED_PREFIX_FACT_TOKENS,
-        max_verbatim_tokens: int = 4096,
     ) -> None:
         """Build the node (one call per backlog), the builder and the cache-stable context.
 
@@ -538,17 +555,19 @@ class CachedFactsStrategy(FactsStrategy):
             tail_tokens: Budget of the question-dependent part: facts and old turns ranked
                 for the question, and the question.
             prefix_fact_tokens: Facts kept in the cached prefix, newest first.
-            max_verbatim_tokens: Fold when the verbatim rounds pass this size.
         """
-        env = StrategyEnv(**{**env.__dict__, "context_tokens": tail_tokens})
+        self._written = _OutputTokens()
+        callbacks = env.model.callbacks if isinstance(env.model.callbacks, list) else []
+        model = env.model.model_copy(update={"callbacks": [*callbacks, self._written]})
+        env = StrategyEnv(**{**env.__dict__, "context_tokens": tail_tokens, "model": model})
         super().__init__(env, raw_turns=True, layout="cache_stable", batch_rounds=None)
+        self._counter = env.counter
         # the verbatim rounds come from the stable prefix: the tail budget is all data
         self.builder.data_budget_ratio = 1.0
         module = importlib.import_module("langchain_histcompress.cached_context")
         self.context = module.CacheStableContext(
             self.builder,
-            pricing=CACHED_PRICING,
-            max_verbatim_tokens=max_verbatim_tokens,
+            pricing=env.pricing or CACHED_PRICING,
             prefix_fact_tokens=prefix_fact_tokens,
         )
 
@@ -560,8 +579,40 @@ class CachedFactsStrategy(FactsStrategy):
     def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
         """Extract the backlog when a fold is due, then assemble the context."""
         if self.context.fold_due(history):
-            self._extract(history)
+            self._extract_backlog(history)
         return list(self.context.assemble(history, facts=self._facts).messages)
+
+    def _extract_backlog(self, history: Sequence[BaseMessage]) -> None:
+        """Extract the rounds after the cursor in as few calls as the extractor allows.
+
+        The extractor applies at most ``max_ops`` operations per call and rejects the rest;
+        a message yields about one fact, so each call gets whole rounds of at most
+        ``max_ops`` messages (a longer round alone).
+        """
+        limit = self.node.extractor.max_ops
+        begin = next(
+            (i + 1 for i in range(len(history) - 1, -1, -1) if history[i].id == self._cursor),
+            0,
+        )
+        cuts: list[int] = []
+        first = begin
+        for index in range(begin, len(history)):
+            if isinstance(history[index], HumanMessage) and index - first > limit:
+                cuts.append(index)
+                first = index
+        end = next(
+            (i for i in range(len(history) - 1, begin - 1, -1) if history[i].type == "human"),
+            begin,
+        )  # the current round is not complete: it waits for the next extraction
+        written = self._written.tokens
+        for cut in cuts:
+            self._extract(history[:cut])
+        self._extract(history)
+        # what the extraction really wrote per token read sets the next folds' price
+        self.context.record_extraction(
+            read_tokens=self._counter.count_messages(history[begin:end]),
+            written_tokens=self._written.tokens - written,
+        )
 
     def warm_start(self, history: Sequence[BaseMessage]) -> None:
         """Extract from the newest 40 rounds in one call, then continue from there."""
@@ -860,8 +911,10 @@ register_strategy(
     "facts_turns_cached",
     CachedFactsStrategy,
     "hybrid_retrieval in a cache-stable prompt: verbatim rounds since the last fold first, "
-    "facts and old turns for the question last; facts extracted once per fold",
+    "facts and old turns for the question last; facts extracted once per fold, folds by cost "
+    "under the pricing model it is configured for (one run per cost column)",
     requires=("langchain_histcompress.memory", "langchain_histcompress.cached_context"),
+    priced=True,
 )
 register_strategy(
     "facts_minilm",

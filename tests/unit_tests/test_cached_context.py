@@ -84,7 +84,9 @@ def test_cache_cold_reads_the_pause_before_the_newest_message() -> None:
 
 def test_question_data_comes_after_the_stable_prefix_and_the_prefix_only_grows() -> None:
     history = _conversation(3, 6)
-    context = CacheStableContext(_builder(150), pricing="openai-90", verbatim_floor_tokens=100)
+    context = CacheStableContext(
+        _builder(150), pricing="openai-90", by_cost=False, verbatim_floor_tokens=100
+    )
     start = 2 * 86_400  # third session: the first question comes when the cache is cold
     previous: list[BaseMessage] | None = None
     for r in range(6):
@@ -108,7 +110,9 @@ def test_question_data_comes_after_the_stable_prefix_and_the_prefix_only_grows()
 
 def test_fold_happens_when_the_cache_is_cold_and_keeps_the_floor() -> None:
     history = _conversation(2, 4)
-    context = CacheStableContext(_builder(), pricing="openai-90", verbatim_floor_tokens=60)
+    context = CacheStableContext(
+        _builder(), pricing="openai-90", by_cost=False, verbatim_floor_tokens=60
+    )
     first = next(i for i, m in enumerate(history) if m.id == "h0-2")
     context.assemble(history[: first + 1])
     assert context.folded is False and context.anchor is None  # warm, small: no fold
@@ -139,7 +143,9 @@ def test_fold_when_the_verbatim_rounds_pass_their_cap_even_when_warm() -> None:
 
 def test_read_only_assembly_keeps_the_anchor() -> None:
     history = _conversation(2, 3)
-    context = CacheStableContext(_builder(), pricing="openai-90", verbatim_floor_tokens=0)
+    context = CacheStableContext(
+        _builder(), pricing="openai-90", by_cost=False, verbatim_floor_tokens=0
+    )
     context.assemble(history[:-1])
     anchor = context.anchor
     late = _question("and the apple?", 10 * 86_400)
@@ -164,7 +170,11 @@ def test_prefix_facts_are_frozen_at_the_fold_and_reported_exactly() -> None:
     history = _conversation(2, 4)
     facts = _facts()
     context = CacheStableContext(
-        _builder(), pricing="openai-90", verbatim_floor_tokens=0, prefix_fact_tokens=60
+        _builder(),
+        pricing="openai-90",
+        by_cost=False,
+        verbatim_floor_tokens=0,
+        prefix_fact_tokens=60,
     )
     second = next(i for i, m in enumerate(history) if m.id == "h1-0")
     built = context.assemble(history[: second + 1], facts=facts)
@@ -236,7 +246,9 @@ def test_messages_without_ids_get_stable_derived_ids() -> None:
     history = [
         m.model_copy(update={"id": None}) if m.type != "system" else m for m in _conversation(2, 4)
     ]
-    context = CacheStableContext(_builder(), pricing="openai-90", verbatim_floor_tokens=60)
+    context = CacheStableContext(
+        _builder(), pricing="openai-90", by_cost=False, verbatim_floor_tokens=60
+    )
     second = next(i for i, m in enumerate(history) if m.content.startswith("session 1 round 0"))
     built = context.assemble(history[: second + 1])
     assert context.folded and context.anchor is not None
@@ -256,16 +268,92 @@ def test_the_current_round_is_sent_whole_after_the_data() -> None:
     ]
     big = "a long question " * 200
     asked = [*history[:second], HumanMessage(big, id="q", additional_kwargs=_at(86_400)), *steps]
-    context = CacheStableContext(_builder(150), pricing="openai-90", verbatim_floor_tokens=60)
+    context = CacheStableContext(
+        _builder(150), pricing="openai-90", by_cost=False, verbatim_floor_tokens=60
+    )
     built = context.assemble(asked)
     # the question is over the tail budget: no data, but nothing of the round is dropped
     assert [m.id for m in built.messages[-3:]] == ["q", "call", "result"]
     assert built.retrieved_ids == ()
     assert validate_history(built.messages) == []
     small = [*history[:second], HumanMessage("the apple?", id="q2", additional_kwargs=_at(86_400))]
-    context = CacheStableContext(_builder(80), pricing="openai-90", verbatim_floor_tokens=60)
+    context = CacheStableContext(
+        _builder(80), pricing="openai-90", by_cost=False, verbatim_floor_tokens=60
+    )
     first = context.assemble(small).messages  # the first request after the pause folds
     out = context.assemble([*small, *steps]).messages  # the next step of the same round
     assert [m.id for m in out[-3:]] == ["q2", "call", "result"]
     assert is_context_message(out[-4])  # the data sits right before the question
     assert out[: len(first)] == first  # unchanged within the round: the step extends it
+
+
+def test_by_cost_a_short_conversation_never_folds_even_when_the_cache_goes_cold() -> None:
+    history = _conversation(3, 3)
+    context = CacheStableContext(_builder(), pricing="openai-90", verbatim_floor_tokens=0)
+    for index, message in enumerate(history):
+        if isinstance(message, HumanMessage):
+            assert not context.fold_due(history[: index + 1])  # an extraction it cannot repay
+            context.assemble(history[: index + 1])
+            assert not context.folded
+    assert context.anchor is None
+
+
+def test_by_cost_a_long_conversation_without_caching_folds_and_keeps_the_latest_round() -> None:
+    history = _conversation(1, 40)
+    context = CacheStableContext(_builder(), pricing="none", extraction_overhead_tokens=50)
+    folds = 0
+    for index, message in enumerate(history):
+        if isinstance(message, HumanMessage):
+            built = context.assemble(history[: index + 1])
+            folds += context.folded
+            assert message.id in built.verbatim_ids
+    assert folds >= 1
+    assert context.anchor is not None
+
+
+def test_a_cheaper_extraction_folds_sooner() -> None:
+    history = _conversation(1, 40)
+
+    def first_fold(ratio: float) -> int:
+        context = CacheStableContext(_builder(), pricing="none", extraction_ratio=ratio)
+        for index, message in enumerate(history):
+            if isinstance(message, HumanMessage) and context.fold_due(history[: index + 1]):
+                return index
+        return len(history)
+
+    assert first_fold(0.1) < first_fold(2.0)
+
+
+def test_the_data_the_first_fold_starts_sending_counts_against_it() -> None:
+    history = _conversation(1, 40)
+
+    def first_fold(tail: int) -> int:
+        context = CacheStableContext(_builder(tail), pricing="none")
+        for index, message in enumerate(history):
+            if isinstance(message, HumanMessage) and context.fold_due(history[: index + 1]):
+                return index
+        return len(history)
+
+    assert first_fold(100) < first_fold(3000)
+
+
+def test_observed_extraction_costs_replace_the_prior() -> None:
+    history = _conversation(1, 40)
+
+    def first_fold(context: CacheStableContext) -> int:
+        for index, message in enumerate(history):
+            if isinstance(message, HumanMessage) and context.fold_due(history[: index + 1]):
+                return index
+        return len(history)
+
+    prior = CacheStableContext(_builder(), pricing="none", extraction_ratio=0.1)
+    verbose = CacheStableContext(_builder(), pricing="none", extraction_ratio=0.1)
+    verbose.record_extraction(read_tokens=1000, written_tokens=2000)
+    assert verbose.schedule.append_ratio == 2.0
+    assert first_fold(prior) < first_fold(verbose)
+    verbose.reset()  # a new conversation starts from the prior again
+    assert verbose.schedule.append_ratio == 0.1
+    with pytest.raises(ConfigurationError, match="token counts"):
+        verbose.record_extraction(read_tokens=-1, written_tokens=0)
+    with pytest.raises(ConfigurationError, match="extraction_ratio"):
+        CacheStableContext(_builder(), extraction_ratio=-0.5)

@@ -178,3 +178,52 @@ def test_a_fold_that_the_rent_pays_for_still_waits_for_a_likely_future() -> None
     old = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=loads, rounds_so_far=200)
     assert young.rounds == 0  # five rounds in: the fold may never be repaid
     assert old.rounds == 4 and old.rent >= old.cost  # the same rounds deep into a long chat
+
+
+def test_an_appending_call_reads_only_the_folded_rounds_and_writes_its_share() -> None:
+    from langchain_histcompress.pricing import PRICING_MODELS as MODELS
+
+    rewrite = FoldSchedule(pricing=MODELS["none"], summary_tokens=4000, instruction_tokens=10)
+    append = dataclasses.replace(rewrite, append_ratio=0.25)
+    rounds = [RoundLoad(tokens=400)] * 30
+    decision = append.decide(fixed_tokens=50, summary_tokens=3000, rounds=rounds)
+    assert decision.rounds > 0
+    # a rewrite reads the 3,000-token summary and writes the new one: it costs more
+    assert rewrite.decide(fixed_tokens=50, summary_tokens=3000, rounds=rounds).cost > decision.cost
+    folded = 400 * decision.rounds
+    out = MODELS["none"].output_price / MODELS["none"].input_price
+    assert decision.cost == pytest.approx(10 + folded + out * 0.25 * folded)
+    with pytest.raises(ConfigurationError, match="append_ratio"):
+        FoldSchedule(append_ratio=-1.0)
+
+
+def test_tokens_a_fold_adds_to_every_later_request_count_against_it() -> None:
+    from langchain_histcompress.pricing import PRICING_MODELS as MODELS
+
+    schedule = FoldSchedule(pricing=MODELS["none"], summary_tokens=128, instruction_tokens=10)
+    rounds = [RoundLoad(tokens=400)] * 30
+    plain = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=rounds)
+    assert plain.rounds > 0
+    burdened = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=rounds, added_tokens=300)
+    assert burdened.net_saving < plain.net_saving
+    # data as large as everything a fold could remove never pays
+    assert (
+        schedule.decide(
+            fixed_tokens=50, summary_tokens=0, rounds=rounds, added_tokens=30 * 400
+        ).rounds
+        == 0
+    )
+
+
+def test_a_terser_memory_removes_more_and_folds_no_later() -> None:
+    from langchain_histcompress.pricing import PRICING_MODELS as MODELS
+
+    verbose = FoldSchedule(pricing=MODELS["openai-50"], summary_tokens=8000, append_ratio=0.7)
+    terse = dataclasses.replace(verbose, memory_ratio=0.2)
+    rounds = [RoundLoad(tokens=400, requests=3)] * 40
+    state = {"fixed_tokens": 50, "summary_tokens": 0, "rounds": rounds, "rounds_so_far": 400}
+    loose, tight = terse.decide(**state), verbose.decide(**state)
+    assert loose.net_saving > tight.net_saving
+    assert loose.cost <= tight.cost  # the same call; a smaller rewrite of the cached view
+    with pytest.raises(ConfigurationError, match="memory_ratio"):
+        FoldSchedule(memory_ratio=-1.0)
