@@ -5,11 +5,11 @@
 `summary_from_state` reads it back. The dict is ``RunningSummary.model_dump(mode="json")``
 except for ``covered_ids``, stored as *runs*: a list of lists of ids, in covering order, whose
 concatenation is the coverage. A summary grown from the one a state value holds reuses that
-value's runs (the very list objects) and adds one run with the new ids; equal-or-smaller
-neighbouring runs are merged like a binary counter, so a state value holds O(log n) runs and,
-over a conversation, each id is copied O(log n) times, instead of the whole sorted id list
-being rebuilt on every fold. Runs are shared between consecutive state values: treat them as
-read-only (replace a run instead of editing it).
+value's runs (the very list objects) and adds one run with the new ids; neighbouring runs
+are merged like a binary counter up to 4,096 ids per run, so a fold copies at most that many
+ids (amortized: its new ids times about 12) and the run list grows by one entry per 4,096
+covered ids, instead of the whole sorted id list being rebuilt on every fold. Runs are shared
+between consecutive state values: treat them as read-only (replace a run, never edit one).
 
 Reading accepts runs, a flat list of ids (the shape earlier versions wrote, or one written by
 hand) and a mix of both. A dict this module wrote or read before is recognised by identity
@@ -187,12 +187,22 @@ def summary_from_state(
     return summary
 
 
+_RUN_CAP = 4096
+
+
 def _push(runs: list[list[str]], added: list[str]) -> list[list[str]]:
-    """``runs`` plus a run of ``added``, merging equal-or-smaller neighbours (a new list)."""
+    """``runs`` plus a run of ``added`` (a new outer list; no run is changed in place).
+
+    The last two runs are merged while the older one is not longer than the newer one and
+    the merged run stays within `_RUN_CAP` ids: a fold copies at most that many ids, and a
+    value of n ids holds about n / `_RUN_CAP` + log2(`_RUN_CAP`) runs.
+    """
     out = list(runs)
     if added:
         out.append(added)
-    while len(out) >= 2 and len(out[-2]) <= len(out[-1]):
+    while (
+        len(out) >= 2 and len(out[-2]) <= len(out[-1]) and len(out[-2]) + len(out[-1]) <= _RUN_CAP
+    ):
         last = out.pop()
         out[-1] = [*out[-1], *last]
     return out
