@@ -37,9 +37,11 @@ Work per call follows the uncovered tail, not the history: once a summary has be
 history, it privately remembers (by object identity, never in its data) where that history's
 uncovered tail starts, and later calls on the grown history check that spot (the ids around
 it, then one pointer comparison of the covered prefix against the message objects seen
-before, which reads no message) instead of scanning the covered prefix. When the check fails
-(messages removed, inserted or replaced, another history) the prefix is scanned again. Covered
-prefix messages are not read at all, so they are not type-checked either.
+before, in place: it neither copies nor reads a message) instead of scanning the covered
+prefix; a fold records the newly covered messages by appending them to that record, shared by
+the summaries of one lineage, instead of copying the prefix (see `_tail`). When the check
+fails (messages removed, inserted or replaced, another history) the prefix is scanned again.
+Covered prefix messages are not read at all, so they are not type-checked either.
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
