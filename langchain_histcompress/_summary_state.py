@@ -180,7 +180,7 @@ def summary_from_state(
     if isinstance(ids, list):
         if not ids or isinstance(ids[0], str):  # flat: the sorted list earlier versions wrote
             _seed_sorted_ids(summary, ids)
-            _memo(summary)[_RUNS_KEY] = [ids] if ids else []
+            _memo(summary)[_RUNS_KEY] = [list(ids)] if ids else []  # read once: copy it
         elif all(isinstance(run, list) for run in ids):
             _memo(summary)[_RUNS_KEY] = ids
     _remember(raw, summary)
