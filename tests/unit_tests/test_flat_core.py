@@ -72,7 +72,11 @@ def _summarizer() -> ScriptedSummarizer:
 
 def _compressor(**options: Any) -> RoundCompressor:
     return RoundCompressor(
-        _summarizer(), token_counter=count_tokens_approximately, timeout=None, **options
+        _summarizer(),
+        token_counter=count_tokens_approximately,
+        timeout=None,
+        compress_on_rounds=True,
+        **options,
     )
 
 
