@@ -43,9 +43,11 @@ Work per call follows the uncovered tail, not the history: once a summary has be
 history, it privately remembers (by object identity, never in its data) where that history's
 uncovered tail starts, and later calls on the grown history check that spot (the ids around
 it, then one pointer comparison of the covered prefix against the message objects seen
-before, which reads no message) instead of scanning the covered prefix. When the check fails
-(messages removed, inserted or replaced, another history) the prefix is scanned again. Covered
-prefix messages are not read at all, so they are not type-checked either.
+before, in place: it neither copies nor reads a message) instead of scanning the covered
+prefix; a fold records the newly covered messages by appending them to that record, shared by
+the summaries of one lineage, instead of copying the prefix (see `_tail`). When the check
+fails (messages removed, inserted or replaced, another history) the prefix is scanned again.
+Covered prefix messages are not read at all, so they are not type-checked either.
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -72,7 +74,6 @@ import copy
 import itertools
 import logging
 import math
-import operator
 from collections.abc import Awaitable, Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -83,7 +84,15 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from langchain_histcompress._model_edge import submit_to_worker
-from langchain_histcompress.coverage import covers_all
+from langchain_histcompress._tail import _locate as _locate
+from langchain_histcompress._tail import _Parts, _prefix_ids
+from langchain_histcompress._tail import _summary_detached as _summary_detached
+from langchain_histcompress._tail import _with_ids as _with_ids
+from langchain_histcompress._views import SUMMARY_METADATA_KEY as SUMMARY_METADATA_KEY
+from langchain_histcompress._views import Placement as Placement
+from langchain_histcompress._views import _check_placement, _visible
+from langchain_histcompress._views import _view as _view
+from langchain_histcompress._views import view as view
 from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
 from langchain_histcompress.pricing import DEFAULT_PRICING, PRICING_MODELS, PricingModel
 from langchain_histcompress.render import message_text
@@ -91,7 +100,6 @@ from langchain_histcompress.rounds import (
     ACCEPTED_KINDS,
     HistoryViolation,
     Round,
-    _IdentifiedMessages,
     is_pinned,
     is_summary_message,
     repair_history,
@@ -105,8 +113,6 @@ from langchain_histcompress.summary import (
     Summarizer,
     SummaryProfile,
     SummaryUpdate,
-    _existing_memo,
-    _memo,
     build_summary_prompt,
 )
 from langchain_histcompress.tokens import TokenCounter, message_costs
@@ -131,10 +137,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Placement = Literal["system_message", "append_to_system"]
-"""Where the summary goes in the view: its own ``SystemMessage`` right after the preamble, or
-appended to a copy of the preamble's last system message."""
-
 TriggerReason = Literal["rounds", "tokens", "idle_gap", "oversized_round", "trigger", "cost"]
 """Why a compression was planned."""
 
@@ -144,370 +146,7 @@ OnInvalidHistory = Literal["repair", "raise"]
 
 _ON_INVALID = ("repair", "raise")
 
-_PLACEMENTS = ("system_message", "append_to_system")
 _TIMESTAMP_KEYS = ("timestamp", "created_at")
-SUMMARY_METADATA_KEY = "histcompress_summary"
-"""``additional_kwargs`` key holding the summary's provenance on a system message the summary
-was appended to (``placement="append_to_system"``)."""
-
-
-# --------------------------------------------------------------------------- pure helpers
-
-
-@dataclass(frozen=True)
-class _Parts:
-    """A history split for compression, located without reading the covered prefix."""
-
-    messages: Sequence[BaseMessage]
-    """The history as given (never copied)."""
-    lead_end: int
-    """Number of leading system messages (earlier summary messages included)."""
-    tail_start: int
-    """Index in ``messages`` of the first round holding a message that is not covered."""
-    tail: list[BaseMessage]
-    """``messages[tail_start:]`` without summary messages: where every pending round lives."""
-    tail_covered: frozenset[str] | None = None
-    """When located with a cursor: the covered ids known to sit in the tail (every other
-    covered id belongs to the skipped prefix). ``None`` when the prefix was scanned."""
-    system_at: tuple[int, ...] = ()
-    """Indexes of the system messages of the skipped prefix ``messages[lead_end:tail_start]``
-    (pinned messages, and stale summary messages that the current summary replaces)."""
-
-    @property
-    def pinned(self) -> list[BaseMessage]:
-        """The pinned messages of the skipped prefix, in order: shown after the summary."""
-        return [m for m in map(self.messages.__getitem__, self.system_at) if is_pinned(m)]
-
-    @property
-    def lead(self) -> list[BaseMessage]:
-        """The leading system messages."""
-        return list(self.messages[: self.lead_end])
-
-    @property
-    def preamble(self) -> list[BaseMessage]:
-        """The caller's own system preamble (summary messages removed)."""
-        return [m for m in self.messages[: self.lead_end] if not is_summary_message(m)]
-
-
-@dataclass(frozen=True)
-class _Cursor:
-    """Where the uncovered tail of one history starts for one summary (a cache, verified).
-
-    Histories grow at the end, so the tail of a summary stays where it was found. The next
-    call checks the ids at ``start - 1`` and ``start``, then that the skipped prefix holds the
-    very message objects seen when the cursor was made: one list comparison, which compares
-    object pointers at C speed and reads no message (about a millisecond per million
-    messages). Only when the objects differ (a deserialized copy) are the prefix ids checked
-    against the coverage. A message removed, inserted or replaced by one with a new id
-    anywhere in the prefix therefore always sends the call back to the scan.
-    """
-
-    covered: AbstractSet[str]
-    """The summary's ``covered_ids`` object when recorded (identity-checked)."""
-    start: int
-    """Index of the tail's first message."""
-    start_id: str
-    """Id of ``messages[start]``."""
-    before_id: str | None
-    """Id of ``messages[start - 1]`` (``None`` when the tail starts right after the lead)."""
-    tail_covered: frozenset[str]
-    """Covered ids found at or after ``start`` (older tool groups folded out of a round)."""
-    prefix: list[BaseMessage]
-    """The skipped prefix ``messages[lead_end:start]`` (the caller's own message objects)."""
-    system_at: tuple[int, ...] = ()
-    """Indexes in the history of the prefix's system messages (never covered)."""
-
-
-_CURSOR_KEY = "compressor_cursor"
-
-
-def _message_id(messages: Sequence[BaseMessage], index: int) -> str | None:
-    value = getattr(messages[index], "id", None)
-    return value if isinstance(value, str) else None
-
-
-def _lead_end(messages: Sequence[BaseMessage]) -> int:
-    end = 0
-    while end < len(messages) and isinstance(messages[end], SystemMessage):
-        end += 1
-    return end
-
-
-_SCAN_CHUNK = 512
-_get_id = operator.attrgetter("id")
-
-
-def _check_types(messages: Sequence[BaseMessage], start: int) -> None:
-    """Raise `ConfigurationError` naming the first non-message in ``messages[start:]``."""
-    if all(issubclass(kind, BaseMessage) for kind in set(map(type, messages[start:]))):
-        return
-    for index in range(start, len(messages)):
-        message = messages[index]
-        if not isinstance(message, BaseMessage):
-            msg = f"messages[{index}] is a {type(message).__name__}, not a BaseMessage"
-            raise ConfigurationError(msg)
-
-
-def _first_uncovered(messages: Sequence[BaseMessage], start: int, covered: AbstractSet[str]) -> int:
-    """Index of the first message from ``start`` on that is neither covered nor a system message.
-
-    System messages in the conversation are pinned (never covered) and summary messages are
-    replaced, so neither starts the tail. Whole chunks of covered messages are skipped at C
-    speed (one superset test per chunk); only the chunk holding the answer (or a system
-    message) is walked message by message.
-    """
-    end = len(messages)
-    while start < end:
-        stop = min(start + _SCAN_CHUNK, end)
-        if covers_all(covered, map(_get_id, messages[start:stop])):
-            start = stop
-            continue
-        while start < stop and (
-            messages[start].id in covered or isinstance(messages[start], SystemMessage)
-        ):
-            start += 1
-        if start < stop:
-            return start
-    return end
-
-
-def _slice(messages: Sequence[BaseMessage], start: int, stop: int) -> list[BaseMessage]:
-    """``messages[start:stop]`` as a list (one copy of the pointers, however it is given)."""
-    part = messages[start:stop]
-    return part if type(part) is list else list(part)
-
-
-def _originals(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
-    """The caller's own objects behind ``messages`` (ids given lazily are derived from them).
-
-    The same original object at the same position always gets the same derived id, so a
-    prefix of identical originals proves an identical prefix without identifying it.
-    """
-    return messages.originals if isinstance(messages, _IdentifiedMessages) else messages
-
-
-def _cursor(summary: RunningSummary) -> _Cursor | None:
-    memo = _existing_memo(summary)
-    found = memo.get(_CURSOR_KEY) if memo is not None else None
-    if isinstance(found, _Cursor) and found.covered is summary.covered_ids:
-        return found
-    return None
-
-
-def _verified_cursor(
-    messages: Sequence[BaseMessage],
-    summary: RunningSummary,
-    lead_end: int,
-    *,
-    spot_check: bool = False,
-) -> _Cursor | None:
-    """The summary's cursor when it still matches ``messages``, else ``None``.
-
-    Checks the ids at the tail start and just before it, then that the skipped prefix is the
-    same message objects (or, for copies, that every prefix id is covered or was uncovered
-    there before); a cursor matched by ids is refreshed with the new objects. With
-    ``spot_check`` only the ids around the tail start are checked (a hint, not a proof).
-    """
-    cursor = _cursor(summary)
-    start = cursor.start if cursor is not None else -1
-    if cursor is None or not lead_end <= start < len(messages):
-        return None
-    if _message_id(messages, start) != cursor.start_id:
-        return None
-    before = _message_id(messages, start - 1) if start > lead_end else None
-    known = cursor.prefix
-    if before != cursor.before_id or start - lead_end != len(known):
-        return None
-    if spot_check or not known:
-        return cursor
-    source = _originals(messages)
-    prefix = _slice(source, lead_end, start)
-    # Same objects at both ends: compare the whole prefix as lists (pointer comparisons at C
-    # speed; an equal copy of a message also matches). Else check the ids one by one.
-    if prefix[0] is known[0] and prefix[-1] is known[-1] and prefix == known:
-        return cursor
-    try:
-        shown = prefix if source is messages else messages[lead_end:start]
-        ids = list(map(_get_id, shown))
-    except AttributeError:  # not a message: the scan names it
-        return None
-    covered = summary.covered_ids
-    if cursor.system_at:
-        systems = {i - lead_end for i in cursor.system_at}
-        matches = all(
-            isinstance(prefix[i], SystemMessage) if i in systems else ids[i] in covered
-            for i in range(len(prefix))
-        )
-    else:
-        matches = covers_all(covered, ids)
-    if not matches:
-        return None
-    refreshed = replace(cursor, prefix=prefix)
-    _memo(summary)[_CURSOR_KEY] = refreshed
-    return refreshed
-
-
-def _remember(summary: RunningSummary, parts: _Parts) -> None:
-    messages, start, lead_end = parts.messages, parts.tail_start, parts.lead_end
-    start_id = _message_id(messages, start) if start < len(messages) else None
-    if start_id is None:
-        return
-    covered = summary.covered_ids
-    _memo(summary)[_CURSOR_KEY] = _Cursor(
-        covered=covered,
-        start=start,
-        start_id=start_id,
-        before_id=_message_id(messages, start - 1) if start > lead_end else None,
-        tail_covered=frozenset(m.id for m in parts.tail if m.id is not None and m.id in covered),
-        prefix=_slice(_originals(messages), lead_end, start),
-        system_at=parts.system_at,
-    )
-
-
-def _systems_between(
-    messages: Sequence[BaseMessage], start: int, stop: int, covered: AbstractSet[str]
-) -> tuple[int, ...]:
-    """Indexes of the system messages of ``messages[start:stop]`` (covered chunks skipped)."""
-    found: list[int] = []
-    while start < stop:
-        end = min(start + _SCAN_CHUNK, stop)
-        if not covers_all(covered, map(_get_id, messages[start:end])):
-            found.extend(i for i in range(start, end) if isinstance(messages[i], SystemMessage))
-        start = end
-    return tuple(found)
-
-
-def _locate(
-    messages: Sequence[BaseMessage],
-    summary: RunningSummary | None,
-    *,
-    known_start: int | None = None,
-    known_systems: tuple[int, ...] = (),
-) -> _Parts:
-    """Split ``messages`` for ``summary``, reading only the lead and the uncovered tail.
-
-    The covered prefix is skipped with the summary's cursor when it still matches, else by a
-    scan, from ``known_start`` when given (the tail start of an earlier summary whose
-    coverage ``summary`` extends; ``known_systems`` indexes the system messages before it); the
-    scan's result becomes the summary's cursor. Every message read is type-checked first.
-
-    Raises:
-        ConfigurationError: A message that is read is not a ``BaseMessage``.
-    """
-    lead_end = _lead_end(messages)
-    covered = summary.covered_ids if summary is not None else frozenset()
-    cursor = None
-    if summary is not None and covered:
-        cursor = _verified_cursor(messages, summary, lead_end)
-    systems: tuple[int, ...] = ()
-    if cursor is not None:
-        start = cursor.start
-        systems = cursor.system_at
-    else:
-        start = lead_end if known_start is None else max(lead_end, known_start)
-    _check_types(messages, start)
-    if covered and cursor is None:
-        # Skip the covered prefix, then step back to the start of its round so the tail is
-        # made of whole rounds (and whole tool groups).
-        scan_from = start
-        start = _first_uncovered(messages, start, covered)
-        if start < len(messages):
-            while start > lead_end and not isinstance(messages[start], HumanMessage):
-                start -= 1
-        if start >= scan_from:
-            systems = (*known_systems, *_systems_between(messages, scan_from, start, covered))
-        else:  # the tail starts before the known start: collect again
-            systems = _systems_between(messages, lead_end, start, covered)
-    tail = [m for m in messages[start:] if not is_summary_message(m)]
-    parts = _Parts(
-        messages,
-        lead_end,
-        start,
-        tail,
-        tail_covered=cursor.tail_covered if cursor is not None else None,
-        system_at=systems,
-    )
-    if summary is not None and covered and cursor is None:
-        _remember(summary, parts)
-    return parts
-
-
-def _summary_detached(messages: Sequence[BaseMessage], summary: RunningSummary | None) -> bool:
-    """Whether ``summary`` covers messages but none of them is in ``messages`` any more.
-
-    That happens when the conversation was replaced (``RemoveMessage(id=REMOVE_ALL_MESSAGES)``
-    in LangGraph) while the summary was kept; faces that keep covered messages in place
-    (non-destructive) then drop the summary instead of showing it with a new conversation.
-    O(1) when the summary's cursor shows a covered message just before the tail.
-    """
-    if summary is None or not summary.covered_ids:
-        return False
-    covered = summary.covered_ids
-    hint = _verified_cursor(messages, summary, _lead_end(messages), spot_check=True)
-    if hint is not None and hint.before_id is not None and hint.before_id in covered:
-        return False  # the message before the tail (its id just checked) is covered
-    parts = _locate(messages, summary)
-    if parts.tail_start - parts.lead_end > len(parts.system_at):
-        return False  # the skipped prefix holds at least one covered message
-    return not any(m.id in covered for m in parts.tail)
-
-
-def _with_ids(
-    messages: Sequence[BaseMessage], summary: RunningSummary | None
-) -> Sequence[BaseMessage]:
-    """``messages`` ready for compression, for faces that accept messages without ids.
-
-    Returned as given (no copy) when every message compression will read (the uncovered tail,
-    found with the summary's cursor; else every non-preamble message) has an id. Otherwise the
-    non-preamble messages get deterministic ids as with `rounds.ensure_ids`, given lazily to
-    the messages compression reads (copies; the preamble stays the caller's own objects). A
-    non-message is left for the compressor to report.
-    """
-    lead_end = _lead_end(messages)
-    start = lead_end
-    if summary is not None and summary.covered_ids:
-        # A hint is enough: the compressor verifies the prefix and names a message without
-        # an id that a stale hint made this miss.
-        cursor = _verified_cursor(messages, summary, lead_end, spot_check=True)
-        if cursor is not None:
-            start = cursor.start
-    try:
-        # A grown history without ids misses one at its end: no need to scan it then.
-        complete = bool(messages) and _get_id(messages[-1]) is not None
-        complete = complete and None not in map(_get_id, messages[start:])
-    except AttributeError:  # not a message: the compressor names it
-        return messages
-    if complete:
-        return messages
-    return _IdentifiedMessages(messages, lead_end)
-
-
-def _prefix_ids(parts: _Parts, summary: RunningSummary | None) -> Callable[[str], bool]:
-    """Membership test for the ids of the covered prefix ``messages[lead_end:tail_start]``.
-
-    With a cursor the prefix is not read: its ids are the covered ids not known to sit in
-    the tail. Without one, the prefix ids are collected.
-    """
-    if parts.tail_covered is not None and summary is not None:
-        covered, in_tail = summary.covered_ids, parts.tail_covered
-        return lambda i: i in covered and i not in in_tail
-    return set(map(_get_id, parts.messages[parts.lead_end : parts.tail_start])).__contains__
-
-
-def _visible(messages: Sequence[BaseMessage], covered: AbstractSet[str]) -> list[BaseMessage]:
-    """``messages`` minus whole units whose every message is covered.
-
-    A unit only partly covered (a summary record that does not match this history) is shown
-    whole, so nothing is ever lost and no tool group is split.
-    """
-    if not covered:
-        return list(messages)
-    return [
-        message
-        for unit in split_units(messages)
-        if not all(m.id is not None and m.id in covered for m in unit)
-        for message in unit
-    ]
 
 
 def _answered(pending: Sequence[Round]) -> bool:
@@ -555,88 +194,6 @@ def pending_rounds(
     """
     covered = summary.covered_ids if summary is not None else frozenset()
     return _pending(_locate(messages, summary).tail, covered)
-
-
-def _check_placement(placement: object) -> None:
-    if placement not in _PLACEMENTS:
-        msg = f"placement must be one of {list(_PLACEMENTS)}, got {placement!r}"
-        raise ConfigurationError(msg)
-
-
-def _with_summary(
-    preamble: list[BaseMessage], summary: RunningSummary, placement: Placement
-) -> list[BaseMessage]:
-    if placement == "system_message" or not preamble:
-        return [*preamble, summary.to_message()]
-    *head, last = preamble
-    rendered = summary.render()
-    content: str | list[str | dict[Any, Any]]
-    if isinstance(last.content, str):
-        content = f"{last.content}\n\n{rendered}" if last.content else rendered
-    else:
-        content = [*last.content, {"type": "text", "text": rendered}]
-    extra = {**last.additional_kwargs, SUMMARY_METADATA_KEY: summary.provenance()}
-    return [*head, last.model_copy(update={"content": content, "additional_kwargs": extra})]
-
-
-def view(
-    messages: Sequence[BaseMessage],
-    summary: RunningSummary | None = None,
-    *,
-    placement: Placement = "system_message",
-) -> list[BaseMessage]:
-    """Build the model view of a history: preamble, one summary, uncompressed messages.
-
-    No model call. The preamble messages are the caller's own objects (byte-identical); with
-    ``placement="append_to_system"`` the last one is replaced by a *copy* with the summary
-    appended (its provenance under ``additional_kwargs["histcompress_summary"]``). Earlier
-    summary messages found in ``messages`` are replaced by ``summary``. System messages
-    inside the conversation are pinned: those before the uncovered part follow the summary,
-    in order. Without a summary the history is returned as it is (as a new list).
-
-    The view is what a model receives, so it always obeys the provider rules: a history
-    that breaks them is repaired as `rounds.repair_history` describes (logged; the caller's
-    list is never changed).
-
-    Args:
-        messages: The full original history.
-        summary: The current summary.
-        placement: ``"system_message"`` (default) or ``"append_to_system"``.
-
-    Example:
-        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-        >>> history = [SystemMessage("Be brief."), HumanMessage("a", id="h1"),
-        ...            AIMessage("b", id="a1"), HumanMessage("c", id="h2")]
-        >>> s = RunningSummary(content="x", text="x", covered_ids=frozenset({"h1", "a1"}))
-        >>> [m.type for m in view(history, s)]
-        ['system', 'system', 'human']
-        >>> [m.type for m in view(history, s, placement="append_to_system")]
-        ['system', 'human']
-    """
-    _check_placement(placement)
-    if summary is None:
-        return repair_history(messages).messages
-    return _view(_locate(messages, summary), summary, placement)
-
-
-def _view(
-    parts: _Parts,
-    summary: RunningSummary,
-    placement: Placement,
-    system: Sequence[BaseMessage] = (),
-) -> list[BaseMessage]:
-    """The view of located ``parts``; ``system`` messages go before the history's own lead.
-
-    Pinned messages of the skipped prefix follow the summary; the result is repaired when it
-    breaks the provider rules (see `rounds.repair_history`).
-    """
-    preamble = [*system, *parts.preamble]
-    shown = [
-        *_with_summary(preamble, summary, placement),
-        *parts.pinned,
-        *_visible(parts.tail, summary.covered_ids),
-    ]
-    return repair_history(shown).messages
 
 
 def _to_datetime(value: object) -> datetime | None:
@@ -1238,6 +795,7 @@ class RoundCompressor:
                     final,
                     known_start=parts.tail_start,
                     known_systems=parts.system_at,
+                    grown_from=parts.cursor,
                 )
             messages = _view(parts, final, self.placement)
         return CompressionResult(

@@ -292,12 +292,19 @@ class CoveredIds(AbstractSet[str]):
     def __get_pydantic_core_schema__(
         cls, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        """Accept a `CoveredIds` as is, or any collection of strings (validated item by item)."""
+        """Accept a `CoveredIds` as is, or any collection of strings (validated item by item).
+
+        A list may also hold lists of strings (runs, as graph state stores them, see
+        `nodes.summary_to_state`): their ids are taken in order.
+        """
         items = core_schema.list_schema(core_schema.str_schema())
 
         def validate(value: Any, inner: core_schema.ValidatorFunctionWrapHandler) -> CoveredIds:
             if isinstance(value, CoveredIds):
                 return value
+            if isinstance(value, list | tuple) and any(isinstance(i, list | tuple) for i in value):
+                runs = (item if isinstance(item, list | tuple) else [item] for item in value)
+                value = [i for run in runs for i in run]
             if isinstance(value, set | frozenset):
                 try:
                     value = sorted(value)

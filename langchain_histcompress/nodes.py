@@ -6,9 +6,11 @@ reads the messages and the stored running summary, lets a `RoundCompressor` fold
 are due (sync ``invoke`` and async ``ainvoke`` both supported, sharing everything but the model
 call) and writes:
 
-* the new summary under ``running_summary``, as a plain JSON dict
-  (``RunningSummary.model_dump(mode="json")``), only when something was compressed; every
-  LangGraph checkpointer stores it without custom types or serializer allowlists;
+* the new summary under ``running_summary``, as a plain JSON dict (`summary_to_state`: the
+  fields of ``RunningSummary.model_dump(mode="json")``, the covered ids as a few runs that
+  consecutive values share, so a fold writes only its new ids), only when something was
+  compressed; every LangGraph checkpointer stores it without custom types or serializer
+  allowlists;
 * the compressed view under ``model_input`` (preamble, the summary as data, the uncompressed
   rounds verbatim) for the model node to send.
 
@@ -73,7 +75,7 @@ Example:
     >>> state = app.invoke({"messages": [*history, HumanMessage("say 2")]})
     >>> state["messages"][-1].content, len(state["messages"])
     ('I see 3 messages', 7)
-    >>> state["running_summary"]["version"], len(state["running_summary"]["covered_ids"])
+    >>> state["running_summary"]["version"], len(summary_from_state(state).covered_ids)
     (1, 4)
 """
 
@@ -81,19 +83,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.message import add_messages
 from langgraph.types import Command
-from pydantic import ValidationError
 from typing_extensions import NotRequired, Required
 
 from langchain_histcompress._graph_node import GraphNode
+from langchain_histcompress._summary_state import summary_from_state as summary_from_state
+from langchain_histcompress._summary_state import summary_to_state as summary_to_state
 from langchain_histcompress.compressor import (
     CompressionResult,
     RoundCompressor,
@@ -105,12 +106,7 @@ from langchain_histcompress.context import ContextBuilder
 from langchain_histcompress.errors import ConfigurationError, HistCompressError
 from langchain_histcompress.memory import FactsState
 from langchain_histcompress.rounds import ensure_ids
-from langchain_histcompress.summary import (
-    RunningSummary,
-    _ancestors,
-    _seed_sorted_ids,
-    _sorted_covered,
-)
+from langchain_histcompress.summary import RunningSummary
 
 __all__ = [
     "HistCompressState",
@@ -143,149 +139,11 @@ class HistCompressState(FactsState):
     messages: Required[Annotated[list[AnyMessage], add_messages]]
     """The whole conversation (kept verbatim unless a destructive node removes covered ids)."""
     running_summary: NotRequired[dict[str, Any] | None]
-    """The running summary as ``RunningSummary.model_dump(mode="json")`` (``None`` before the
+    """The running summary as `summary_to_state` writes it (``None`` before the
     first compression); read it back with `summary_from_state`."""
     model_input: NotRequired[list[AnyMessage]]
     """The compressed view the model node sends: preamble, summary as data, uncompressed
     rounds (written by `RoundCompressionNode` on every run)."""
-
-
-# The JSON dict a face wrote (or read) last, per thread, with the summary it stands for, so the
-# next turn gets the same `RunningSummary` object back (and its cached history cursor) without
-# re-validating every covered id. Entries hold the dict itself, so ids are never reused.
-_CACHE_SIZE = 32
-_SCALAR_KEYS = ("text", "sha256", "version", "rounds_covered", "model", "prompt_version")
-
-
-@dataclass(frozen=True)
-class _Cached:
-    """A state value already turned into a summary."""
-
-    raw: Mapping[str, Any]
-    """The state value (kept alive so its id is not reused)."""
-    ids: object
-    """``raw["covered_ids"]`` when cached (identity-checked)."""
-    count: int
-    """Its length when cached."""
-    scalars: tuple[object, ...]
-    """``raw``'s values under `_SCALAR_KEYS` and ``created_at`` when cached."""
-    summary: RunningSummary
-    """The summary ``raw`` stands for."""
-
-
-_cache: OrderedDict[int, _Cached] = OrderedDict()
-_cache_lock = threading.Lock()
-
-
-def _scalars(raw: Mapping[str, Any]) -> tuple[object, ...]:
-    return (*(raw.get(k) for k in _SCALAR_KEYS), raw.get("created_at"))
-
-
-def _record(summary: RunningSummary) -> tuple[object, ...]:
-    """What tells one version of a summary record from another (cheap)."""
-    return (summary.version, summary.sha256, summary.created_at, len(summary.covered_ids))
-
-
-def _remember(raw: Mapping[str, Any], summary: RunningSummary) -> None:
-    ids = raw.get("covered_ids")
-    if not isinstance(ids, list | tuple):
-        return
-    entry = _Cached(raw, ids, len(ids), _scalars(raw), summary)
-    # Entries this one supersedes (older versions of the same thread's summary, or other
-    # copies of the same record) go, so the cache holds about one entry per thread.
-    superseded = {_record(s) for s in (summary, *_ancestors(summary))}
-    with _cache_lock:
-        for key, cached in list(_cache.items()):
-            if _record(cached.summary) in superseded:
-                del _cache[key]
-        _cache[id(raw)] = entry
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-
-
-def _recall(raw: Mapping[str, Any]) -> RunningSummary | None:
-    """The summary cached for this very state value, if the value is unchanged since."""
-    with _cache_lock:
-        entry = _cache.get(id(raw))
-    if entry is None or entry.raw is not raw:
-        return None
-    ids = raw.get("covered_ids")
-    if ids is not entry.ids or len(ids) != entry.count:  # type: ignore[arg-type]
-        return None
-    if _scalars(raw) != entry.scalars or raw.get("content") != entry.summary.content:
-        return None
-    return entry.summary
-
-
-def summary_from_state(
-    state: Mapping[str, Any] | Any, key: str = "running_summary"
-) -> RunningSummary | None:
-    """Read the running summary stored under ``key`` of a graph state.
-
-    Accepts the JSON dict form written by the package faces, a `RunningSummary`, or nothing.
-    Reading back a dict the package wrote or read before (unchanged: same covered-id list,
-    same fields) returns the same summary object without validating it again.
-
-    Args:
-        state: A state mapping (or an object with the key as attribute, e.g. a pydantic state).
-        key: The state key.
-
-    Returns:
-        The summary, or ``None`` when the key is absent or empty.
-
-    Raises:
-        ConfigurationError: The value is not a valid summary record (wrong key, or a record
-            whose ``sha256`` no longer matches its text).
-
-    Example:
-        >>> s = RunningSummary(content="x", text="x", covered_ids=frozenset({"m1"}))
-        >>> summary_from_state({"running_summary": summary_to_state(s)}) == s
-        True
-        >>> summary_from_state({"messages": []}) is None
-        True
-    """
-    raw = state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
-    if raw is None:
-        return None
-    if isinstance(raw, RunningSummary):
-        return raw
-    if not isinstance(raw, Mapping):
-        msg = f"state[{key!r}] must be a running summary dict, got {type(raw).__name__}"
-        raise ConfigurationError(msg)
-    cached = _recall(raw)
-    if cached is not None:
-        return cached
-    try:
-        summary = RunningSummary.model_validate(dict(raw))
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'record'}: {err['msg']}"
-            for err in exc.errors()[:3]
-        )
-        msg = f"state[{key!r}] is not a valid running summary record ({problems})"
-        raise ConfigurationError(msg) from None
-    ids = raw.get("covered_ids")
-    if isinstance(ids, list):
-        _seed_sorted_ids(summary, ids)
-    _remember(raw, summary)
-    return summary
-
-
-def summary_to_state(summary: RunningSummary) -> dict[str, Any]:
-    """The JSON dict form of ``summary`` stored in graph state (round-trips exactly).
-
-    Example:
-        >>> s = RunningSummary(content="x", text="x", covered_ids=frozenset({"b", "a"}))
-        >>> summary_to_state(s)["covered_ids"]
-        ['a', 'b']
-    """
-    rest = summary.model_dump(mode="json", exclude={"covered_ids"})
-    data = {
-        name: _sorted_covered(summary) if name == "covered_ids" else rest[name]
-        for name in RunningSummary.model_fields
-    }
-    _remember(data, summary)
-    return data
 
 
 def _state_messages(
