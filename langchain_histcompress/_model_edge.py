@@ -583,9 +583,13 @@ def _chat_model_for_internal_call(
         current = getattr(model, "max_tokens", None)
         if not isinstance(current, int) or isinstance(current, bool) or current > max_output_tokens:
             updates["max_tokens"] = max_output_tokens
+    # The client gives up half a grace after the package's own timeout: the package's timeout
+    # always fires first (a typed ModelTimeoutError whatever the load), and the client then
+    # closes the connection within the grace, which frees the worker thread.
+    client_timeout = None if timeout is None else timeout + _abandon_grace(timeout) / 2
     for root, resource in (("root_client", "client"), ("root_async_client", "async_client")):
         if root in fields:
-            client = _client_without_retries(getattr(model, root, None), timeout)
+            client = _client_without_retries(getattr(model, root, None), client_timeout)
             if client is not None:
                 updates[root] = client
                 updates[resource] = client.chat.completions  # type: ignore[attr-defined]
@@ -606,8 +610,9 @@ def internal_model(
 
     * ``max_retries=0`` where the model has that field, and for OpenAI-style clients
       (``ChatOpenAI``, ``AzureChatOpenAI``: ``root_client.with_options``) a client that
-      never retries and gives up after ``timeout`` seconds without a byte from the server
-      (it closes the connection; the package's own timeout stays the overall bound);
+      never retries and gives up shortly after ``timeout`` seconds without a byte from the
+      server (it closes the connection; the package's own timeout fires first and stays
+      the overall bound);
     * streaming off (``disable_streaming``): one complete answer carrying its usage and
       finish reason, even while a graph streams;
     * ``max_tokens`` lowered to ``max_output_tokens`` where the model has that field.

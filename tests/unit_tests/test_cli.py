@@ -214,7 +214,10 @@ def test_real_conversation_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert totals["full"]["figures"]["calls"] == data["totals"]["truncation"]["figures"]["calls"]
     for name, entry in totals.items():
         assert entry["figures"] is not None, name
-        if name != "full":
+        if name == "facts_turns_cached":
+            # folds only when a fold repays its extraction: on this excerpt it sends it whole
+            assert entry["figures"]["savings"] >= 0, name
+        elif name != "full":
             assert entry["figures"]["savings"] > 0, name
     assert (out / "tokens_per_call_30.png").is_file()
 

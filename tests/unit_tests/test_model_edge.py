@@ -637,7 +637,7 @@ def test_internal_model_turns_off_client_retries_and_streaming() -> None:
     copy = _model_edge.internal_model(model, timeout=3.0, max_output_tokens=500)
     assert isinstance(copy, ChatOpenAI)
     assert (copy.root_client.max_retries, copy.root_async_client.max_retries) == (0, 0)
-    assert copy.root_client.timeout == 3.0
+    assert copy.root_client.timeout == 3.5  # half a grace after the package's own timeout
     assert copy.client is not model.client
     assert (copy.streaming, copy.disable_streaming, copy.max_tokens) == (False, True, 100)
     assert (model.root_client.max_retries, model.streaming, model.disable_streaming) == (
