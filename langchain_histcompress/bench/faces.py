@@ -161,6 +161,7 @@ class _Env:
     counter: TiktokenCounter
     model: BaseChatModel
     strategies: StrategyEnv
+    clock: ModelClock
 
 
 FaceFactory = Callable[[_Env], _Face]
@@ -258,7 +259,8 @@ class _Rephraser(_Face):
     def __init__(self, env: _Env, *, node: bool) -> None:
         from langchain_histcompress.rephrase import HistoryRephraseNode, create_history_rephraser
 
-        model = GenericFakeChatModel(messages=_standalone_answers())
+        # timed like every internal model: its call is model time, not the face's
+        model = env.clock.timed(GenericFakeChatModel(messages=_standalone_answers()))
         self.node = HistoryRephraseNode(model) if node else None
         self.chain = None if node else create_history_rephraser(model)
 
@@ -423,7 +425,7 @@ def measure_faces(
     counter = counter or TiktokenCounter("gpt-4o-mini", cache_size=1_048_576)
     clock = ModelClock()
     timed = clock.timed(model or GenericFakeChatModel(messages=_fixed_summaries()))
-    shared = _Env(counter, timed, StrategyEnv(counter=counter, model=timed))
+    shared = _Env(counter, timed, StrategyEnv(counter=counter, model=timed), clock)
     history = extended_history(base, max(sizes) + 2 * (turns + 2) + 4 * len(base) // 3 + 50)
     plain_history: list[BaseMessage] | None = None
     figures: list[FaceOverhead] = []
