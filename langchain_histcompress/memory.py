@@ -152,6 +152,8 @@ def _round_complete(round_: Round) -> bool:
 class _Plan:
     batches: tuple[tuple[BaseMessage, ...], ...]
     pending_rounds: int
+    batch_size: int
+    """Rounds per batch."""
 
 
 class FactExtractionNode(GraphNode):
@@ -384,14 +386,16 @@ class FactExtractionNode(GraphNode):
         if rounds and not _round_complete(rounds[-1]):
             rounds.pop()
         size = self.batch_rounds or max(1, len(rounds))
-        batches = [
-            tuple(m for r in rounds[i : i + size] for m in r.messages)
-            for i in range(0, len(rounds) - size + 1, size)
-        ]
+        count = len(rounds) // size
         if self.max_batches_per_run is not None:
-            batches = batches[: self.max_batches_per_run]
-        done = len(batches) * size
-        return _Plan(batches=tuple(batches), pending_rounds=len(rounds) - done)
+            count = min(count, self.max_batches_per_run)
+        # only the batches this run may extract are built: a backlog left by failed calls
+        # costs one pass over its rounds, not one tuple per batch
+        batches = tuple(
+            tuple(m for r in rounds[i * size : (i + 1) * size] for m in r.messages)
+            for i in range(count)
+        )
+        return _Plan(batches=batches, pending_rounds=len(rounds) - count * size, batch_size=size)
 
     def _store(self) -> BaseStore | None:
         if self.store is not None:
@@ -482,7 +486,7 @@ class FactExtractionNode(GraphNode):
             "error": failed.error if failed else None,
             "processed_through": cursor or state.get(self.cursor_key),
             "pending_rounds": plan.pending_rounds
-            + sum(len(split_rounds(b).rounds) for b in plan.batches[processed:]),
+            + (len(plan.batches) - processed) * plan.batch_size,
         }
         update: dict[str, Any] = {self.status_key: report}
         if writes:
