@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import importlib
 import itertools
 import math
 import re
@@ -45,6 +46,14 @@ STOPWORDS = frozenset(
 _WORD_RE = re.compile(r"[^\W_]+")
 _VOWELS = frozenset("aeiouy")
 _KEEP_DOUBLE = frozenset("lsz")
+
+
+def _numpy() -> Any:
+    """The numpy module, or ``None`` when it is not installed (it is optional)."""
+    try:
+        return importlib.import_module("numpy")
+    except ImportError:  # pragma: no cover - numpy ships with the bench extra
+        return None
 
 
 def _strippable(base: str) -> bool:

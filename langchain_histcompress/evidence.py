@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import heapq
-import importlib
 import itertools
 import threading
 from array import array
@@ -32,6 +31,7 @@ from langchain_histcompress.bm25 import (
     BM25Index,
     _check_k,
     _FactIndex,
+    _numpy,
     _sum_by_slot,
     _top,
     _top_slots,
@@ -289,14 +289,6 @@ class _SourceSlots:
             and self.removed == index.removed
             and all(index.slot_of(key) is None for _, key in self.pending)
         )
-
-
-def _numpy() -> Any:
-    """The numpy module, or ``None`` when it is not installed (it is optional)."""
-    try:
-        return importlib.import_module("numpy")
-    except ImportError:  # pragma: no cover - numpy ships with the bench extra
-        return None
 
 
 def _check_bm25(k1: float, b: float) -> None:

@@ -48,6 +48,7 @@ from langchain_histcompress.bm25 import (
     BM25Index,
     _check_k,
     _FactIndex,
+    _numpy,
     stem,
     tokenize,
 )
@@ -336,14 +337,6 @@ class StoreFactRetriever:
 
 
 # --------------------------------------------------------------------------- embeddings fused
-
-
-def _numpy() -> Any:
-    """The numpy module, or ``None`` when it is not installed (it is optional)."""
-    try:
-        return importlib.import_module("numpy")
-    except ImportError:  # pragma: no cover - numpy ships with the bench extra
-        return None
 
 
 def _dot_all(target: array[float], vectors: Sequence[array[float]]) -> list[float]:
