@@ -21,7 +21,6 @@ from langchain_core.messages import (
     BaseMessage,
     HumanMessage,
     RemoveMessage,
-    SystemMessage,
 )
 from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -31,22 +30,10 @@ from langchain_histcompress.compressor import RoundCompressor, thread_summarizer
 from langchain_histcompress.nodes import RoundCompressionNode, summary_from_state, summary_to_state
 from langchain_histcompress.rounds import ensure_ids
 from langchain_histcompress.summary import RunningSummary
-from tests.fakes import ScriptedSummarizer, conversation
+from tests.fakes import ScriptedSummarizer
+from tests.unit_tests.test_flat_turns import LONG, SHORT, grown, turn_ends
 
-SHORT, LONG = 250, 5_000  # rounds: 500 and 10,000 messages
-TURNS = 8
-
-
-def grown(rounds: int, *, ids: bool = True) -> list[BaseMessage]:
-    history = conversation(rounds + TURNS + 1, system=SystemMessage("Be brief.", id="sys"))
-    if not ids:
-        history = [history[0], *(m.model_copy(update={"id": None}) for m in history[1:])]
-    return history
-
-
-def turn_ends(rounds: int) -> list[int]:
-    """History lengths at each turn: through the question of the next round."""
-    return [1 + 2 * (rounds + t) + 1 for t in range(TURNS)]
+# the same grown histories and turn positions as the other flat-turn tests
 
 
 class Counted(list[BaseMessage]):
