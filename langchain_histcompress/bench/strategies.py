@@ -177,10 +177,18 @@ class NoHistory(Strategy):
     """Reference: the system preamble and the current round only, no history at all."""
 
     def view(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        """Preamble + the latest round (its human message and the steps after it)."""
-        split = split_rounds(messages)
-        latest = list(split.rounds[-1].messages) if split.rounds else []
-        return [*split.preamble, *latest]
+        """Preamble + the latest round (its human message and the steps after it).
+
+        Read from both ends (the preamble, then back to the latest human message), so its
+        work does not grow with the history.
+        """
+        lead = 0
+        while lead < len(messages) and messages[lead].type == "system":
+            lead += 1
+        start = len(messages) - 1
+        while start > lead and messages[start].type != "human":
+            start -= 1
+        return [*messages[:lead], *messages[max(start, lead) :]]
 
     def model_input(self, history: Sequence[BaseMessage]) -> list[BaseMessage]:
         """The preamble and the current round."""
