@@ -9,8 +9,10 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any, Generic
 
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig
 from typing_extensions import TypeVar
+
+from langchain_histcompress._twin_runnable import TwinRunnable
 
 __all__ = ["GraphNode"]
 
@@ -26,7 +28,8 @@ class GraphNode(Runnable[Any, Update], Generic[Update]):
 
     def _bind_body(self, name: str) -> None:
         """Build the Runnable that dispatches to `_run` / `_arun` (call once, in ``__init__``)."""
-        self._body: Runnable[Any, Update] = RunnableLambda(self._run, afunc=self._arun, name=name)
+        # one traced run per call, without RunnableLambda's per-call signature inspection
+        self._body: Runnable[Any, Update] = TwinRunnable(self._run, self._arun, name=name)
 
     @abstractmethod
     def _run(self, state: Any, config: RunnableConfig) -> Update:
