@@ -338,6 +338,7 @@ def measure_face(
     *,
     clock: ModelClock,
     turns: int,
+    begin_at: int | None = None,
 ) -> FaceOverhead:
     """Time ``turns`` turns of ``face`` once the history holds ``size`` messages.
 
@@ -353,11 +354,14 @@ def measure_face(
         size: History size at which to measure.
         clock: The internal model's clock (its time is subtracted; a call marks a fold).
         turns: Turns to time.
+        begin_at: Where the timed turns start instead of ``size`` (at or after it; the figure
+            is still reported at ``size``).
 
     Raises:
         ValueError: The history has too few assistant turns after ``size``.
     """
-    positions = [i for i in range(size, len(history)) if history[i].type == "ai"]
+    begin = size if begin_at is None else max(size, begin_at)
+    positions = [i for i in range(begin, len(history)) if history[i].type == "ai"]
     if len(positions) < turns + 1:
         msg = f"history of {len(history)} messages has < {turns + 1} assistant turns after {size}"
         raise ValueError(msg)
@@ -365,6 +369,11 @@ def measure_face(
     samples: list[float] = []
     folded: list[bool] = []
     for position in positions[1 : turns + 1]:
+        # Copying the whole long history touches every message, evicting the CPU caches as
+        # building the turn's list does at the largest size; done at every size, the caches
+        # a face starts with are the same whatever the history's length.
+        evict = history[:]
+        del evict
         prefix = history[:position]
         # The new list is young: the next collection of the young generations walks every
         # message it holds. Building it is the caller's work, so that walk happens here,
@@ -429,7 +438,12 @@ def measure_faces(
     history = extended_history(base, max(sizes) + 2 * (turns + 2) + 4 * len(base) // 3 + 50)
     plain_history: list[BaseMessage] | None = None
     figures: list[FaceOverhead] = []
+    # Every size times the same turns (the start of a repetition of ``base``): what the new
+    # messages say changes a face's work, and only the history's length may differ.
+    lead = next((i for i, m in enumerate(base) if m.type != "system"), len(base))
+    period = len(base) - lead
     for size in sizes:
+        begin_at = lead + -(-(size - lead) // period) * period if period and size > lead else size
         for name in names:
             grown: Sequence[BaseMessage] = history
             if name.endswith("_no_ids"):
@@ -437,7 +451,13 @@ def measure_faces(
                 grown = plain_history
             try:
                 figure = measure_face(
-                    FACES[name](shared), name, grown, size, clock=clock, turns=turns
+                    FACES[name](shared),
+                    name,
+                    grown,
+                    size,
+                    clock=clock,
+                    turns=turns,
+                    begin_at=begin_at,
                 )
             except Exception as exc:
                 logger.warning("overhead of %s at %d failed: %s", name, size, type(exc).__name__)
