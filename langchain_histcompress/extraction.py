@@ -1,9 +1,9 @@
 """Fact extraction: the prompt, the parser of the model's operations, and `FactExtractor`.
 
 `FactExtractor` shows the current facts (as data, with ids) and new messages (in the
-`render_transcript` format) to a model, asks for JSON operations (``ADD`` / ``UPDATE`` /
-``DELETE``), validates them and applies them with `apply_fact_ops`. Malformed output writes
-nothing.
+`render_transcript` format) to a model, asks for operations (``ADD`` / ``UPDATE`` /
+``DELETE``) one per line (the `fact_lines` format; a JSON array is accepted too), validates
+them and applies them with `apply_fact_ops`. Malformed output writes nothing.
 
 Example:
     >>> from langchain_core.messages import HumanMessage
@@ -43,6 +43,7 @@ from langchain_histcompress._model_edge import (
 )
 from langchain_histcompress.aliases import IdAliases
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.fact_lines import parse_fact_lines
 from langchain_histcompress.fact_model import (
     _OP_ALIASES,
     DEFAULT_CONFIDENCE,
@@ -77,7 +78,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FACT_EXTRACTION_PROMPT_VERSION = "facts-v1"
+FACT_EXTRACTION_PROMPT_VERSION = "facts-v2"
 """Version of the extraction prompt, recorded in every report."""
 
 ExtractionStatus = Literal["ok", "empty", "failed", "skipped"]
@@ -94,13 +95,18 @@ _NOOP_NAMES = frozenset({"NOOP", "NONE", "SKIP", "KEEP"})
 
 _DEFAULT_INSTRUCTIONS = """\
 You maintain a memory of durable facts about a conversation between a user and an assistant.
-You receive the current facts and the newest messages. Reply with ONLY a JSON array of \
-operations that bring the facts up to date:
-  {"op": "ADD", "type": "<type>", "content": "<one short self-contained statement>", \
-"confidence": <0..1>, "status": "confirmed" | "uncertain", "source_ids": ["<message id>", ...]}
-  {"op": "UPDATE", "id": "<existing fact id>", "content": "...", "confidence": <0..1>, \
-"status": "...", "source_ids": ["<message id>", ...]}
-  {"op": "DELETE", "id": "<existing fact id>"}
+You receive the current facts and the newest messages. Reply with ONLY the operations \
+that bring the facts up to date, one per line:
+ADD <type> <confidence> <source ids> | <fact>
+UPDATE <existing fact id> <confidence> <source ids> | <fact>
+DELETE <existing fact id>
+<fact> is one short self-contained statement on one line; <confidence> is 0..1, followed \
+by ? when the user has not confirmed the detail yet; <source ids> are the id attributes of \
+the messages that support the fact, comma-separated. Example:
+ADD preference 0.9 m3 | The user prefers window seats.
+ADD todo 0.6? m4,m5 | The user may fly to Oslo on 3 May.
+UPDATE f-1a2b 0.9 m6 | The user now lives in Bergen.
+DELETE f-3c4d
 Fact types: user_intent, confirmed_detail, entity, preference, decision, todo, event \
 (or another short snake_case type).
 Rules:
@@ -110,9 +116,10 @@ identifiers exact.
 found there.
 - Use UPDATE when a message changes or corrects an existing fact, DELETE when a fact is no \
 longer true or was withdrawn. Never ADD a fact that is already present.
-- status "uncertain" for details the user has not confirmed yet (to be confirmed).
-- source_ids are the id attributes of the messages that support the fact.
-- Reply [] when nothing new is worth remembering."""
+- Reply NONE when nothing new is worth remembering."""
+
+_LINES_REQUEST = "Reply with the operations, one per line."
+_CUSTOM_REQUEST = "Reply with the operations."
 
 
 def _fact_line(fact: Fact) -> str:
@@ -151,20 +158,19 @@ def build_extraction_prompt(
         <new_messages>
         <message id="m1" role="user">I moved to Oslo</message>
         </new_messages>
-        Reply with the JSON array of operations.
+        Reply with the operations, one per line.
     """
     facts_block = wrap_data(
         "current_facts", "\n".join(_fact_line(f) for f in facts), {"count": len(facts)}
     )
-    body = (
-        f"{facts_block}\n<new_messages>\n{render_transcript(messages)}\n</new_messages>\n"
-        "Reply with the JSON array of operations."
+    body = f"{facts_block}\n<new_messages>\n{render_transcript(messages)}\n</new_messages>\n" + (
+        _CUSTOM_REQUEST if instructions else _LINES_REQUEST
     )
     return [SystemMessage(instructions or _DEFAULT_INSTRUCTIONS), HumanMessage(body)]
 
 
 class _MalformedOutputError(ValueError):
-    """The model output holds no JSON list of operations."""
+    """The model output holds no operation lines and no JSON list of operations."""
 
 
 @dataclass(frozen=True)
@@ -225,13 +231,17 @@ def _find_ops(text: str) -> list[object]:
     if not text:
         msg = "empty model output"
         raise _MalformedOutputError(msg)
+    if text[0] not in "[{":  # a JSON answer is JSON even when a content says "ADD"
+        lines = parse_fact_lines(text)
+        if lines is not None:
+            return list(lines)
     for block in json_fenced_blocks(text):
         found = _scan_json(block)
         if found is not None:
             return found
     found = _scan_json(text)
     if found is None:
-        msg = "no JSON list of operations in the model output"
+        msg = "no operation lines and no JSON list of operations in the model output"
         raise _MalformedOutputError(msg)
     return found
 
@@ -345,8 +355,9 @@ def parse_extraction_output(
 ) -> tuple[list[FactOp], list[RejectedOp]]:
     r"""Turn an extraction model's output into validated operations.
 
-    Accepts a JSON array of operations, possibly fenced or surrounded by text, in a string,
-    a message or a list of content blocks. Ids proposed for ``ADD`` are ignored;
+    Accepts operations one per line (the `fact_lines` format), or a JSON array of
+    operations, possibly fenced or surrounded by text, in a string, a message or a list of
+    content blocks. Ids proposed for ``ADD`` are ignored;
     ``UPDATE`` / ``DELETE`` must name a fact that was shown; ``source_ids`` are kept only
     when they name a message that was shown.
 
@@ -363,8 +374,8 @@ def parse_extraction_output(
         The valid operations and the rejected ones.
 
     Raises:
-        ValueError: The output holds no JSON list of operations (malformed, truncated,
-            empty or a refusal).
+        ValueError: The output holds neither operation lines nor a JSON list of operations
+            (malformed, truncated, empty or a refusal).
 
     Example:
         >>> ops, rejected = parse_extraction_output(
@@ -373,6 +384,11 @@ def parse_extraction_output(
         ...     shown_fact_ids=[], message_ids=["m1"])
         >>> ops[0].id, ops[0].fields["source_ids"], rejected[0].reason
         (None, ['m1'], 'unknown_id')
+        >>> ops, rejected = parse_extraction_output(
+        ...     "ADD todo 0.6? m1 | Call Bo | today\nUPDATE f-1 0.9 | x",
+        ...     shown_fact_ids=[], message_ids=["m1"])
+        >>> ops[0].fields["content"], ops[0].fields["status"], rejected[0].reason
+        ('Call Bo | today', 'uncertain', 'unknown_id')
     """
     items = _find_ops(_output_text(output))
     shown = frozenset(shown_fact_ids)
