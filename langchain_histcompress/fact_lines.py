@@ -39,7 +39,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["format_fact_lines", "parse_fact_lines"]
+from langchain_histcompress.fact_model import Fact
+
+__all__ = ["format_current_fact", "format_fact_lines", "parse_fact_lines"]
 
 _KEYWORDS = (
     "ADD|CREATE|INSERT|NEW|UPDATE|MODIFY|EDIT|CHANGE|REPLACE|DELETE|REMOVE|FORGET|"
@@ -89,6 +91,22 @@ def _format_one(op: Mapping[str, Any]) -> str:
     if content is None:
         return " ".join(head)
     return f"{' '.join(head)} | {_escape(str(content))}"
+
+
+def format_current_fact(fact: Fact) -> str:
+    r"""A current fact as the extraction prompt shows it: ``<id> <type> <confidence> | <content>``.
+
+    The same shape as an ``UPDATE`` line, so the model reads what it writes; ``?`` marks an
+    uncertain fact, another status that is not ``confirmed`` is shown in brackets.
+
+    Example:
+        >>> format_current_fact(Fact(id="f1", type="todo", content="Call Bo\nat 5",
+        ...                          confidence=0.6, status="uncertain"))
+        'f1 todo 0.6? | Call Bo\\nat 5'
+    """
+    mark = {"confirmed": "", "uncertain": "?"}.get(fact.status, f" [{fact.status}]")
+    head = f"{fact.id} {_token(fact.type)} {_number(fact.confidence)}{mark}"
+    return f"{head} | {_escape(fact.content)}"
 
 
 def format_fact_lines(operations: Sequence[Mapping[str, Any]]) -> str:

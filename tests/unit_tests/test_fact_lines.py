@@ -238,3 +238,31 @@ def test_lines_cost_about_half_the_tokens_of_json() -> None:
 
 def test_parse_fact_lines_ignores_prose() -> None:
     assert parse_fact_lines("Nothing to add.\nAll good.") is None
+
+
+def test_current_facts_are_shown_tersely_by_alias_and_answered_by_alias() -> None:
+    oslo = Fact(id="f-1a2b3c4d5e6f", content="Lives in Oslo", confidence=0.8)
+    # a real id equal to an alias the prompt would use is skipped, never ambiguous
+    tea = Fact(id="f1", type="preference", content="Likes <tea> | green", status="uncertain")
+    model = ScriptedChatModel(
+        script=["UPDATE f2 0.9 m1 | Lives in Bergen\nDELETE f3\nDELETE f9\nDELETE f1"]
+    )
+    result = FactExtractor(model).extract(
+        [HumanMessage("Moved to Bergen, and I hate tea", id="m1")], [oslo, tea], now=NOW
+    )
+    body = str(model.prompts[0][1].content)
+    block = body.split("<current_facts", 1)[1].split("</current_facts>", 1)[0]
+    assert block.splitlines()[1:] == [
+        "f2 other 0.8 | Lives in Oslo",
+        "f3 preference 0.7? | Likes &lt;tea&gt; | green",
+    ]
+    assert "f-1a2b3c4d5e6f" not in body
+    assert result.status == "ok"
+    assert result.facts[oslo.id].content == "Lives in Bergen"
+    assert set(result.facts) == {oslo.id}  # f3 is the alias of the fact whose id is "f1"
+    assert result.report.deleted == ("f1",)
+    # f9 was never shown; the real id "f1" is accepted, but its fact is already deleted
+    assert [(r["id"], r["reason"]) for r in result.report.rejected] == [
+        ("f9", "unknown_id"),
+        ("f1", "unknown_id"),
+    ]
