@@ -1,6 +1,7 @@
 """Fact extraction: the prompt, the parser of the model's operations, and `FactExtractor`.
 
-`FactExtractor` shows the current facts (as data, with ids) and new messages (in the
+`FactExtractor` shows the current facts (as data, one per line under short aliases ``f1``,
+``f2``... mapped back to their ids) and new messages (in the
 `render_transcript` format) to a model, asks for operations (``ADD`` / ``UPDATE`` /
 ``DELETE``) one per line (the `fact_lines` format; a JSON array is accepted too), validates
 them and applies them with `apply_fact_ops`. Malformed output writes nothing.
@@ -218,11 +219,13 @@ def _find_ops(text: str) -> list[object]:
     if not text:
         msg = "empty model output"
         raise _MalformedOutputError(msg)
-    if text[0] not in "[{":  # a JSON answer is JSON even when a content says "ADD"
+    fenced = json_fenced_blocks(text)
+    # a JSON answer is JSON even when a content says "ADD"
+    if text[0] not in "[{" and not any(b.lstrip()[:1] in ("[", "{") for b in fenced):
         lines = parse_fact_lines(text)
         if lines is not None:
             return list(lines)
-    for block in json_fenced_blocks(text):
+    for block in fenced:
         found = _scan_json(block)
         if found is not None:
             return found

@@ -39,14 +39,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_histcompress.fact_model import Fact
+from langchain_histcompress.fact_model import _OP_ALIASES, Fact
 
 __all__ = ["format_current_fact", "format_fact_lines", "parse_fact_lines"]
 
-_KEYWORDS = (
-    "ADD|CREATE|INSERT|NEW|UPDATE|MODIFY|EDIT|CHANGE|REPLACE|DELETE|REMOVE|FORGET|"
-    "NONE|NOOP|SKIP|KEEP"
-)
+_KEYWORDS = "ADD|UPDATE|DELETE|NONE"  # only the prompt's own: prose may open with "NEW", "KEEP"
 _OP_LINE = re.compile(rf"^(?:[-*\u2022]\s+|\d{{1,3}}[.)]\s+)?({_KEYWORDS})(?=\s|\||$)(.*)$")
 _CONFIDENCE = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(%?)(\??)$")
 _UNESCAPE = re.compile(r"\\([\\nr])")
@@ -76,6 +73,7 @@ def _token(value: object) -> str:
 
 def _format_one(op: Mapping[str, Any]) -> str:
     name = str(op.get("op", "")).strip().upper()
+    name = _OP_ALIASES.get(name, name)
     if name == "DELETE":
         return f"DELETE {_token(op.get('id', ''))}"
     head = [name, _token(op.get("type") or "other" if name == "ADD" else op.get("id", ""))]
@@ -126,11 +124,11 @@ def format_fact_lines(operations: Sequence[Mapping[str, Any]]) -> str:
 
 def _read_head(name: str, tokens: list[str]) -> dict[str, Any]:
     item: dict[str, Any] = {"op": name}
-    if name in ("NONE", "NOOP", "SKIP", "KEEP"):
+    if name == "NONE":
         return item
     first_is_confidence = bool(tokens) and _CONFIDENCE.match(tokens[0]) is not None
-    if tokens and not (name in ("ADD", "CREATE", "INSERT", "NEW") and first_is_confidence):
-        item["type" if name in ("ADD", "CREATE", "INSERT", "NEW") else "id"] = tokens.pop(0)
+    if tokens and not (name == "ADD" and first_is_confidence):
+        item["type" if name == "ADD" else "id"] = tokens.pop(0)
     if tokens and (found := _CONFIDENCE.match(tokens[0])):
         tokens.pop(0)
         item["confidence"] = float(found.group(1)) / (100 if found.group(2) else 1)
@@ -169,9 +167,9 @@ def parse_fact_lines(text: str) -> list[dict[str, Any]] | None:
         name, rest = match.group(1), match.group(2)
         head, bar, content = rest.partition("|")
         item = _read_head(name, head.split())
-        if name in ("NONE", "NOOP", "SKIP", "KEEP"):
+        if name == "NONE":
             continue
-        if bar and item["op"] not in ("DELETE", "REMOVE", "FORGET"):
+        if bar and name != "DELETE":
             item["content"] = _unescape(content.strip())
         items.append(item)
     return items if found else None

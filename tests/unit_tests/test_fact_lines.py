@@ -137,6 +137,8 @@ def test_output_in_neither_format_raises(output: str) -> None:
         '```json\n[{"op": "ADD", "content": "ADD x | y", "source_ids": ["m1"]}]\n```',
         'Sure: {"operations": [{"op": "ADD", "content": "ADD x | y", "source_ids": ["m1"]}]}',
         '{"op": "ADD", "content": "ADD x | y", "source_ids": ["m1"]}',
+        'NEW facts below\n[{"op": "ADD", "content": "ADD x | y", "source_ids": ["m1"]}]',
+        'ADD these:\n```json\n[{"op": "ADD", "content": "ADD x | y", "source_ids": ["m1"]}]\n```',
     ],
 )
 def test_json_forms_are_still_accepted(output: str) -> None:
@@ -237,7 +239,12 @@ def test_lines_cost_about_half_the_tokens_of_json() -> None:
 
 
 def test_parse_fact_lines_ignores_prose() -> None:
-    assert parse_fact_lines("Nothing to add.\nAll good.") is None
+    assert parse_fact_lines("Nothing to add.\nAll good.\nNEW: none\nKEEP f1") is None
+
+
+def test_operation_aliases_are_written_with_the_prompt_keywords() -> None:
+    text = format_fact_lines([{"op": "remove", "id": "f-1"}, {"op": "edit", "id": "f-2"}])
+    assert text == "DELETE f-1\nUPDATE f-2"
 
 
 def test_current_facts_are_shown_tersely_by_alias_and_answered_by_alias() -> None:
