@@ -147,7 +147,13 @@ FACT_RULES = [
 
 def extract_facts(messages: list[BaseMessage]) -> str:
     prompt = str(messages[-1].content)
-    current = [json.loads(line) for line in block(prompt, "current_facts").splitlines() if line]
+    current = [  # each line: "<id> <type> <confidence> | <content>"
+        {"id": head.split()[0], "content": content}
+        for head, _, content in (
+            line.partition(" | ") for line in block(prompt, "current_facts").splitlines()
+        )
+        if content
+    ]
     ops: list[dict[str, Any]] = []
     for message_id, role, text in transcript(messages):
         for pattern, template, kind in FACT_RULES:

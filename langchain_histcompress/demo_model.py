@@ -130,12 +130,10 @@ class ScriptedChatModel(BaseChatModel):
     def _shown_facts(self, text: str) -> dict[str, str]:
         block = _block(text, "current_facts") or ""
         shown: dict[str, str] = {}
-        for line in block.splitlines():
-            line = html.unescape(line.strip())
-            if not line.startswith("{"):
-                continue
-            fact = json.loads(line)
-            shown[normalize_content(str(fact["content"]))] = str(fact["id"])
+        for line in block.splitlines():  # "<id> <type> <confidence> | <content>"
+            head, bar, content = html.unescape(line.strip()).partition(" | ")
+            if bar and head.split():
+                shown[normalize_content(content)] = head.split()[0]
         return shown
 
     def _fact_id(self, key: str, shown: Mapping[str, str]) -> str:

@@ -1,9 +1,10 @@
 """Fact extraction: the prompt, the parser of the model's operations, and `FactExtractor`.
 
-`FactExtractor` shows the current facts (as data, with ids) and new messages (in the
-`render_transcript` format) to a model, asks for JSON operations (``ADD`` / ``UPDATE`` /
-``DELETE``), validates them and applies them with `apply_fact_ops`. Malformed output writes
-nothing.
+`FactExtractor` shows the current facts (as data, one per line under short aliases ``f1``,
+``f2``... mapped back to their ids) and new messages (in the
+`render_transcript` format) to a model, asks for operations (``ADD`` / ``UPDATE`` /
+``DELETE``) one per line (the `fact_lines` format; a JSON array is accepted too), validates
+them and applies them with `apply_fact_ops`. Malformed output writes nothing.
 
 Example:
     >>> from langchain_core.messages import HumanMessage
@@ -14,7 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,6 +43,7 @@ from langchain_histcompress._model_edge import (
 )
 from langchain_histcompress.aliases import IdAliases
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.fact_lines import format_current_fact, parse_fact_lines
 from langchain_histcompress.fact_model import (
     _OP_ALIASES,
     DEFAULT_CONFIDENCE,
@@ -77,7 +78,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FACT_EXTRACTION_PROMPT_VERSION = "facts-v1"
+FACT_EXTRACTION_PROMPT_VERSION = "facts-v2"
 """Version of the extraction prompt, recorded in every report."""
 
 ExtractionStatus = Literal["ok", "empty", "failed", "skipped"]
@@ -94,13 +95,19 @@ _NOOP_NAMES = frozenset({"NOOP", "NONE", "SKIP", "KEEP"})
 
 _DEFAULT_INSTRUCTIONS = """\
 You maintain a memory of durable facts about a conversation between a user and an assistant.
-You receive the current facts and the newest messages. Reply with ONLY a JSON array of \
-operations that bring the facts up to date:
-  {"op": "ADD", "type": "<type>", "content": "<one short self-contained statement>", \
-"confidence": <0..1>, "status": "confirmed" | "uncertain", "source_ids": ["<message id>", ...]}
-  {"op": "UPDATE", "id": "<existing fact id>", "content": "...", "confidence": <0..1>, \
-"status": "...", "source_ids": ["<message id>", ...]}
-  {"op": "DELETE", "id": "<existing fact id>"}
+You receive the current facts, one per line as <fact id> <type> <confidence> | <fact>, \
+and the newest messages. Reply with ONLY the operations \
+that bring the facts up to date, one per line:
+ADD <type> <confidence> <source ids> | <fact>
+UPDATE <existing fact id> <confidence> <source ids> | <fact>
+DELETE <existing fact id>
+<fact> is one short self-contained statement on one line; <confidence> is 0..1, followed \
+by ? when the user has not confirmed the detail yet; <source ids> are the id attributes of \
+the messages that support the fact, comma-separated. Example:
+ADD preference 0.9 m3 | The user prefers window seats.
+ADD todo 0.6? m4,m5 | The user may fly to Oslo on 3 May.
+UPDATE f1 0.9 m6 | The user now lives in Bergen.
+DELETE f2
 Fact types: user_intent, confirmed_detail, entity, preference, decision, todo, event \
 (or another short snake_case type).
 Rules:
@@ -110,22 +117,10 @@ identifiers exact.
 found there.
 - Use UPDATE when a message changes or corrects an existing fact, DELETE when a fact is no \
 longer true or was withdrawn. Never ADD a fact that is already present.
-- status "uncertain" for details the user has not confirmed yet (to be confirmed).
-- source_ids are the id attributes of the messages that support the fact.
-- Reply [] when nothing new is worth remembering."""
+- Reply NONE when nothing new is worth remembering."""
 
-
-def _fact_line(fact: Fact) -> str:
-    return json.dumps(
-        {
-            "id": fact.id,
-            "type": fact.type,
-            "content": fact.content,
-            "confidence": round(fact.confidence, 3),
-            "status": fact.status,
-        },
-        ensure_ascii=False,
-    )
+_LINES_REQUEST = "Reply with the operations, one per line."
+_CUSTOM_REQUEST = "Reply with the operations."
 
 
 def build_extraction_prompt(
@@ -146,25 +141,24 @@ def build_extraction_prompt(
         ...                                  [HumanMessage("I moved to Oslo", id="m1")])
         >>> print(prompt[1].content)  # doctest: +ELLIPSIS
         <current_facts count="1">
-        {"id": "f-1", "type": "other", "content": "Likes &lt;tea&gt;", ...}
+        f-1 other 0.7 | Likes &lt;tea&gt;
         </current_facts>
         <new_messages>
         <message id="m1" role="user">I moved to Oslo</message>
         </new_messages>
-        Reply with the JSON array of operations.
+        Reply with the operations, one per line.
     """
     facts_block = wrap_data(
-        "current_facts", "\n".join(_fact_line(f) for f in facts), {"count": len(facts)}
+        "current_facts", "\n".join(format_current_fact(f) for f in facts), {"count": len(facts)}
     )
-    body = (
-        f"{facts_block}\n<new_messages>\n{render_transcript(messages)}\n</new_messages>\n"
-        "Reply with the JSON array of operations."
+    body = f"{facts_block}\n<new_messages>\n{render_transcript(messages)}\n</new_messages>\n" + (
+        _CUSTOM_REQUEST if instructions else _LINES_REQUEST
     )
     return [SystemMessage(instructions or _DEFAULT_INSTRUCTIONS), HumanMessage(body)]
 
 
 class _MalformedOutputError(ValueError):
-    """The model output holds no JSON list of operations."""
+    """The model output holds no operation lines and no JSON list of operations."""
 
 
 @dataclass(frozen=True)
@@ -225,13 +219,19 @@ def _find_ops(text: str) -> list[object]:
     if not text:
         msg = "empty model output"
         raise _MalformedOutputError(msg)
-    for block in json_fenced_blocks(text):
+    fenced = json_fenced_blocks(text)
+    # a JSON answer is JSON even when a content says "ADD"
+    if text[0] not in "[{" and not any(b.lstrip()[:1] in ("[", "{") for b in fenced):
+        lines = parse_fact_lines(text)
+        if lines is not None:
+            return list(lines)
+    for block in fenced:
         found = _scan_json(block)
         if found is not None:
             return found
     found = _scan_json(text)
     if found is None:
-        msg = "no JSON list of operations in the model output"
+        msg = "no operation lines and no JSON list of operations in the model output"
         raise _MalformedOutputError(msg)
     return found
 
@@ -345,8 +345,9 @@ def parse_extraction_output(
 ) -> tuple[list[FactOp], list[RejectedOp]]:
     r"""Turn an extraction model's output into validated operations.
 
-    Accepts a JSON array of operations, possibly fenced or surrounded by text, in a string,
-    a message or a list of content blocks. Ids proposed for ``ADD`` are ignored;
+    Accepts operations one per line (the `fact_lines` format), or a JSON array of
+    operations, possibly fenced or surrounded by text, in a string, a message or a list of
+    content blocks. Ids proposed for ``ADD`` are ignored;
     ``UPDATE`` / ``DELETE`` must name a fact that was shown; ``source_ids`` are kept only
     when they name a message that was shown.
 
@@ -363,8 +364,8 @@ def parse_extraction_output(
         The valid operations and the rejected ones.
 
     Raises:
-        ValueError: The output holds no JSON list of operations (malformed, truncated,
-            empty or a refusal).
+        ValueError: The output holds neither operation lines nor a JSON list of operations
+            (malformed, truncated, empty or a refusal).
 
     Example:
         >>> ops, rejected = parse_extraction_output(
@@ -373,6 +374,11 @@ def parse_extraction_output(
         ...     shown_fact_ids=[], message_ids=["m1"])
         >>> ops[0].id, ops[0].fields["source_ids"], rejected[0].reason
         (None, ['m1'], 'unknown_id')
+        >>> ops, rejected = parse_extraction_output(
+        ...     "ADD todo 0.6? m1 | Call Bo | today\nUPDATE f-1 0.9 | x",
+        ...     shown_fact_ids=[], message_ids=["m1"])
+        >>> ops[0].fields["content"], ops[0].fields["status"], rejected[0].reason
+        ('Call Bo | today', 'uncertain', 'unknown_id')
     """
     items = _find_ops(_output_text(output))
     shown = frozenset(shown_fact_ids)
@@ -484,13 +490,35 @@ def fact_output_cap(
     return max_output_tokens
 
 
-def _with_real_sources(op: FactOp, aliases: IdAliases) -> FactOp:
-    """``op`` with the prompt's id aliases in its ``source_ids`` mapped back to real ids."""
+def _fact_aliases(facts: Sequence[Fact], taken: Iterable[str | None]) -> IdAliases:
+    """Aliases ``f1``, ``f2``... for the facts shown, none equal to an id the prompt shows.
+
+    Generated fact ids cost about 14 tokens each (hex), an alias 2, on every fact shown and
+    every ``UPDATE`` / ``DELETE``; an id with spaces or commas would not survive the line
+    format at all.
+    """
+    used = {i for i in taken if i} | {f.id for f in facts}
+    to_alias: dict[str, str] = {}
+    number = 0
+    for fact in facts:
+        alias = fact.id
+        while alias in used:
+            number += 1
+            alias = f"f{number}"
+        used.add(alias)
+        to_alias[fact.id] = alias
+    return IdAliases(to_alias, {alias: real for real, alias in to_alias.items()})
+
+
+def _with_real_ids(op: FactOp, messages: IdAliases, facts: IdAliases) -> FactOp:
+    """``op`` with the prompt's aliases (fact id, ``source_ids``) mapped back to real ids."""
+    update: dict[str, Any] = {}
+    if op.id is not None:
+        update["id"] = facts.resolve(op.id) or op.id
     sources = op.fields.get("source_ids") if op.fields else None
-    if not sources:
-        return op
-    fields = {**op.fields, "source_ids": aliases.resolve_all(sources)}
-    return op.model_copy(update={"fields": fields})
+    if sources:
+        update["fields"] = {**op.fields, "source_ids": messages.resolve_all(sources)}
+    return op.model_copy(update=update) if update else op
 
 
 @dataclass(frozen=True)
@@ -501,6 +529,7 @@ class _Call:
     message_ids: tuple[str, ...]
     now: datetime
     aliases: IdAliases = field(default_factory=IdAliases)
+    fact_aliases: IdAliases = field(default_factory=IdAliases)
 
 
 class FactExtractor:
@@ -665,8 +694,12 @@ class FactExtractor:
         transcript = render_transcript(shown_messages)
         shown = self._select_facts(current, transcript)
         aliases = IdAliases.for_messages(shown_messages)
+        aliased_messages = aliases.apply(shown_messages)
+        fact_aliases = _fact_aliases(shown, (m.id for m in aliased_messages))
         prompt = build_extraction_prompt(
-            shown, aliases.apply(shown_messages), instructions=self.instructions
+            [f.model_copy(update={"id": fact_aliases.alias(f.id)}) for f in shown],
+            aliased_messages,
+            instructions=self.instructions,
         )
         return _Call(
             prompt=prompt,
@@ -675,6 +708,7 @@ class FactExtractor:
             message_ids=tuple(str(m.id) for m in shown_messages),
             now=when,
             aliases=aliases,
+            fact_aliases=fact_aliases,
         )
 
     @property
@@ -704,15 +738,21 @@ class FactExtractor:
     def _finish(self, call: _Call, output: object, attempts: int) -> ExtractionResult:
         ops, rejected = parse_extraction_output(  # _MalformedOutputError: see _steps
             output,
-            shown_fact_ids=call.shown_ids,
+            # the real ids stay valid too (a model answering from its own memory of them)
+            shown_fact_ids=[*call.fact_aliases.to_id, *call.shown_ids],
             message_ids=[str(call.aliases.alias(i)) for i in call.message_ids],
             max_ops=self.max_ops,
             max_content_chars=self.max_content_chars,
             ttl_by_type=self.ttl_by_type,
             now=call.now,
         )
-        ops = [_with_real_sources(op, call.aliases) for op in ops]
-        rejected_dicts = tuple(r.to_dict() for r in rejected)
+        ops = [_with_real_ids(op, call.aliases, call.fact_aliases) for op in ops]
+        rejected_dicts = tuple(
+            {**r.to_dict(), "id": call.fact_aliases.resolve(r.fact_id) or r.fact_id}
+            if r.fact_id is not None
+            else r.to_dict()
+            for r in rejected
+        )
         if not ops and not rejected:
             report = ExtractionReport(
                 status="empty", attempts=attempts, message_ids=call.message_ids

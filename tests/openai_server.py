@@ -120,17 +120,11 @@ def auto_reply(request: Request) -> Reply:
                 {"ConversationSummary": "The user and the assistant talked.", "Variables": []}
             )
         )
-    if "JSON array of operations" in _last_user(body):
+    if "Reply with the operations" in _last_user(body):  # the line format the prompt asks
         ids = re.findall(r'<message id="([^"]+)" role="user"', _last_user(body))
         if not ids:
-            return Reply("[]")
-        op = {
-            "op": "ADD",
-            "type": "other",
-            "content": f"Said something in {ids[0]}",
-            "source_ids": ids[:1],
-        }
-        return Reply(json.dumps([op]))
+            return Reply("NONE")
+        return Reply(f"ADD other 0.9 {ids[0]} | Said something in {ids[0]}")
     if "standalone question" in system or "follow-up question" in system:
         return Reply("What is the capital of France?")
     tools = body.get("tools") or []

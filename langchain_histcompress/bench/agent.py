@@ -51,7 +51,12 @@ from pydantic import Field
 from langchain_histcompress.bench.costs import REPORTED_PRICINGS, CostFigures, CostMeter, RunCost
 from langchain_histcompress.bench.costs import cost_figures as pool_costs
 from langchain_histcompress.bench.metrics import UsageLedger
-from langchain_histcompress.bench.replay import counted_reply, detect_prompt_kind
+from langchain_histcompress.bench.replay import (
+    counted_reply,
+    detect_prompt_kind,
+    fact_operations_format,
+    render_fact_operations,
+)
 from langchain_histcompress.bench.strategies import StrategyEnv, build_strategy, is_priced
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.pricing import DEFAULT_PRICING
@@ -187,7 +192,9 @@ class AgentReplayModel(BaseChatModel):
                 for message_id, body in shown
                 if body and 'role="user"' in text.split(f'id="{message_id}"', 1)[1][:40]
             ]
-            return json.dumps(operations, ensure_ascii=False)
+            return render_fact_operations(
+                operations, fact_operations_format(_ELEMENT.sub("", text))
+            )
         pieces = [" ".join(body.split()[:12]) for _, body in shown if body]
         summary = "Earlier:"  # a quoted "I'm sorry..." must not open the summary
         for piece in pieces:

@@ -32,7 +32,9 @@ What it answers:
 - **Fact operations**: one ``ADD`` per observation sourced from the shown turns (its newest
   source shown, none from the future), typed ``event`` when it is anchored in time and
   ``confirmed_detail`` otherwise, confidence 0.9, ``source_ids`` = its sources among the
-  shown turns (`render_fact_operations` is the one place to adjust the schema).
+  shown turns (`render_fact_operations` is the one place to adjust the schema), written one
+  per line as the default extraction prompt asks (`fact_lines`), or as a JSON array when the
+  prompt's instructions show the JSON schema (``"op"``).
 
 Token usage is reported in ``usage_metadata``: input tokens are the `TiktokenCounter` count
 of the prompt messages, output tokens the count of the reply text.
@@ -74,6 +76,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field, InstanceOf, PrivateAttr
 
 from langchain_histcompress.bench.locomo import LocomoConversation, Observation
+from langchain_histcompress.fact_lines import format_fact_lines
 from langchain_histcompress.render import message_text
 from langchain_histcompress.tokens import TiktokenCounter, resolve_counter
 
@@ -85,6 +88,7 @@ __all__ = [
     "build_running_summary",
     "counted_reply",
     "detect_prompt_kind",
+    "fact_operations_format",
     "read_prompt",
     "render_fact_operations",
 ]
@@ -92,10 +96,14 @@ __all__ = [
 PromptKind = Literal["summary_json", "fact_operations", "summary_text"]
 """What a prompt asks for: the package's JSON summary, fact operations, or a plain summary."""
 
+OperationsFormat = Literal["lines", "json"]
+"""How fact operations are written: one per line (`fact_lines`) or a JSON array."""
+
 _START_TAG = re.compile(r"<message\b([^>]*)>")
 _PLAIN_ELEMENT = re.compile(r"<message\b([^>]*)>([^<]*)</message>")
 _ID_ATTRIBUTE = re.compile(r'\bid="([^"]*)"')
 _OPERATIONS_MARKER = re.compile(r'"op"|\bADD\b')
+_JSON_OPERATIONS_MARKER = re.compile(r'"op"')
 _JSON_UNICODE = re.compile(r"\\u([0-9a-fA-F]{4})")
 _WORD = re.compile(r"\w+")
 _TIME_WORDS = re.compile(
@@ -122,6 +130,18 @@ def detect_prompt_kind(instructions: str) -> PromptKind:
     if _OPERATIONS_MARKER.search(instructions):
         return "fact_operations"
     return "summary_text"
+
+
+def fact_operations_format(instructions: str) -> OperationsFormat:
+    """How an extraction prompt wants its operations: JSON when it shows the JSON schema.
+
+    Example:
+        >>> fact_operations_format('Return a list of {"op": "ADD", ...}')
+        'json'
+        >>> fact_operations_format("One per line: ADD <type> <confidence> <ids> | <fact>")
+        'lines'
+    """
+    return "json" if _JSON_OPERATIONS_MARKER.search(instructions) else "lines"
 
 
 def _normalize(text: str) -> str:
@@ -156,6 +176,8 @@ class PromptView:
     """Sessions whose file summary is quoted in the prompt (finished earlier)."""
     shown_as: Mapping[str, str] = field(default_factory=dict)
     """Turn id -> the id the prompt shows for it, when it shows an alias (``m1``)."""
+    operations_format: OperationsFormat = "lines"
+    """How a fact-operations prompt wants its answer written."""
 
 
 class _Index:
@@ -213,12 +235,14 @@ def _read_with_index(messages: Sequence[BaseMessage], index: _Index) -> PromptVi
     for observation, norm in index.observations:
         if norm and norm in normalized:
             carried.update(observation.source_ids)
+    instruction_text = "\n".join(instructions)
     return PromptView(
-        kind=detect_prompt_kind("\n".join(instructions)),
+        kind=detect_prompt_kind(instruction_text),
         shown_ids=tuple(sorted(shown, key=index.position.__getitem__)),
         carried_ids=frozenset(carried),
         complete_sessions=complete,
         shown_as=shown_as,
+        operations_format=fact_operations_format(instruction_text),
     )
 
 
@@ -367,13 +391,19 @@ def build_fact_operations(
     return operations
 
 
-def render_fact_operations(operations: Sequence[dict[str, Any]]) -> str:
-    """The JSON text the extractor expects for a list of operations: a JSON array.
+def render_fact_operations(
+    operations: Sequence[dict[str, Any]], fmt: OperationsFormat = "json"
+) -> str:
+    """The text an extractor expects for a list of operations: a JSON array, or lines.
 
     Example:
         >>> render_fact_operations([{"op": "ADD", "content": "A likes tea."}])
         '[{"op": "ADD", "content": "A likes tea."}]'
+        >>> render_fact_operations([{"op": "ADD", "content": "A likes tea."}], "lines")
+        'ADD other | A likes tea.'
     """
+    if fmt == "lines":
+        return format_fact_lines(operations)
     return json.dumps(list(operations), ensure_ascii=False)
 
 
@@ -422,7 +452,7 @@ class ReplayChatModel(BaseChatModel):
             )
             for operation in operations:  # answer with the ids the prompt showed
                 operation["source_ids"] = [view.shown_as.get(i, i) for i in operation["source_ids"]]
-            return render_fact_operations(operations)
+            return render_fact_operations(operations, view.operations_format)
         text = build_running_summary(
             self.conversation,
             set(view.shown_ids) | view.carried_ids,

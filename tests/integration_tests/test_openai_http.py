@@ -461,7 +461,7 @@ def test_bench_counts_internal_failures_and_fails(
     data = _locomo_or_skip()
 
     def extraction_unauthorized(request: Request) -> Reply | Fault:
-        if "JSON array of operations" in request.last_user:
+        if "Reply with the operations" in request.last_user:
             return Fault(status=401)
         return auto_reply(request)
 
@@ -523,5 +523,5 @@ def test_demo_runs_against_the_local_server(
         if r.body.get("max_completion_tokens", r.body.get("max_tokens"))
     ]
     assert any("ConversationSummary" in r.last_user for r in internal)
-    assert any("JSON array of operations" in r.last_user for r in internal)
+    assert any("Reply with the operations" in r.last_user for r in internal)
     assert {r.headers.get("x-stainless-retry-count") for r in openai_env.requests} == {"0"}

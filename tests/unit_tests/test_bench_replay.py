@@ -125,8 +125,20 @@ def test_extractor_prompt_gets_add_operations(
 ) -> None:
     model = ReplayChatModel(conversation=conversation, counter=counter)
     prompt = build_extraction_prompt([], _messages(conversation, "D1:3", "D1:4"))
-    assert read_prompt(prompt, conversation).kind == "fact_operations"
-    operations = json.loads(model.reply_for(prompt))
+    view = read_prompt(prompt, conversation)
+    assert (view.kind, view.operations_format) == ("fact_operations", "lines")
+    assert model.reply_for(prompt) == (
+        "ADD confirmed_detail 0.9 D1:3 | Ana's cello teacher is Mrs Olsen.\n"
+        "ADD confirmed_detail 0.9 D1:4 | Ben adopted a grey cat named Pixel."
+    )
+    # a custom prompt showing the JSON schema gets the same operations as a JSON array
+    json_prompt = build_extraction_prompt(
+        [],
+        _messages(conversation, "D1:3", "D1:4"),
+        instructions='Reply with a JSON array of {"op": "ADD", "content": ...}.',
+    )
+    assert read_prompt(json_prompt, conversation).operations_format == "json"
+    operations = json.loads(model.reply_for(json_prompt))
     assert operations == [
         {
             "op": "ADD",

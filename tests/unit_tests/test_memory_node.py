@@ -327,7 +327,7 @@ def test_state_facts_shown_and_updated() -> None:
     )
     node = FactExtractionNode(model, batch_rounds=1)
     update = node.invoke(node_state(*rounds(1), facts={"f-1": existing.to_state()}))
-    assert '"id": "f-1"' in str(model.prompts[0][1].content)
+    assert "f1 other 0.7 | Lives in Oslo" in str(model.prompts[0][1].content)
     merged = merge_facts({"f-1": existing.to_state()}, update["facts"])
     assert merged["f-1"]["content"] == "Lives in Bergen"
     assert merged["f-1"]["supersedes"] == ["Lives in Oslo"]

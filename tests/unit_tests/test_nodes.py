@@ -55,7 +55,7 @@ from tests.fakes import (
 
 # --------------------------------------------------------------------------- fakes
 
-_FACT_LINE = re.compile(r'^\{"id": .*\}$', re.MULTILINE)
+_FACT_LINE = re.compile(r"^(\S+) \S+ \S+ \| (.*)$", re.MULTILINE)  # <id> <type> <conf> | <fact>
 _HUMAN = re.compile(r'<message id="[^"]*" role="user">(.*?)</message>')
 
 
@@ -64,9 +64,8 @@ def fact_ops(prompt: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     deletes (matching current facts by content)."""
     body = html.unescape(str(prompt[-1].content))
     current = {}
-    for line in _FACT_LINE.findall(body):
-        fact = json.loads(line)
-        current[fact["content"]] = fact["id"]
+    for fact_id, content in _FACT_LINE.findall(body):
+        current[content] = fact_id
     ops: list[dict[str, Any]] = []
     for text in _HUMAN.findall(body):
         for command in text.split(";"):
