@@ -554,6 +554,7 @@ class CachedFactsStrategy(FactsStrategy):
         *,
         tail_tokens: int = CACHED_TAIL_TOKENS,
         prefix_fact_tokens: int = CACHED_PREFIX_FACT_TOKENS,
+        by_cost: bool = True,
     ) -> None:
         """Build the node (one call per backlog), the builder and the cache-stable context.
 
@@ -563,6 +564,7 @@ class CachedFactsStrategy(FactsStrategy):
             tail_tokens: Budget of the question-dependent part: facts and old turns ranked
                 for the question, and the question.
             prefix_fact_tokens: Facts kept in the cached prefix, newest first.
+            by_cost: Fold when it pays under the pricing model (else at every cold cache).
         """
         self._written = _OutputTokens()
         callbacks = env.model.callbacks if isinstance(env.model.callbacks, list) else []
@@ -577,6 +579,7 @@ class CachedFactsStrategy(FactsStrategy):
             self.builder,
             pricing=env.pricing or CACHED_PRICING,
             prefix_fact_tokens=prefix_fact_tokens,
+            by_cost=by_cost,
         )
 
     def reset(self) -> None:
@@ -921,6 +924,14 @@ register_strategy(
     "hybrid_retrieval in a cache-stable prompt: verbatim rounds since the last fold first, "
     "facts and old turns for the question last; facts extracted once per fold, folds by cost "
     "under the pricing model it is configured for (one run per cost column)",
+    requires=("langchain_histcompress.memory", "langchain_histcompress.cached_context"),
+    priced=True,
+)
+register_strategy(
+    "facts_turns_cold_folds",
+    lambda env: CachedFactsStrategy(env, by_cost=False),
+    "facts_turns_cached folding at every cold cache (a pause longer than the cache lifetime), "
+    "whether or not the fold repays its extraction",
     requires=("langchain_histcompress.memory", "langchain_histcompress.cached_context"),
     priced=True,
 )

@@ -117,7 +117,7 @@ def test_every_strategy_gives_a_valid_view_over_a_long_history(
         assert validate_history(model_input) == [] or name == "full"
         seen_shorter = seen_shorter or counter(model_input) < counter(prefix)
     # facts_turns_cached folds by cost: this short history cannot repay an extraction
-    assert seen_shorter == (name not in {"full", "facts_turns_cached"})
+    assert seen_shorter == (name not in {"full", "facts_turns_cached", "facts_turns_cold_folds"})
     question = HumanMessage("Who teaches Ana?", id="question-0")
     context = strategy.context_for_question(history, question)
     assert context.messages[-1] is question
@@ -140,6 +140,7 @@ def test_every_strategy_gives_a_valid_view_over_a_long_history(
             "trim_messages",
             "round_compression",
             "facts_turns_cached",
+            "facts_turns_cold_folds",  # folds at cold caches only: this history has no pause
         }
     ],
 )
@@ -173,6 +174,26 @@ def test_cached_facts_skip_an_extraction_a_short_conversation_cannot_repay(
     # the pause makes the cache cold, but two short sessions cannot repay an extraction call
     assert len(ledger.since(0)) == 0
     assert strategy.context.anchor is None  # type: ignore[attr-defined]
+
+
+def test_cold_folds_extract_once_at_the_pause(
+    conversation: LocomoConversation, counter: TiktokenCounter
+) -> None:
+    ledger = UsageLedger(counter)
+    strategy = build_strategy("facts_turns_cold_folds", _env(conversation, counter, ledger))
+    history: list[BaseMessage] = [conversation.system_message()]
+    messages = [m for m in stamped_messages(conversation) if m.id != "D2:1"]
+    calls_before_pause = None
+    for message in messages:
+        if message.type == "ai":
+            strategy.model_input(history)
+        if message.id == "D2:2":
+            calls_before_pause = len(ledger.since(0))
+        history.append(message)
+    # nothing is folded inside the first session; the cold cache after the pause folds it
+    assert calls_before_pause == 0
+    assert len(ledger.since(0)) == 1
+    assert strategy.context.anchor is not None  # type: ignore[attr-defined]
 
 
 def test_context_for_question_does_not_change_state(
