@@ -113,10 +113,13 @@ from langchain_histcompress.summary import (
     Summarizer,
     SummaryProfile,
     SummaryUpdate,
+    _memo,
     build_summary_prompt,
 )
 from langchain_histcompress.tokens import TokenCounter, message_costs
 from langchain_histcompress.triggers import CompressionTrigger
+
+_SUMMARY_TOKENS_KEY = "schedule_summary_tokens"
 
 __all__ = [
     "SUMMARY_METADATA_KEY",
@@ -617,6 +620,17 @@ class RoundCompressor:
                 return resumed - before > gap
         return False
 
+    def _summary_tokens(self, summary: RunningSummary) -> int:
+        """Tokens of ``summary``'s text as a system message, counted once per summary."""
+        counter = self.token_counter
+        memo = _memo(summary)
+        known = memo.get(_SUMMARY_TOKENS_KEY)
+        if known is not None and known[0] is counter:
+            return int(known[1])
+        tokens = counter([SystemMessage(summary.text)])
+        memo[_SUMMARY_TOKENS_KEY] = (counter, tokens)
+        return tokens
+
     def _scheduled(
         self, parts: _Parts, pending: Sequence[Round], summary: RunningSummary | None
     ) -> int:
@@ -631,7 +645,7 @@ class RoundCompressor:
         )
         decision = schedule.decide(
             fixed_tokens=sum(message_costs(self.token_counter, parts.preamble)),
-            summary_tokens=self.token_counter([SystemMessage(summary.text)]) if summary else 0,
+            summary_tokens=self._summary_tokens(summary) if summary else 0,
             rounds=loads,
             rounds_so_far=len(loads) + (summary.rounds_covered if summary else 0),
         )
