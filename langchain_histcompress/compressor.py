@@ -574,7 +574,12 @@ class RoundCompressor:
         return parts
 
     def _costs(self, rounds: Sequence[Round]) -> list[int]:
-        return [sum(message_costs(self.token_counter, r.messages)) for r in rounds]
+        # One count of every pending message (a counter matches it with last turn's list, so
+        # only the new messages are looked up), then summed per round.
+        sizes = [len(r.messages) for r in rounds]
+        costs = message_costs(self.token_counter, [m for r in rounds for m in r.messages])
+        ends = list(itertools.accumulate(sizes))
+        return [sum(costs[end - size : end]) for end, size in zip(ends, sizes, strict=True)]
 
     def _rounds_over_threshold(self, pending: Sequence[Round], eligible: int) -> int:
         threshold = self.compression_threshold_tokens
