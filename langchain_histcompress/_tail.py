@@ -433,6 +433,20 @@ def _with_ids(
 _IDENTIFIED_KEY = "identified_messages"
 
 
+_TOOL_CALL_ID_FIELDS: dict[type, bool | None] = {}
+
+
+def _tool_call_id_field(kind: type[BaseMessage]) -> bool | None:
+    """Whether ``kind`` has a ``tool_call_id`` field (``None``: one made some other way)."""
+    if kind in _TOOL_CALL_ID_FIELDS:
+        return _TOOL_CALL_ID_FIELDS[kind]
+    found: bool | None = "tool_call_id" in kind.model_fields
+    if not found and hasattr(kind, "tool_call_id"):  # a property or the like: not checked
+        found = None
+    _TOOL_CALL_ID_FIELDS[kind] = found
+    return found
+
+
 def _carry_copies(identified: _IdentifiedMessages, summary: RunningSummary) -> None:
     """Give ``identified`` the id-bearing copies `_keep_copies` kept for ``summary``.
 
@@ -453,11 +467,10 @@ def _carry_copies(identified: _IdentifiedMessages, summary: RunningSummary) -> N
             continue
         content = original.content
         if type(content) is str and copy.content is content and copy.type is original.type:
-            kind = type(original)
-            if "tool_call_id" in kind.model_fields:
-                if copy.tool_call_id is not original.tool_call_id:  # type: ignore[attr-defined]
-                    continue
-            elif hasattr(kind, "tool_call_id"):  # derived some other way: not checked
+            field = _tool_call_id_field(type(original))
+            if field is None or (
+                field and copy.tool_call_id is not original.tool_call_id  # type: ignore[attr-defined]
+            ):
                 continue
             carried[index] = copy
 

@@ -264,6 +264,37 @@ def test_node_without_ids_rederives_a_replaced_message() -> None:
     assert expected[64].id != before
 
 
+def test_node_without_ids_matches_ensured_ids_with_tool_calls() -> None:
+    """Tool results carried over from one turn to the next keep the ids their content gives."""
+    plain: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
+    for n in range(30):
+        call = {"name": "lookup", "args": {"n": n}, "id": f"call{n % 3}"}
+        plain += [
+            HumanMessage(f"look {n} up"),
+            AIMessage("", tool_calls=[call]),
+            ToolMessage("same result", tool_call_id=call["id"]),
+            AIMessage(f"found {n}"),
+        ]
+    results = []
+    for history in (plain, ensure_ids(plain)):
+        node = RoundCompressionNode(
+            RoundCompressor(
+                ScriptedSummarizer(),
+                token_counter=count_tokens_approximately,
+                timeout=None,
+                compress_on_rounds=True,
+            )
+        )
+        state: dict[str, Any] = {"running_summary": None}
+        views = []
+        for end in range(5, len(history) + 1, 4):
+            update = node.invoke({**state, "messages": history[:end]})
+            state["running_summary"] = update.get("running_summary", state["running_summary"])
+            views.append([(m.id, m.content) for m in update["model_input"]])
+        results.append((views, state["running_summary"]["covered_ids"]))
+    assert results[0] == results[1]
+
+
 # --------------------------------------------------------------------------- rephrasing
 
 
