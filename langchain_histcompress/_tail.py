@@ -424,7 +424,77 @@ def _with_ids(
         return messages
     if complete:
         return messages
-    return _IdentifiedMessages(messages, lead_end)
+    identified = _IdentifiedMessages(messages, lead_end)
+    if summary is not None and summary.covered_ids:
+        _carry_copies(identified, summary)
+    return identified
+
+
+_IDENTIFIED_KEY = "identified_messages"
+
+
+_TOOL_CALL_ID_FIELDS: dict[type, bool | None] = {}
+
+
+def _tool_call_id_field(kind: type[BaseMessage]) -> bool | None:
+    """Whether ``kind`` has a ``tool_call_id`` field (``None``: one made some other way)."""
+    if kind in _TOOL_CALL_ID_FIELDS:
+        return _TOOL_CALL_ID_FIELDS[kind]
+    found: bool | None = "tool_call_id" in kind.model_fields
+    if not found and hasattr(kind, "tool_call_id"):  # a property or the like: not checked
+        found = None
+    _TOOL_CALL_ID_FIELDS[kind] = found
+    return found
+
+
+def _carry_copies(identified: _IdentifiedMessages, summary: RunningSummary) -> None:
+    """Give ``identified`` the id-bearing copies `_keep_copies` kept for ``summary``.
+
+    A copy is reused only for the very original object at the same index whose fields the
+    derived id is made of are still the very objects the copy holds (an id depends on the
+    position, the type, the content and the tool call id only) and whose content is a
+    string (a list could have been edited in place), so the ids are those `rounds.ensure_ids`
+    gives; a grown history then derives ids only for its new messages.
+    """
+    memo = _existing_memo(summary)
+    kept = memo.get(_IDENTIFIED_KEY) if memo is not None else None
+    if not isinstance(kept, dict):
+        return
+    now, carried = identified.originals, identified._copies
+    size = len(now)
+    for index, (original, copy) in list(kept.items()):
+        if index >= size or now[index] is not original:
+            continue
+        content = original.content
+        if type(content) is str and copy.content is content and copy.type is original.type:
+            field = _tool_call_id_field(type(original))
+            if field is None or (
+                field and copy.tool_call_id is not original.tool_call_id  # type: ignore[attr-defined]
+            ):
+                continue
+            carried[index] = copy
+
+
+def _keep_copies(messages: Sequence[BaseMessage], summary: RunningSummary | None) -> None:
+    """Keep on ``summary`` the tail copies `_with_ids` made, for the next turn's view.
+
+    Only the copies the next turn reads again are kept, with their originals (not the history
+    list, which the caller frees), so what is kept is O(uncovered tail).
+    """
+    if summary is None or not isinstance(messages, _IdentifiedMessages):
+        return
+    cursor = _cursor(summary)
+    if cursor is None:
+        return
+    # the tail, and the two messages the cursor's check reads by id (just before the tail,
+    # and the first after the lead)
+    start, lead_end, originals = cursor.start, cursor.lead_end, messages.originals
+    kept = {
+        index: (originals[index], copy)
+        for index, copy in list(messages._copies.items())
+        if index >= start - 1 or index == lead_end
+    }
+    _memo(summary)[_IDENTIFIED_KEY] = kept
 
 
 def _prefix_ids(parts: _Parts, summary: RunningSummary | None) -> Callable[[str], bool]:

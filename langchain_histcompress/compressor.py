@@ -113,10 +113,13 @@ from langchain_histcompress.summary import (
     Summarizer,
     SummaryProfile,
     SummaryUpdate,
+    _memo,
     build_summary_prompt,
 )
 from langchain_histcompress.tokens import TokenCounter, message_costs
 from langchain_histcompress.triggers import CompressionTrigger
+
+_SUMMARY_TOKENS_KEY = "schedule_summary_tokens"
 
 __all__ = [
     "SUMMARY_METADATA_KEY",
@@ -571,7 +574,12 @@ class RoundCompressor:
         return parts
 
     def _costs(self, rounds: Sequence[Round]) -> list[int]:
-        return [sum(message_costs(self.token_counter, r.messages)) for r in rounds]
+        # One count of every pending message (a counter matches it with last turn's list, so
+        # only the new messages are looked up), then summed per round.
+        sizes = [len(r.messages) for r in rounds]
+        costs = message_costs(self.token_counter, [m for r in rounds for m in r.messages])
+        ends = list(itertools.accumulate(sizes))
+        return [sum(costs[end - size : end]) for end, size in zip(ends, sizes, strict=True)]
 
     def _rounds_over_threshold(self, pending: Sequence[Round], eligible: int) -> int:
         threshold = self.compression_threshold_tokens
@@ -617,6 +625,17 @@ class RoundCompressor:
                 return resumed - before > gap
         return False
 
+    def _summary_tokens(self, summary: RunningSummary) -> int:
+        """Tokens of ``summary``'s text as a system message, counted once per summary."""
+        counter = self.token_counter
+        memo = _memo(summary)
+        known = memo.get(_SUMMARY_TOKENS_KEY)
+        if known is not None and known[0] is counter:
+            return int(known[1])
+        tokens = counter([SystemMessage(summary.text)])
+        memo[_SUMMARY_TOKENS_KEY] = (counter, tokens)
+        return tokens
+
     def _scheduled(
         self, parts: _Parts, pending: Sequence[Round], summary: RunningSummary | None
     ) -> int:
@@ -631,7 +650,7 @@ class RoundCompressor:
         )
         decision = schedule.decide(
             fixed_tokens=sum(message_costs(self.token_counter, parts.preamble)),
-            summary_tokens=self.token_counter([SystemMessage(summary.text)]) if summary else 0,
+            summary_tokens=self._summary_tokens(summary) if summary else 0,
             rounds=loads,
             rounds_so_far=len(loads) + (summary.rounds_covered if summary else 0),
         )

@@ -95,6 +95,7 @@ from typing_extensions import NotRequired, Required
 from langchain_histcompress._graph_node import GraphNode
 from langchain_histcompress._summary_state import summary_from_state as summary_from_state
 from langchain_histcompress._summary_state import summary_to_state as summary_to_state
+from langchain_histcompress._tail import _keep_copies
 from langchain_histcompress.compressor import (
     CompressionResult,
     RoundCompressor,
@@ -466,6 +467,7 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
         try:
             originals, messages, summary, dropped = self._inputs(state)
             result = self.compressor.compress(messages, summary, config=config)
+            _keep_copies(messages, result.summary)
         except HistCompressError as error:
             return self._deliver(self._skipped(error, state), config)
         return self._deliver(self._update(originals, result, dropped), config)
@@ -474,6 +476,7 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
         try:
             originals, messages, summary, dropped = self._inputs(state)
             result = await self.compressor.acompress(messages, summary, config=config)
+            _keep_copies(messages, result.summary)
         except HistCompressError as error:
             return self._deliver(self._skipped(error, state), config)
         return self._deliver(self._update(originals, result, dropped), config)

@@ -362,10 +362,16 @@ class RunningSummary(BaseModel):
 
         The message id is derived from the version and the text hash, so it is stable.
         """
+        # The record is frozen: its rendering is made once (a new message every call).
+        memo = _memo(self)
+        made = memo.get("message_parts")
+        if made is None:
+            made = memo["message_parts"] = (self.render(), self.provenance())
+        content, provenance = made
         return SystemMessage(
-            content=self.render(),
+            content=content,
             id=f"histcompress-summary-{self.version}-{self.sha256[:12]}",
-            additional_kwargs={"lc_source": SUMMARY_SOURCE, **self.provenance()},
+            additional_kwargs={"lc_source": SUMMARY_SOURCE, **provenance},
         )
 
 

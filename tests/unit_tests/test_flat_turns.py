@@ -189,6 +189,112 @@ def test_node_without_ids_matches_the_node_on_ensured_ids() -> None:
     assert results[0] == results[1]
 
 
+def _counting_identified(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the messages given a derived id (copied) from now on."""
+    from langchain_histcompress import rounds as rounds_module
+
+    made: list[int] = []
+    original = rounds_module._identified
+
+    def counted(message: BaseMessage, index: int, namespace: str = "") -> BaseMessage:
+        if message.id is None:
+            made.append(index)
+        return original(message, index, namespace)
+
+    monkeypatch.setattr(rounds_module, "_identified", counted)
+    return made
+
+
+def _plain_node() -> RoundCompressionNode:
+    return RoundCompressionNode(
+        RoundCompressor(
+            ScriptedSummarizer(),
+            token_counter=count_tokens_approximately,
+            timeout=None,
+            compress_on_rounds=True,
+            rounds_to_compress=50,
+        )
+    )
+
+
+def test_node_without_ids_derives_ids_only_for_new_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A turn that does not fold copies only the messages added since the last turn."""
+    history = grown(40, ids=False)
+    covered = [str(m.id) for m in ensure_ids(history[:61])[1:]]
+    state: dict[str, Any] = {
+        "running_summary": summary_to_state(
+            RunningSummary(content="x", text="x", covered_ids=covered)
+        )
+    }
+    node = _plain_node()
+    node.invoke({**state, "messages": history[:67]})  # warm: the tail gets its ids
+    made = _counting_identified(monkeypatch)
+    for end in range(69, 81, 2):
+        made.clear()
+        update = node.invoke({**state, "messages": history[:end]})
+        assert "running_summary" not in update
+        assert made == [end - 2, end - 1]  # the two messages added since the last turn
+        assert [m.id for m in update["model_input"][2:]] == [
+            m.id for m in ensure_ids(history[:end])[61:]
+        ]
+
+
+def test_node_without_ids_rederives_a_replaced_message() -> None:
+    """A message replaced at the same position gets the id its new content gives."""
+    history = grown(40, ids=False)
+    covered = [str(m.id) for m in ensure_ids(history[:61])[1:]]
+    state: dict[str, Any] = {
+        "running_summary": summary_to_state(
+            RunningSummary(content="x", text="x", covered_ids=covered)
+        )
+    }
+    node = _plain_node()
+    node.invoke({**state, "messages": history[:67]})
+    before = ensure_ids(history[:67])[64].id
+    edited = [*history[:67]]
+    edited[63] = edited[63].model_copy(update={"content": "edited"})
+    edited[64].content = "changed in place"
+    update = node.invoke({**state, "messages": edited})
+    shown = {m.id: m.content for m in update["model_input"]}
+    expected = ensure_ids(edited)
+    assert shown[expected[63].id] == "edited"
+    assert shown[expected[64].id] == "changed in place"
+    assert expected[64].id != before
+
+
+def test_node_without_ids_matches_ensured_ids_with_tool_calls() -> None:
+    """Tool results carried over from one turn to the next keep the ids their content gives."""
+    plain: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
+    for n in range(30):
+        call = {"name": "lookup", "args": {"n": n}, "id": f"call{n % 3}"}
+        plain += [
+            HumanMessage(f"look {n} up"),
+            AIMessage("", tool_calls=[call]),
+            ToolMessage("same result", tool_call_id=call["id"]),
+            AIMessage(f"found {n}"),
+        ]
+    results = []
+    for history in (plain, ensure_ids(plain)):
+        node = RoundCompressionNode(
+            RoundCompressor(
+                ScriptedSummarizer(),
+                token_counter=count_tokens_approximately,
+                timeout=None,
+                compress_on_rounds=True,
+            )
+        )
+        state: dict[str, Any] = {"running_summary": None}
+        views = []
+        for end in range(5, len(history) + 1, 4):
+            update = node.invoke({**state, "messages": history[:end]})
+            state["running_summary"] = update.get("running_summary", state["running_summary"])
+            views.append([(m.id, m.content) for m in update["model_input"]])
+        results.append((views, state["running_summary"]["covered_ids"]))
+    assert results[0] == results[1]
+
+
 # --------------------------------------------------------------------------- rephrasing
 
 
