@@ -112,6 +112,17 @@ def test_numpy_and_python_rank_identically(
     assert compared > 1_000
 
 
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 129, 700])
+def test_lazy_ranking_equals_one_sort(size: int) -> None:
+    """Ordering the best slots first, the rest on demand, gives the order of one full sort."""
+    rng = np.random.default_rng(size)
+    slots = rng.permutation(3 * size)[:size].astype(np.int64)
+    scores = rng.integers(0, 9, size).astype(np.float64) / 7  # many ties, some at the cut
+    turns = rng.permutation(2 * size)[:size].astype(np.int64)
+    expected = slots[np.lexsort((turns, -scores))].tolist()
+    assert list(evidence._ranked_slots(np, slots, scores, turns)) == expected
+
+
 def test_slot_scores_equal_scores_after_edits() -> None:
     index = BM25Index()
     for i in range(300):
