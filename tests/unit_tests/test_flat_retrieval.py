@@ -255,6 +255,27 @@ def test_context_builder_work_per_turn_is_flat(monkeypatch: pytest.MonkeyPatch) 
         assert max(lines) <= 120, size  # fact and message lines costed
 
 
+def test_context_builder_counts_a_round_once() -> None:
+    """A verbatim window over a grown history counts only the rounds it has not seen."""
+    history = grown(400)
+    builder = ContextBuilder(max_context_tokens=900, token_counter=count_tokens_approximately)
+    counted: list[int] = []
+    original = builder._round_costs._cost
+
+    def counting(messages: Any) -> int:
+        counted.append(len(messages))
+        return int(original(messages))
+
+    builder._round_costs._cost = counting
+    builder.build(history[:201])
+    assert len(counted) > 3  # the first call counts every round its window reaches
+    for end in range(203, 243, 2):
+        counted.clear()
+        built = builder.build(history[:end])
+        assert len(built) > 5  # several older rounds shown verbatim
+        assert len(counted) <= 1, end  # only the round completed since the last call
+
+
 # --------------------------------------------------------------------------- fact extraction
 
 
