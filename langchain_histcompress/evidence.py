@@ -238,6 +238,19 @@ def _listed_turns(
             yield at, messages[at]
 
 
+def _max_by_turn(np: Any, near: Any, value: Any) -> tuple[Any, Any]:
+    """Distinct ``near`` turns (ascending) and the largest ``value`` of each one."""
+    if not len(near):
+        return near, value
+    order = np.argsort(near, kind="stable")
+    near = near[order]
+    first = np.empty(len(near), dtype=bool)
+    first[0] = True
+    np.not_equal(near[1:], near[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    return near[starts], np.maximum.reduceat(value[order], starts)
+
+
 _FIRST_RANKED = 128
 """Ranked messages ordered before the rest are looked at: a context shows a few dozen, so
 the other matches (thousands on a long history) are usually never ordered."""
@@ -595,9 +608,7 @@ class EvidenceRetriever:
             value = np.repeat(seed_scores, len(offsets))
             inside = (near >= 0) & (near < len(turns.keys))
             near, value = near[inside], value[inside]
-            near_turns, inverse = np.unique(near, return_inverse=True)
-            best = np.zeros(len(near_turns))
-            np.maximum.at(best, inverse, value)
+            near_turns, best = _max_by_turn(np, near, value)
             near_slots = turns.gather(np, turns.turn_slots, near_turns)
             # summed in array order from 0.0: raw score, then the neighbour share
             slots, scores = _sum_by_slot(

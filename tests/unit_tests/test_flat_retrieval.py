@@ -123,6 +123,19 @@ def test_lazy_ranking_equals_one_sort(size: int) -> None:
     assert list(evidence._ranked_slots(np, slots, scores, turns)) == expected
 
 
+@pytest.mark.parametrize("size", [0, 1, 40, 2_000])
+def test_max_by_turn_equals_unique_and_maximum_at(size: int) -> None:
+    rng = np.random.default_rng(size)
+    near = rng.integers(0, max(1, size // 3), size).astype(np.int64)  # repeated turns
+    value = rng.integers(0, 5, size).astype(np.float64) / 3
+    turns, inverse = np.unique(near, return_inverse=True)
+    best = np.zeros(len(turns))
+    np.maximum.at(best, inverse, value)
+    got_turns, got_best = evidence._max_by_turn(np, near, value)
+    assert got_turns.tolist() == turns.tolist()
+    assert got_best.tolist() == best.tolist()
+
+
 def test_slot_scores_equal_scores_after_edits() -> None:
     index = BM25Index()
     for i in range(300):
