@@ -90,6 +90,7 @@ from langchain_histcompress.context_window import (
     CONTEXT_KIND,
     _Estimate,
     _Prepared,
+    _RoundCosts,
     _same,
     _Window,
     is_context_message,
@@ -468,6 +469,7 @@ class ContextBuilder:
         self._prepared: _Prepared | None = None
         self._facts = FactStateCache()
         self._fact_costs: dict[str, tuple[Fact, int]] = {}
+        self._round_costs = _RoundCosts(self._cost, _TEXT_COST_CACHE)
         self._lock = threading.Lock()
         self._assembling = threading.Lock()
         """Held by `assemble`: calls on one builder share the growing preparation."""
@@ -679,7 +681,7 @@ class ContextBuilder:
             str(ided(m).id) for unit in tail for m in unit
         }
         current_ids.update(shown_ids)
-        win = _Window(self._cost, rounds, count, older, current_ids)
+        win = _Window(self._round_costs, rounds, count, older, current_ids)
 
         candidate = summary if self.include_summary else None
         candidate_cost = self._data_cost(_Data(summary=candidate)) if candidate is not None else 0

@@ -203,17 +203,43 @@ class _Prepared:
         return True
 
 
+class _RoundCosts:
+    """Round costs kept between calls: a `Round` is frozen, so the same object costs the same.
+
+    Messages are values here as everywhere in the builder (an in-place edit of a message
+    already counted is not seen; copy it instead, as ``add_messages`` does). Bounded: the
+    whole cache is dropped when it reaches ``limit`` rounds.
+    """
+
+    def __init__(self, cost: Callable[[Sequence[BaseMessage]], int], limit: int) -> None:
+        self._cost = cost
+        self._limit = limit
+        self._costs: dict[int, tuple[Round, int]] = {}
+
+    def __call__(self, round_: Round) -> int:
+        """The cost of ``round_``'s messages."""
+        hit = self._costs.get(id(round_))
+        if hit is not None and hit[0] is round_:
+            return hit[1]
+        cost = self._cost(round_.messages)
+        if len(self._costs) >= self._limit:
+            self._costs.clear()
+        self._costs[id(round_)] = (round_, cost)
+        return cost
+
+
 class _Window:
     """The older rounds of one `ContextBuilder.assemble` call, as a verbatim window.
 
     The older rounds are the first ``count`` of ``rounds``; the window is the newest ``kept``
-    of them (whole rounds, contiguous). Round costs are counted once per call, as the window
-    first reaches them. Nothing here reads more than the rounds the window looks at.
+    of them (whole rounds, contiguous). Round costs come from ``cost`` (a `_RoundCosts`, so
+    rounds already counted in an earlier call are not counted again), as the window first
+    reaches them. Nothing here reads more than the rounds the window looks at.
     """
 
     def __init__(
         self,
-        cost: Callable[[Sequence[BaseMessage]], int],
+        cost: Callable[[Round], int],
         rounds: Sequence[Round],
         count: int,
         body: list[BaseMessage],
@@ -235,7 +261,7 @@ class _Window:
         for index in range(self.count - 1, -1, -1):
             cost = self._costs.get(index)
             if cost is None:
-                cost = self._costs[index] = self._cost(self.rounds[index].messages)
+                cost = self._costs[index] = self._cost(self.rounds[index])
             if cost > budget:
                 break
             budget -= cost

@@ -20,7 +20,7 @@ import heapq
 import itertools
 import threading
 from array import array
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,7 +219,7 @@ def _ordered_turns(
 
 
 def _listed_turns(
-    ranked: Sequence[int],
+    ranked: Iterable[int],
     index: BM25Index,
     position: Mapping[str, int],
     messages: Sequence[BaseMessage],
@@ -236,6 +236,42 @@ def _listed_turns(
             turn_ids is None or str(messages[at].id) in turn_ids
         ):
             yield at, messages[at]
+
+
+def _max_by_turn(np: Any, near: Any, value: Any) -> tuple[Any, Any]:
+    """Distinct ``near`` turns (ascending) and the largest ``value`` of each one."""
+    if not len(near):
+        return near, value
+    order = np.argsort(near, kind="stable")
+    near = near[order]
+    first = np.empty(len(near), dtype=bool)
+    first[0] = True
+    np.not_equal(near[1:], near[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    return near[starts], np.maximum.reduceat(value[order], starts)
+
+
+_FIRST_RANKED = 128
+"""Ranked messages ordered before the rest are looked at: a context shows a few dozen, so
+the other matches (thousands on a long history) are usually never ordered."""
+
+
+def _ranked_slots(np: Any, slots: Any, scores: Any, turns: Any) -> Iterator[int]:
+    """``slots`` by score descending, then turn ascending, ordered lazily.
+
+    The best `_FIRST_RANKED` scores (with every slot tied at the cut) are sorted first;
+    every other slot scores strictly less, so sorting the rest afterwards, if the caller
+    gets that far, continues the same order as one sort of all the slots.
+    """
+    if len(slots) > _FIRST_RANKED:
+        cut = np.partition(scores, len(scores) - _FIRST_RANKED)[len(scores) - _FIRST_RANKED]
+        head = scores >= cut
+        parts = [head, ~head]
+    else:
+        parts = [np.ones(len(slots), dtype=bool)]
+    for part in parts:
+        chosen = slots[part]
+        yield from chosen[np.lexsort((turns[part], -scores[part]))].tolist()
 
 
 def _best_sources(
@@ -545,13 +581,13 @@ class EvidenceRetriever:
 
     def _turn_ranking(
         self, np: Any, query: str, messages: Sequence[BaseMessage], *, spread: bool = True
-    ) -> tuple[tuple[Any, Any], list[int]]:
+    ) -> tuple[tuple[Any, Any], Iterator[int]]:
         """`_turn_scores` over numpy arrays: raw scores (slots ascending) and ranked slots.
 
         Every score is computed with the same floating-point operations as in
         `_turn_scores`, so the ranking is identical: expanded score descending, then
-        earliest message. The ranked slots are mapped to messages as the caller takes
-        them.
+        earliest message. The ranked slots are ordered and mapped to messages as the
+        caller takes them (see `_ranked_slots`).
         """
         turns = self._turns
         turns.sync(messages)
@@ -563,7 +599,7 @@ class EvidenceRetriever:
         slots, scores = _top_slots(np, slots, scores, _MATCH_LIMIT)
         base = (slots, scores)
         if not spread:
-            return base, []
+            return base, iter(())
         if self.neighbour_window and self.neighbour_weight and len(slots):
             seeds, seed_scores = _top_slots(np, slots, scores, _SPREAD_LIMIT)
             width = self.neighbour_window
@@ -572,9 +608,7 @@ class EvidenceRetriever:
             value = np.repeat(seed_scores, len(offsets))
             inside = (near >= 0) & (near < len(turns.keys))
             near, value = near[inside], value[inside]
-            near_turns, inverse = np.unique(near, return_inverse=True)
-            best = np.zeros(len(near_turns))
-            np.maximum.at(best, inverse, value)
+            near_turns, best = _max_by_turn(np, near, value)
             near_slots = turns.gather(np, turns.turn_slots, near_turns)
             # summed in array order from 0.0: raw score, then the neighbour share
             slots, scores = _sum_by_slot(
@@ -582,8 +616,7 @@ class EvidenceRetriever:
                 np.concatenate([slots, near_slots]),
                 np.concatenate([scores, self.neighbour_weight * best]),
             )
-        ranked = slots[np.lexsort((turns.gather(np, turns.slot_turns, slots), -scores))]
-        return base, ranked.tolist()
+        return base, _ranked_slots(np, slots, scores, turns.gather(np, turns.slot_turns, slots))
 
     def _best_sources(self, np: Any, slots: Any, scores: Any) -> list[tuple[str, float]]:
         """`_best_sources` over arrays: each fact's best source among the raw ``scores``."""

@@ -112,6 +112,30 @@ def test_numpy_and_python_rank_identically(
     assert compared > 1_000
 
 
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 129, 700])
+def test_lazy_ranking_equals_one_sort(size: int) -> None:
+    """Ordering the best slots first, the rest on demand, gives the order of one full sort."""
+    rng = np.random.default_rng(size)
+    slots = rng.permutation(3 * size)[:size].astype(np.int64)
+    scores = rng.integers(0, 9, size).astype(np.float64) / 7  # many ties, some at the cut
+    turns = rng.permutation(2 * size)[:size].astype(np.int64)
+    expected = slots[np.lexsort((turns, -scores))].tolist()
+    assert list(evidence._ranked_slots(np, slots, scores, turns)) == expected
+
+
+@pytest.mark.parametrize("size", [0, 1, 40, 2_000])
+def test_max_by_turn_equals_unique_and_maximum_at(size: int) -> None:
+    rng = np.random.default_rng(size)
+    near = rng.integers(0, max(1, size // 3), size).astype(np.int64)  # repeated turns
+    value = rng.integers(0, 5, size).astype(np.float64) / 3
+    turns, inverse = np.unique(near, return_inverse=True)
+    best = np.zeros(len(turns))
+    np.maximum.at(best, inverse, value)
+    got_turns, got_best = evidence._max_by_turn(np, near, value)
+    assert got_turns.tolist() == turns.tolist()
+    assert got_best.tolist() == best.tolist()
+
+
 def test_slot_scores_equal_scores_after_edits() -> None:
     index = BM25Index()
     for i in range(300):
@@ -242,6 +266,27 @@ def test_context_builder_work_per_turn_is_flat(monkeypatch: pytest.MonkeyPatch) 
         assert max(resolved) <= 120, size  # messages looked at while filling the budget
         assert set(validated_facts) == {0}, size  # unchanged facts are not parsed again
         assert max(lines) <= 120, size  # fact and message lines costed
+
+
+def test_context_builder_counts_a_round_once() -> None:
+    """A verbatim window over a grown history counts only the rounds it has not seen."""
+    history = grown(400)
+    builder = ContextBuilder(max_context_tokens=900, token_counter=count_tokens_approximately)
+    counted: list[int] = []
+    original = builder._round_costs._cost
+
+    def counting(messages: Any) -> int:
+        counted.append(len(messages))
+        return int(original(messages))
+
+    builder._round_costs._cost = counting
+    builder.build(history[:201])
+    assert len(counted) > 3  # the first call counts every round its window reaches
+    for end in range(203, 243, 2):
+        counted.clear()
+        built = builder.build(history[:end])
+        assert len(built) > 5  # several older rounds shown verbatim
+        assert len(counted) <= 1, end  # only the round completed since the last call
 
 
 # --------------------------------------------------------------------------- fact extraction
