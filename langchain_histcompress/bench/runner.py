@@ -141,8 +141,9 @@ class BenchConfig:
     then scored on the shortened history."""
     faces: bool = False
     """Also measure the overhead of every package face (see ``bench.faces``)."""
-    face_turns: int = 30
-    """Turns timed per face and size (10 when quick)."""
+    face_turns: int = 100
+    """Turns timed per face and size (10 when quick): enough that a few slow turns (a thread
+    wake-up, a collection) do not decide the mean."""
     agent_data: Path | None = None
     """tau-bench folder replayed as the agent workload (``bench.agent``); ``None`` to skip."""
     agent_limit: int | None = None
