@@ -12,9 +12,6 @@ from langchain_histcompress.cached_context import CacheStableContext
 from langchain_histcompress.compressor import (
     CompressionResult,
     RoundCompressor,
-    acompress_in_background,
-    compress_in_background,
-    thread_summarizer,
 )
 from langchain_histcompress.context import (
     BuiltContext,
@@ -100,6 +97,11 @@ from langchain_histcompress.summary import (
     RunningSummary,
     Summarizer,
     SummaryProfile,
+)
+from langchain_histcompress.thread_summary import (
+    acompress_in_background,
+    compress_in_background,
+    thread_summarizer,
 )
 from langchain_histcompress.tokens import (
     TiktokenCounter,

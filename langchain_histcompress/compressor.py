@@ -68,9 +68,6 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import copy
 import itertools
 import logging
 import math
@@ -83,7 +80,6 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from langchain_histcompress._model_edge import submit_to_worker
 from langchain_histcompress._tail import _locate as _locate
 from langchain_histcompress._tail import _Parts, _prefix_ids
 from langchain_histcompress._tail import _summary_detached as _summary_detached
@@ -130,11 +126,8 @@ __all__ = [
     "Placement",
     "RoundCompressor",
     "TriggerReason",
-    "acompress_in_background",
-    "compress_in_background",
     "message_timestamp",
     "pending_rounds",
-    "thread_summarizer",
     "view",
 ]
 
@@ -896,130 +889,3 @@ class RoundCompressor:
             updates.append(update)
             current = update.summary
         return self._finish(parts, plan, updates, summary)
-
-
-# --------------------------------------------------------------------------- thread summary
-
-
-def thread_summarizer(model: Runnable[Any, Any], **kwargs: Any) -> RoundCompressor:
-    """A `RoundCompressor` preset for thread summarization: every finished exchange is folded.
-
-    ``rounds_to_compress=1, rounds_to_retain=0, compress_on_rounds=True``; any keyword
-    overrides. The summary is its own message right after the unchanged system preamble
-    (``placement="system_message"``), so the preamble stays a cacheable prefix; pass
-    ``placement="append_to_system"`` to write it into the system prompt instead (which
-    rewrites the system text at every fold). The latest round is never folded, so the
-    current question always stays verbatim: a round is folded once a newer round exists.
-
-    To answer first and summarize after, build the view with ``compressor.view(history,
-    summary)`` (no model call), reply, then fold in the background with
-    `compress_in_background` / `acompress_in_background` and use the finished result's
-    summary on the next turn: after the reply they fold the exchange just answered, so the
-    next call already has it in its summary.
-
-    Example:
-        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-        >>> model = GenericFakeChatModel(messages=iter(
-        ...     [AIMessage('{"ConversationSummary": "The user greeted the assistant."}')]))
-        >>> compressor = thread_summarizer(model, token_counter="approximate")
-        >>> history = [SystemMessage("Be brief."), HumanMessage("hi", id="h1"),
-        ...            AIMessage("hello", id="a1"), HumanMessage("how are you?", id="h2")]
-        >>> result = compressor.compress(history)
-        >>> [m.type for m in result.messages], result.calls
-        (['system', 'system', 'human'], 1)
-    """
-    options: dict[str, Any] = {
-        "rounds_to_compress": 1,
-        "rounds_to_retain": 0,
-        "compress_on_rounds": True,
-        **kwargs,
-    }
-    return RoundCompressor(model, **options)
-
-
-def _after_reply(compressor: RoundCompressor) -> RoundCompressor:
-    """``compressor`` folding the answered latest round too (a copy; the original is unchanged)."""
-    if compressor.fold_answered_round or compressor.rounds_to_retain != 0:
-        return compressor
-    after = copy.copy(compressor)
-    after.fold_answered_round = True
-    return after
-
-
-def compress_in_background(
-    compressor: RoundCompressor,
-    messages: Sequence[BaseMessage],
-    summary: RunningSummary | None = None,
-    *,
-    config: RunnableConfig | None = None,
-    executor: concurrent.futures.Executor | None = None,
-    fold_answered: bool = True,
-) -> concurrent.futures.Future[CompressionResult]:
-    """Start ``compressor.compress`` in the background and return its future at once.
-
-    Meant for after the reply: with ``fold_answered`` (default) a compressor that retains no
-    round (`thread_summarizer`) also folds the exchange just answered (see
-    ``RoundCompressor(fold_answered_round=...)``), so the next call finds it in the summary.
-
-    The history is snapshotted (a new list) before returning, so the caller may keep appending
-    to its own list. Runs on ``executor`` when given, else on a daemon thread (context
-    variables, e.g. tracing callbacks, are copied). ``future.result()`` returns the
-    `CompressionResult` or raises what ``compress`` raised.
-
-    Example:
-        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-        >>> from langchain_core.messages import AIMessage, HumanMessage
-        >>> model = GenericFakeChatModel(messages=iter(
-        ...     [AIMessage('{"ConversationSummary": "The user said hi."}')]))
-        >>> history = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1")]  # answered
-        >>> future = compress_in_background(
-        ...     thread_summarizer(model, token_counter="approximate"), history)
-        >>> sorted(future.result(timeout=30).summary.covered_ids)
-        ['a1', 'h1']
-    """
-    snapshot = list(messages)
-    compressor = _after_reply(compressor) if fold_answered else compressor
-    if executor is not None:
-        return executor.submit(compressor.compress, snapshot, summary, config=config)
-    return submit_to_worker(lambda: compressor.compress(snapshot, summary, config=config))
-
-
-def acompress_in_background(
-    compressor: RoundCompressor,
-    messages: Sequence[BaseMessage],
-    summary: RunningSummary | None = None,
-    *,
-    config: RunnableConfig | None = None,
-    fold_answered: bool = True,
-) -> asyncio.Task[CompressionResult]:
-    """Schedule ``compressor.acompress`` as an ``asyncio.Task`` on the running loop.
-
-    Call it from a coroutine after the reply was sent; keep a reference to the task and await
-    it (or check ``task.done()``) before the next turn. The history is snapshotted first.
-    ``fold_answered`` as in `compress_in_background`.
-
-    Raises:
-        RuntimeError: No event loop is running.
-
-    Example:
-        >>> import asyncio
-        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-        >>> from langchain_core.messages import AIMessage, HumanMessage
-        >>> model = GenericFakeChatModel(messages=iter(
-        ...     [AIMessage('{"ConversationSummary": "The user said hi."}')]))
-        >>> compressor = thread_summarizer(model, token_counter="approximate")
-        >>> history = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1")]
-        >>> async def turn():
-        ...     task = acompress_in_background(compressor, history)
-        ...     # ... the reply has already been returned to the user here ...
-        ...     return (await task).summary.text
-        >>> asyncio.run(turn())
-        'The user said hi.'
-    """
-    snapshot = list(messages)
-    compressor = _after_reply(compressor) if fold_answered else compressor
-    loop = asyncio.get_running_loop()
-    return loop.create_task(
-        compressor.acompress(snapshot, summary, config=config), name="histcompress-compress"
-    )

@@ -771,7 +771,7 @@ def _hybrid(env: StrategyEnv) -> Strategy:
 
 
 def _thread_summary(env: StrategyEnv) -> Strategy:
-    module = importlib.import_module("langchain_histcompress.compressor")
+    module = importlib.import_module("langchain_histcompress.thread_summary")
     compressor = module.thread_summarizer(
         env.model, token_counter=env.counter, max_summary_tokens=env.summary_tokens
     )
@@ -894,7 +894,7 @@ register_strategy(
     "thread_summary",
     _thread_summary,
     "thread_summarizer: running summary updated after every exchange",
-    requires=("langchain_histcompress.compressor",),
+    requires=("langchain_histcompress.thread_summary",),
 )
 register_strategy(
     "facts",

@@ -20,11 +20,8 @@ from langchain_histcompress.compressor import (
     SUMMARY_METADATA_KEY,
     CompressionResult,
     RoundCompressor,
-    acompress_in_background,
-    compress_in_background,
     message_timestamp,
     pending_rounds,
-    thread_summarizer,
     view,
 )
 from langchain_histcompress.errors import (
@@ -34,6 +31,11 @@ from langchain_histcompress.errors import (
 )
 from langchain_histcompress.rounds import is_summary_message, validate_history
 from langchain_histcompress.summary import RunningSummary
+from langchain_histcompress.thread_summary import (
+    acompress_in_background,
+    compress_in_background,
+    thread_summarizer,
+)
 from tests.fakes import (
     CallRecorder,
     Hang,

@@ -24,7 +24,6 @@ from langchain_histcompress.compressor import (
     RoundCompressor,
     _with_ids,
     pending_rounds,
-    thread_summarizer,
     view,
 )
 from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
@@ -43,6 +42,7 @@ from langchain_histcompress.summary import (
     _added_since,
     _next_summary,
 )
+from langchain_histcompress.thread_summary import thread_summarizer
 from tests.fakes import ScriptedSummarizer, by_round_count, conversation, prompt_ids
 from tests.unit_tests.test_compressor_properties import make, options, scenario
 

@@ -24,7 +24,7 @@ from langchain_core.messages import (
 from langchain_core.messages.utils import count_tokens_approximately
 
 from langchain_histcompress import retrieval
-from langchain_histcompress.compressor import RoundCompressor, thread_summarizer
+from langchain_histcompress.compressor import RoundCompressor
 from langchain_histcompress.context import ContextBuilder
 from langchain_histcompress.coverage import CoveredIds
 from langchain_histcompress.facts import Fact
@@ -33,6 +33,7 @@ from langchain_histcompress.rephrase import HistoryRephraseNode, create_history_
 from langchain_histcompress.retrieval import BM25TurnRetriever, EvidenceRetriever
 from langchain_histcompress.rounds import ensure_ids
 from langchain_histcompress.summary import RunningSummary, _next_summary
+from langchain_histcompress.thread_summary import thread_summarizer
 from langchain_histcompress.tokens import TiktokenCounter
 from tests.fakes import ScriptedSummarizer, conversation
 from tests.unit_tests.test_compressor_incremental import Probe
