@@ -168,26 +168,29 @@ def test_compression_node_reads_only_the_tail(ids: bool) -> None:
     assert max(reads[LONG]) <= 3
 
 
+def _node_replay(history: list[BaseMessage], ends: range) -> tuple[list[Any], Any]:
+    """The node's views at each history length in ``ends``, and the coverage it ends with."""
+    node = RoundCompressionNode(
+        RoundCompressor(
+            ScriptedSummarizer(),
+            token_counter=count_tokens_approximately,
+            timeout=None,
+            compress_on_rounds=True,
+        )
+    )
+    state: dict[str, Any] = {"running_summary": None}
+    views = []
+    for end in ends:
+        update = node.invoke({**state, "messages": history[:end]})
+        state["running_summary"] = update.get("running_summary", state["running_summary"])
+        views.append([(m.id, m.content) for m in update["model_input"]])
+    return views, state["running_summary"]["covered_ids"]
+
+
 def test_node_without_ids_matches_the_node_on_ensured_ids() -> None:
     plain = grown(40, ids=False)
-    results = []
-    for history in (plain, ensure_ids(plain)):
-        node = RoundCompressionNode(
-            RoundCompressor(
-                ScriptedSummarizer(),
-                token_counter=count_tokens_approximately,
-                timeout=None,
-                compress_on_rounds=True,
-            )
-        )
-        state: dict[str, Any] = {"running_summary": None}
-        views = []
-        for end in range(3, len(history), 2):
-            update = node.invoke({**state, "messages": history[:end]})
-            state["running_summary"] = update.get("running_summary", state["running_summary"])
-            views.append([(m.id, m.content) for m in update["model_input"]])
-        results.append((views, state["running_summary"]["covered_ids"]))
-    assert results[0] == results[1]
+    ends = range(3, len(plain), 2)
+    assert _node_replay(plain, ends) == _node_replay(ensure_ids(plain), ends)
 
 
 def _counting_identified(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -276,24 +279,8 @@ def test_node_without_ids_matches_ensured_ids_with_tool_calls() -> None:
             ToolMessage("same result", tool_call_id=call["id"]),
             AIMessage(f"found {n}"),
         ]
-    results = []
-    for history in (plain, ensure_ids(plain)):
-        node = RoundCompressionNode(
-            RoundCompressor(
-                ScriptedSummarizer(),
-                token_counter=count_tokens_approximately,
-                timeout=None,
-                compress_on_rounds=True,
-            )
-        )
-        state: dict[str, Any] = {"running_summary": None}
-        views = []
-        for end in range(5, len(history) + 1, 4):
-            update = node.invoke({**state, "messages": history[:end]})
-            state["running_summary"] = update.get("running_summary", state["running_summary"])
-            views.append([(m.id, m.content) for m in update["model_input"]])
-        results.append((views, state["running_summary"]["covered_ids"]))
-    assert results[0] == results[1]
+    ends = range(5, len(plain) + 1, 4)
+    assert _node_replay(plain, ends) == _node_replay(ensure_ids(plain), ends)
 
 
 # --------------------------------------------------------------------------- rephrasing
