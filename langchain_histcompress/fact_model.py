@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -127,8 +128,12 @@ def _label(value: str, *, default: str) -> str:
     return folded[:48] or default
 
 
+@functools.lru_cache(maxsize=8192)
 def normalize_content(content: str) -> str:
     """The comparison key of a fact's content: casefolded, punctuation and spaces folded.
+
+    Cached: every `apply_fact_ops` keys the whole fact set by it, and the same contents
+    come back call after call.
 
     Example:
         >>> normalize_content("  The user's name is ANA!  ")
