@@ -332,8 +332,10 @@ def _coerce_item(
     if op == "ADD":
         fields.setdefault("confidence", DEFAULT_CONFIDENCE)
         fields.setdefault("source_ids", [])
-        ttl = ttl_by_type.get(Fact.model_validate({"id": "x", "content": "x", **fields}).type)
-        if ttl is not None and "expires_at" not in fields:
+        ttl = None
+        if ttl_by_type and "expires_at" not in fields:
+            ttl = ttl_by_type.get(_label(str(fields.get("type") or ""), default="other"))
+        if ttl is not None:
             fields["expires_at"] = now + ttl
         return FactOp(op="ADD", fields=fields)
     if not fields or fields == {"source_ids": []}:
@@ -525,7 +527,11 @@ def _with_real_ids(op: FactOp, messages: IdAliases, facts: IdAliases) -> FactOp:
         update["id"] = facts.resolve(op.id) or op.id
     sources = op.fields.get("source_ids") if op.fields else None
     if sources:
-        update["fields"] = {**op.fields, "source_ids": messages.resolve_all(sources)}
+        resolved = messages.resolve_all(sources)
+        if resolved != sources:
+            update["fields"] = {**op.fields, "source_ids": resolved}
+    if update.get("id", op.id) == op.id and "fields" not in update:
+        return op
     return op.model_copy(update=update) if update else op
 
 

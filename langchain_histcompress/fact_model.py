@@ -641,7 +641,9 @@ def merge_facts(left: object, right: object, *, now: datetime | None = None) -> 
             fact = _state_dict(value, key)
             state[fact["id"]] = fact
     flush()
-    return {k: v for k, v in state.items() if not _expired_dict(v, now)}
+    return {
+        k: v for k, v in state.items() if v.get("expires_at") is None or not _expired_dict(v, now)
+    }
 
 
 def _writes(right: object) -> list[FactOp | tuple[str, object]]:

@@ -548,7 +548,11 @@ class FactExtractionNode(GraphNode):
                 raise StorageError(msg) from exc
             loaded, expired = self._parse_items(items, namespace, now)
         else:
-            loaded = {fid: f for fid, f in in_state.items() if not f.is_expired(now)}
+            loaded = {
+                fid: f
+                for fid, f in in_state.items()
+                if f.expires_at is None or not f.is_expired(now)
+            }
             expired = []
         current = loaded
         reports: list[ExtractionReport] = []
