@@ -25,7 +25,7 @@ class Reads(list[BaseMessage]):
         self.reads = 0
         self.iterated = False
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, slice):
             self.reads += len(range(*key.indices(len(self))))
         else:
