@@ -28,7 +28,10 @@ class Events(BaseCallbackHandler):
 
 
 def body(value: int, config: RunnableConfig) -> dict[str, Any]:
-    inner = RunnableLambda(lambda x: ensure_config()).invoke(value)  # sees the context config
+    def read_config(_: int) -> RunnableConfig:
+        return ensure_config()  # the config the call's context holds
+
+    inner = RunnableLambda(read_config).invoke(value)
     return {"tags": config.get("tags"), "inner_tags": inner.get("tags"), "value": 2 * value}
 
 
