@@ -434,7 +434,12 @@ def apply_fact_ops(
                 outcomes.append(OpOutcome(index, op.op, op.id, "deleted"))
         except ValueError:
             outcomes.append(OpOutcome(index, op.op, op.id, "rejected", "invalid_fields"))
-    for fid in [fid for fid, fact in current.items() if fact.is_expired(now)]:
+    expired = [
+        fid
+        for fid, fact in current.items()
+        if fact.expires_at is not None and fact.expires_at <= now
+    ]
+    for fid in expired:
         drop(fid)
     return FactsUpdate(
         facts=current,

@@ -7,6 +7,11 @@
 processed message) and an extraction report. Each round is processed once, so resuming a
 thread from a checkpoint never re-extracts.
 
+A run with no batch to extract and no store reads neither the facts nor the older
+messages: it costs the messages added since the last run. Expired facts leave the state on
+the next run that extracts, or on any write through `merge_facts`; context builders skip
+them meanwhile.
+
 Completed rounds: every round followed by a newer human message, plus the latest round
 when it ends with an assistant answer without tool calls. When the node runs before the
 model node, the current question's round is therefore processed on the next turn, together
