@@ -134,3 +134,27 @@ def test_extract_still_validates_the_facts_it_is_given() -> None:
         FactExtractor(ScriptedChatModel(script=["NONE"])).extract(
             [HumanMessage("hi", id="m1")], {"f-1": {"id": "f-2", "content": "x"}}
         )
+
+
+def test_histories_without_ids_get_derived_ids_and_each_round_once() -> None:
+    model = ScriptedChatModel(script=["NONE"], repeat_last=True)
+    node = FactExtractionNode(model, batch_rounds=1)
+    history: list[BaseMessage] = []
+    cursor = None
+    for n in range(1, 6):
+        history += [HumanMessage(f"q{n}"), AIMessage(f"a{n}")]
+        update = node.invoke({"messages": list(history), "facts_processed_through": cursor})
+        cursor = update["facts_processed_through"]
+        assert cursor is not None
+    assert model.calls == 5
+    shown = [str(prompt[1].content) for prompt in model.prompts]
+    assert all(text.count("<message ") == 2 for text in shown)
+    assert len(set(shown)) == 5  # a different round each time
+
+
+def test_a_bad_message_is_reported_with_or_without_a_cursor() -> None:
+    node = FactExtractionNode(ScriptedChatModel(script=["NONE"], repeat_last=True))
+    good = conversation(range(1, 3), short=True)
+    for cursor in (None, good[1].id):
+        with pytest.raises(ConfigurationError, match="must be a list of messages"):
+            node.invoke({"messages": [*good, "oops"], "facts_processed_through": cursor})
