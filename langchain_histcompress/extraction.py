@@ -524,14 +524,14 @@ def _with_real_ids(op: FactOp, messages: IdAliases, facts: IdAliases) -> FactOp:
     """``op`` with the prompt's aliases (fact id, ``source_ids``) mapped back to real ids."""
     update: dict[str, Any] = {}
     if op.id is not None:
-        update["id"] = facts.resolve(op.id) or op.id
+        real = facts.resolve(op.id) or op.id
+        if real != op.id:
+            update["id"] = real
     sources = op.fields.get("source_ids") if op.fields else None
     if sources:
         resolved = messages.resolve_all(sources)
         if resolved != sources:
             update["fields"] = {**op.fields, "source_ids": resolved}
-    if update.get("id", op.id) == op.id and "fields" not in update:
-        return op
     return op.model_copy(update=update) if update else op
 
 

@@ -406,7 +406,8 @@ class FactExtractionNode(GraphNode):
         if found is None:
             messages, start = self._derived_ids(raw, cursor)
             found = self._scans.round_starts(messages, start, cursor)
-            assert found is not None  # every message has an id now
+            if found is None:  # pragma: no cover - every message has an id now
+                raise self._bad_messages()
         starts, known = found
         complete = known
         if known and not _round_complete_at(messages[-1]):
@@ -420,6 +421,7 @@ class FactExtractionNode(GraphNode):
     def _derived_ids(
         self, raw: Sequence[BaseMessage], cursor: str
     ) -> tuple[Sequence[BaseMessage], int]:
+        """The history with derived ids (`rounds.ensure_ids`) and the index after the cursor."""
         if not all(isinstance(m, BaseMessage) for m in raw):
             raise self._bad_messages()
         messages = ensure_ids(raw)
