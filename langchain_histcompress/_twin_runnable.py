@@ -69,6 +69,13 @@ class TwinRunnable(Runnable[In, Out], Generic[In, Out]):
         """Run ``func`` inside one traced chain run."""
         config = ensure_config(config)
         manager = get_callback_manager_for_config(config)
+        if not manager.handlers:
+            # no handler (no tracer, no stream, no callback) would see the run: skip its
+            # start and end events; the body gets the same config, callbacks included
+            config.pop("run_id", None)
+            child = patch_config(config, callbacks=manager)
+            with set_config_context(child) as context:
+                return context.run(self._func, input, child)
         run = manager.on_chain_start(
             None,
             input,

@@ -43,7 +43,11 @@ from langchain_histcompress._model_edge import (
 )
 from langchain_histcompress.aliases import IdAliases
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
-from langchain_histcompress.fact_lines import format_current_fact, parse_fact_lines
+from langchain_histcompress.fact_lines import (
+    fact_line_body,
+    format_current_fact,
+    parse_fact_lines,
+)
 from langchain_histcompress.fact_model import (
     _OP_ALIASES,
     DEFAULT_CONFIDENCE,
@@ -57,7 +61,7 @@ from langchain_histcompress.fact_model import (
     apply_fact_ops,
     facts_from_state,
 )
-from langchain_histcompress.render import render_transcript, wrap_data
+from langchain_histcompress.render import escape_data, render_transcript, wrap_data
 from langchain_histcompress.rounds import ensure_ids, is_summary_message
 
 if TYPE_CHECKING:
@@ -151,7 +155,11 @@ def build_extraction_prompt(
     facts_block = wrap_data(
         "current_facts", "\n".join(format_current_fact(f) for f in facts), {"count": len(facts)}
     )
-    body = f"{facts_block}\n<new_messages>\n{render_transcript(messages)}\n</new_messages>\n" + (
+    return _prompt(facts_block, render_transcript(messages), instructions)
+
+
+def _prompt(facts_block: str, transcript: str, instructions: str | None) -> list[BaseMessage]:
+    body = f"{facts_block}\n<new_messages>\n{transcript}\n</new_messages>\n" + (
         _CUSTOM_REQUEST if instructions else _LINES_REQUEST
     )
     return [SystemMessage(instructions or _DEFAULT_INSTRUCTIONS), HumanMessage(body)]
@@ -324,8 +332,10 @@ def _coerce_item(
     if op == "ADD":
         fields.setdefault("confidence", DEFAULT_CONFIDENCE)
         fields.setdefault("source_ids", [])
-        ttl = ttl_by_type.get(Fact.model_validate({"id": "x", "content": "x", **fields}).type)
-        if ttl is not None and "expires_at" not in fields:
+        ttl = None
+        if ttl_by_type and "expires_at" not in fields:
+            ttl = ttl_by_type.get(_label(str(fields.get("type") or ""), default="other"))
+        if ttl is not None:
             fields["expires_at"] = now + ttl
         return FactOp(op="ADD", fields=fields)
     if not fields or fields == {"source_ids": []}:
@@ -514,10 +524,14 @@ def _with_real_ids(op: FactOp, messages: IdAliases, facts: IdAliases) -> FactOp:
     """``op`` with the prompt's aliases (fact id, ``source_ids``) mapped back to real ids."""
     update: dict[str, Any] = {}
     if op.id is not None:
-        update["id"] = facts.resolve(op.id) or op.id
+        real = facts.resolve(op.id) or op.id
+        if real != op.id:
+            update["id"] = real
     sources = op.fields.get("source_ids") if op.fields else None
     if sources:
-        update["fields"] = {**op.fields, "source_ids": messages.resolve_all(sources)}
+        resolved = messages.resolve_all(sources)
+        if resolved != sources:
+            update["fields"] = {**op.fields, "source_ids": resolved}
     return op.model_copy(update=update) if update else op
 
 
@@ -643,6 +657,7 @@ class FactExtractor:
         self.instructions = instructions
         self.fact_retriever = fact_retriever
         self._bm25: FactRetriever | None = None
+        self._lines: dict[str, tuple[Fact, str]] = {}
 
     # -- shared pieces ---------------------------------------------------------------
 
@@ -675,15 +690,38 @@ class FactExtractor:
             chosen.extend(rest[: self.max_prompt_facts - len(chosen)])
         return chosen
 
+    def _fact_line(self, fact: Fact) -> str:
+        """`fact_line_body` of ``fact``, escaped, made once per fact object."""
+        hit = self._lines.get(fact.id)
+        if hit is not None and hit[0] is fact:
+            return hit[1]
+        line = escape_data(fact_line_body(fact))
+        self._lines[fact.id] = (fact, line)
+        return line
+
+    def _facts_block(self, shown: Sequence[Fact], aliases: IdAliases, known: int) -> str:
+        """`build_extraction_prompt`'s ``<current_facts>`` block from the cached lines."""
+        if len(self._lines) > 2 * known + 64:  # forget facts that left the set
+            self._lines = {}
+        lines = "\n".join(
+            f"{escape_data(str(aliases.alias(f.id)))} {self._fact_line(f)}" for f in shown
+        )
+        return f'<current_facts count="{len(shown)}">\n{lines}\n</current_facts>'
+
     def _prepare(
         self,
         messages: Sequence[BaseMessage],
         facts: object,
         now: datetime | None,
     ) -> _Call | ExtractionResult:
-        current = facts_from_state(facts)
         when = _aware(now) if now is not None else _utcnow()
-        current = {fid: f for fid, f in current.items() if not f.is_expired(when)}
+        current = {fid: f for fid, f in facts_from_state(facts).items() if not f.is_expired(when)}
+        return self._prepare_current(messages, current, when)
+
+    def _prepare_current(
+        self, messages: Sequence[BaseMessage], current: dict[str, Fact], when: datetime
+    ) -> _Call | ExtractionResult:
+        """`_prepare` for facts already read and free of expired ones at ``when``."""
         shown_messages = [
             m
             for m in ensure_ids(messages)
@@ -694,12 +732,14 @@ class FactExtractor:
         transcript = render_transcript(shown_messages)
         shown = self._select_facts(current, transcript)
         aliases = IdAliases.for_messages(shown_messages)
-        aliased_messages = aliases.apply(shown_messages)
+        if aliases.to_alias:
+            aliased_messages = aliases.apply(shown_messages)
+            transcript = render_transcript(aliased_messages)
+        else:  # short ids: the prompt shows the messages as they are
+            aliased_messages = shown_messages
         fact_aliases = _fact_aliases(shown, (m.id for m in aliased_messages))
-        prompt = build_extraction_prompt(
-            [f.model_copy(update={"id": fact_aliases.alias(f.id)}) for f in shown],
-            aliased_messages,
-            instructions=self.instructions,
+        prompt = _prompt(
+            self._facts_block(shown, fact_aliases, len(current)), transcript, self.instructions
         )
         return _Call(
             prompt=prompt,
@@ -845,6 +885,23 @@ class FactExtractor:
                 if attempt > self.max_retries:
                     return self._failed(call, exc, attempt, f"malformed output: {exc}")
                 logger.warning("fact extraction attempt %d gave malformed output", attempt)
+
+    def _extraction_steps(
+        self,
+        messages: Sequence[BaseMessage],
+        current: dict[str, Fact],
+        now: datetime,
+        config: RunnableConfig | None,
+    ) -> Steps[ExtractionResult]:
+        """`extract` as steps, for facts already read and free of expired ones at ``now``.
+
+        Callers that hold the facts as `Fact` objects (the graph node) skip reading them
+        again and run the model call in their own step driver.
+        """
+        call = self._prepare_current(messages, current, _aware(now))
+        if isinstance(call, ExtractionResult):
+            return call
+        return (yield from self._steps(call, config))
 
     # -- faces -----------------------------------------------------------------------
 

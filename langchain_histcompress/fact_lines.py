@@ -41,7 +41,7 @@ from typing import Any
 
 from langchain_histcompress.fact_model import _OP_ALIASES, Fact
 
-__all__ = ["format_current_fact", "format_fact_lines", "parse_fact_lines"]
+__all__ = ["fact_line_body", "format_current_fact", "format_fact_lines", "parse_fact_lines"]
 
 _KEYWORDS = "ADD|UPDATE|DELETE|NONE"  # only the prompt's own: prose may open with "NEW", "KEEP"
 _OP_LINE = re.compile(rf"^(?:[-*\u2022]\s+|\d{{1,3}}[.)]\s+)?({_KEYWORDS})(?=\s|\||$)(.*)$")
@@ -102,9 +102,18 @@ def format_current_fact(fact: Fact) -> str:
         ...                          confidence=0.6, status="uncertain"))
         'f1 todo 0.6? | Call Bo\\nat 5'
     """
+    return f"{fact.id} {fact_line_body(fact)}"
+
+
+def fact_line_body(fact: Fact) -> str:
+    r"""`format_current_fact` without the leading id: ``<type> <confidence> | <content>``.
+
+    Example:
+        >>> fact_line_body(Fact(id="f1", type="todo", content="Call Bo", confidence=0.6))
+        'todo 0.6 | Call Bo'
+    """
     mark = {"confirmed": "", "uncertain": "?"}.get(fact.status, f" [{fact.status}]")
-    head = f"{fact.id} {_token(fact.type)} {_number(fact.confidence)}{mark}"
-    return f"{head} | {_escape(fact.content)}"
+    return f"{_token(fact.type)} {_number(fact.confidence)}{mark} | {_escape(fact.content)}"
 
 
 def format_fact_lines(operations: Sequence[Mapping[str, Any]]) -> str:

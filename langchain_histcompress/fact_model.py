@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -127,8 +128,12 @@ def _label(value: str, *, default: str) -> str:
     return folded[:48] or default
 
 
+@functools.lru_cache(maxsize=8192)
 def normalize_content(content: str) -> str:
     """The comparison key of a fact's content: casefolded, punctuation and spaces folded.
+
+    Cached: every `apply_fact_ops` keys the whole fact set by it, and the same contents
+    come back call after call.
 
     Example:
         >>> normalize_content("  The user's name is ANA!  ")
@@ -429,7 +434,12 @@ def apply_fact_ops(
                 outcomes.append(OpOutcome(index, op.op, op.id, "deleted"))
         except ValueError:
             outcomes.append(OpOutcome(index, op.op, op.id, "rejected", "invalid_fields"))
-    for fid in [fid for fid, fact in current.items() if fact.is_expired(now)]:
+    expired = [
+        fid
+        for fid, fact in current.items()
+        if fact.expires_at is not None and fact.expires_at <= now
+    ]
+    for fid in expired:
         drop(fid)
     return FactsUpdate(
         facts=current,
@@ -636,7 +646,9 @@ def merge_facts(left: object, right: object, *, now: datetime | None = None) -> 
             fact = _state_dict(value, key)
             state[fact["id"]] = fact
     flush()
-    return {k: v for k, v in state.items() if not _expired_dict(v, now)}
+    return {
+        k: v for k, v in state.items() if v.get("expires_at") is None or not _expired_dict(v, now)
+    }
 
 
 def _writes(right: object) -> list[FactOp | tuple[str, object]]:

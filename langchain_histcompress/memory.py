@@ -7,6 +7,11 @@
 processed message) and an extraction report. Each round is processed once, so resuming a
 thread from a checkpoint never re-extracts.
 
+A run with no batch to extract and no store reads neither the facts nor the older
+messages: it costs the messages added since the last run. Expired facts leave the state on
+the next run that extracts, or on any write through `merge_facts`; context builders skip
+them meanwhile.
+
 Completed rounds: every round followed by a newer human message, plus the latest round
 when it ends with an assistant answer without tool calls. When the node runs before the
 model node, the current question's round is therefore processed on the next turn, together
@@ -50,16 +55,16 @@ from typing_extensions import TypedDict
 from langchain_histcompress._fact_cache import FactStateCache
 from langchain_histcompress._graph_node import GraphNode
 from langchain_histcompress._model_edge import Steps, Twin, arun_steps, run_steps
+from langchain_histcompress._round_backlog import RoundScans
 from langchain_histcompress.errors import ConfigurationError, StorageError
 from langchain_histcompress.facts import (
     ExtractionReport,
-    ExtractionResult,
     Fact,
     FactExtractor,
     merge_facts,
 )
 from langchain_histcompress.retrieval import validate_namespace
-from langchain_histcompress.rounds import Round, ensure_ids, split_rounds
+from langchain_histcompress.rounds import ensure_ids
 
 __all__ = [
     "DEFAULT_NAMESPACE_PREFIX",
@@ -143,17 +148,41 @@ def facts_namespace(
     return validate_namespace((*prefix, *(_encode_part(p) for p in parts)))
 
 
-def _round_complete(round_: Round) -> bool:
-    last = round_.messages[-1]
+def _round_complete_at(last: BaseMessage) -> bool:
+    """Whether a round ending with ``last`` is complete (an answer without tool calls)."""
     return isinstance(last, AIMessage) and not last.tool_calls
 
 
 @dataclass(frozen=True)
 class _Plan:
-    batches: tuple[tuple[BaseMessage, ...], ...]
-    pending_rounds: int
+    messages: Sequence[BaseMessage]
+    """The history (with ids)."""
+    starts: Sequence[int]
+    """Indices in ``messages`` of the round starts after the cursor (shared: read only)."""
+    rounds: int
+    """Rounds after the cursor (``starts[:rounds]``), the last one possibly incomplete."""
+    complete: int
+    """Completed rounds after the cursor."""
+    count: int
+    """Batches this run may extract."""
     batch_size: int
     """Rounds per batch."""
+
+    def batch(self, index: int) -> tuple[BaseMessage, ...]:
+        """The messages of batch ``index`` (built when it is extracted, not before)."""
+        return tuple(self.messages[self.starts[index * self.batch_size] : self._end(index)])
+
+    def _end(self, index: int) -> int:
+        after = (index + 1) * self.batch_size
+        return self.starts[after] if after < self.rounds else len(self.messages)
+
+    def last_id(self, index: int) -> str | None:
+        """Id of the last message of batch ``index``."""
+        return self.messages[self._end(index) - 1].id
+
+    def pending_after(self, processed: int) -> int:
+        """Completed rounds still unprocessed after ``processed`` batches."""
+        return self.complete - processed * self.batch_size
 
 
 class FactExtractionNode(GraphNode):
@@ -306,6 +335,7 @@ class FactExtractionNode(GraphNode):
         self.name = name
         self._now = now
         self._state_facts = FactStateCache()
+        self._scans = RoundScans()
         self._bind_body(name)
 
     # -- runnable faces ----------------------------------------------------------------
@@ -351,19 +381,47 @@ class FactExtractionNode(GraphNode):
                 return index + 1
         return None
 
-    def _unprocessed(self, state: Mapping[str, Any]) -> Sequence[BaseMessage]:
-        """The messages after the cursor, every one with an id.
+    def _plan(self, state: Mapping[str, Any]) -> _Plan:
+        """The batches after the cursor, reading only the messages added since the last run.
 
-        The history is searched backwards from its end, so only the messages added since the
-        last run are read. Histories with id-less messages get deterministic ids for every
-        message first (`rounds.ensure_ids`), as the cursor was recorded with them.
+        The cursor is found by searching the history backwards from its end (or where the
+        last run found it, when its work failed and the cursor stayed), and the round
+        starts scanned before are reused (`RoundScans`), so a backlog left by failing calls
+        is not scanned again on every run. Histories with id-less messages get
+        deterministic ids for every message first (`rounds.ensure_ids`), as the cursor was
+        recorded with them.
         """
         raw = self._raw_messages(state)
-        cursor = state.get(self.cursor_key)
+        cursor = state.get(self.cursor_key) or ""
+        found = None
         if cursor:
-            start = self._after_cursor(raw, cursor)
+            start = self._scans.begin_after(raw, cursor)
+            if start is None:
+                start = self._after_cursor(raw, cursor)
             if start is not None:
-                return raw[start:]
+                found = self._scans.round_starts(raw, start, cursor)
+        else:
+            found = self._scans.round_starts(raw, 0, cursor)
+        messages: Sequence[BaseMessage] = raw
+        if found is None:
+            messages, start = self._derived_ids(raw, cursor)
+            found = self._scans.round_starts(messages, start, cursor)
+            if found is None:  # pragma: no cover - every message has an id now
+                raise self._bad_messages()
+        starts, known = found
+        complete = known
+        if known and not _round_complete_at(messages[-1]):
+            complete -= 1
+        size = self.batch_rounds or max(1, complete)
+        count = complete // size
+        if self.max_batches_per_run is not None:
+            count = min(count, self.max_batches_per_run)
+        return _Plan(messages, starts, known, complete, count, size)
+
+    def _derived_ids(
+        self, raw: Sequence[BaseMessage], cursor: str
+    ) -> tuple[Sequence[BaseMessage], int]:
+        """The history with derived ids (`rounds.ensure_ids`) and the index after the cursor."""
         if not all(isinstance(m, BaseMessage) for m in raw):
             raise self._bad_messages()
         messages = ensure_ids(raw)
@@ -379,23 +437,7 @@ class FactExtractionNode(GraphNode):
                     "remaining %d messages",
                     len(messages),
                 )
-        return messages[start:]
-
-    def _plan(self, state: Mapping[str, Any]) -> _Plan:
-        rounds = list(split_rounds(self._unprocessed(state)).rounds)
-        if rounds and not _round_complete(rounds[-1]):
-            rounds.pop()
-        size = self.batch_rounds or max(1, len(rounds))
-        count = len(rounds) // size
-        if self.max_batches_per_run is not None:
-            count = min(count, self.max_batches_per_run)
-        # only the batches this run may extract are built: a backlog left by failed calls
-        # costs one pass over its rounds, not one tuple per batch
-        batches = tuple(
-            tuple(m for r in rounds[i * size : (i + 1) * size] for m in r.messages)
-            for i in range(count)
-        )
-        return _Plan(batches=batches, pending_rounds=len(rounds) - count * size, batch_size=size)
+        return messages, start
 
     def _store(self) -> BaseStore | None:
         if self.store is not None:
@@ -471,9 +513,7 @@ class FactExtractionNode(GraphNode):
         else:
             status = "skipped"
         failed = next((r for r in reports if r.status == "failed"), None)
-        cursor = None
-        if processed:
-            cursor = plan.batches[processed - 1][-1].id
+        cursor = plan.last_id(processed - 1) if processed else None
         report: dict[str, Any] = {
             "status": status,
             "calls": sum(r.attempts for r in reports),
@@ -485,8 +525,7 @@ class FactExtractionNode(GraphNode):
             "error_type": failed.error_type if failed else None,
             "error": failed.error if failed else None,
             "processed_through": cursor or state.get(self.cursor_key),
-            "pending_rounds": plan.pending_rounds
-            + (len(plan.batches) - processed) * plan.batch_size,
+            "pending_rounds": plan.pending_after(processed),
         }
         update: dict[str, Any] = {self.status_key: report}
         if writes:
@@ -500,8 +539,12 @@ class FactExtractionNode(GraphNode):
     def _steps(self, state: Mapping[str, Any], config: RunnableConfig) -> Steps[dict[str, Any]]:
         """Load the facts, extract batch by batch, write back: one run, sync or async."""
         plan = self._plan(state)
-        now = self._clock()
         store = self._store()
+        if store is None and not plan.count:
+            # nothing to extract: the facts are not even read (expired ones leave the state
+            # on the next run that extracts; contexts never show them meanwhile)
+            return self._update(state, {}, {}, [], plan, 0)
+        now = self._clock()
         in_state = self._state_facts.read(state.get(self.state_key))
         if store is not None:
             namespace = self._namespace(config)
@@ -512,16 +555,20 @@ class FactExtractionNode(GraphNode):
                 raise StorageError(msg) from exc
             loaded, expired = self._parse_items(items, namespace, now)
         else:
-            loaded = {fid: f for fid, f in in_state.items() if not f.is_expired(now)}
+            loaded = {
+                fid: f
+                for fid, f in in_state.items()
+                if f.expires_at is None or not f.is_expired(now)
+            }
             expired = []
-        current = dict(loaded)
+        current = loaded
         reports: list[ExtractionReport] = []
         processed = 0
         extractor = self.extractor
-        for batch in plan.batches:
-            result: ExtractionResult = yield Twin(
-                extractor.extract, extractor.aextract, batch, current, now=now, config=config
-            )
+        for index in range(plan.count):
+            # the extractor's steps run in this run's driver: one model call per batch, the
+            # facts handed over as read (no second validation or expiry pass)
+            result = yield from extractor._extraction_steps(plan.batch(index), current, now, config)
             reports.append(result.report)
             if result.status == "failed":
                 break
