@@ -18,6 +18,9 @@ share a database with other applications):
   union over versions), so a commit writes O(newly covered) bytes.
 * ``histcompress_meta(key PK, value)``: the schema version.
 
+The schema and every transaction body are query plans in `storage._sql_plans`; this module
+owns the connections that run them.
+
 Writes are single transactions: SQLite ``BEGIN IMMEDIATE`` (WAL journal, ``busy_timeout``),
 PostgreSQL ``SELECT ... FOR UPDATE`` on the session row. Reads run in one snapshot (SQLite
 deferred transaction, PostgreSQL ``REPEATABLE READ READ ONLY``). A summary commit checks the
@@ -39,7 +42,6 @@ after it (already durable).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sqlite3
@@ -47,28 +49,41 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 
 from langchain_histcompress.errors import (
-    CompressionConflictError,
     ConfigurationError,
     HistCompressError,
     StorageError,
 )
+from langchain_histcompress.storage._sql_plans import (
+    POSTGRES,
+    SCHEMA_VERSION,
+    SQLITE,
+    Plan,
+    RawSnapshot,
+    SummaryRow,
+    adrive,
+    all_messages_plan,
+    append_plan,
+    clear_plan,
+    commit_plan,
+    drive,
+    load_summary_rows,
+    prune_plan,
+    schema_plan,
+    snapshot_plan,
+)
 from langchain_histcompress.storage.base import (
     HistoryStore,
     SessionSnapshot,
-    assign_ids,
     check_messages,
     check_session_id,
     decode_message,
     decode_summary,
-    duplicate_ids,
-    encode_message,
     encode_summary,
 )
 from langchain_histcompress.storage.urls import ConnectionSpec, parse_connection
@@ -81,436 +96,8 @@ __all__ = ["SCHEMA_VERSION", "SQLHistoryStore", "open_store"]
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-"""Version of the table layout this module creates and reads."""
-
 _T = TypeVar("_T")
-_Fetch = Literal["none", "one", "all", "rowcount", "many"]
-_CHUNK = 500  # ids per IN (...) list on SQLite
 _SUMMARY_CACHE_SIZE = 256
-_PG_SCHEMA_LOCK = 0x68697374  # advisory lock key serializing concurrent schema creation
-
-
-@dataclass(frozen=True)
-class _Query:
-    sql: str
-    params: Sequence[Any] = ()
-    fetch: _Fetch = "none"
-    rows: Sequence[Sequence[Any]] = ()
-
-
-_Plan = Generator[_Query, Any, _T]
-"""A transaction body: yields queries, receives their results, returns a value."""
-
-
-@dataclass(frozen=True)
-class _Dialect:
-    name: Literal["sqlite", "postgres"]
-    begin_read: str
-    begin_write: str
-    lock_suffix: str
-    now: str
-    ddl: tuple[str, ...]
-
-    def q(self, sql: str) -> str:
-        return sql if self.name == "sqlite" else sql.replace("?", "%s")
-
-    def in_ids(self, column: str, ids: Sequence[str]) -> list[tuple[str, list[str]]]:
-        """``column IN (...)`` fragments and their parameters, chunked for SQLite."""
-        if self.name == "postgres":
-            return [(f"{column} = ANY(%s)", list(ids))]
-        out = []
-        for start in range(0, len(ids), _CHUNK):
-            chunk = list(ids[start : start + _CHUNK])
-            out.append((f"{column} IN ({','.join('?' * len(chunk))})", chunk))
-        return out
-
-    def id_params(self, chunk: list[str]) -> list[Any]:
-        return [chunk] if self.name == "postgres" else list(chunk)
-
-
-def _ddl(integer: str, timestamp: str, now: str) -> tuple[str, ...]:
-    return (
-        "CREATE TABLE IF NOT EXISTS histcompress_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS histcompress_sessions ("
-        "session_id TEXT PRIMARY KEY, "
-        f"summary_version {integer} NOT NULL DEFAULT 0, "
-        f"next_seq {integer} NOT NULL DEFAULT 1, "
-        f"created_at {timestamp} NOT NULL DEFAULT ({now}), "
-        f"updated_at {timestamp} NOT NULL DEFAULT ({now}))",
-        "CREATE TABLE IF NOT EXISTS histcompress_messages ("
-        "session_id TEXT NOT NULL, "
-        f"seq {integer} NOT NULL, "
-        "message_id TEXT NOT NULL, "
-        "message TEXT NOT NULL, "
-        f"covered_version {integer}, "
-        f"created_at {timestamp} NOT NULL DEFAULT ({now}), "
-        "PRIMARY KEY (session_id, seq), "
-        "UNIQUE (session_id, message_id))",
-        "CREATE INDEX IF NOT EXISTS histcompress_messages_uncovered "
-        "ON histcompress_messages (session_id, seq) WHERE covered_version IS NULL",
-        "CREATE TABLE IF NOT EXISTS histcompress_summaries ("
-        "session_id TEXT NOT NULL, "
-        f"version {integer} NOT NULL, "
-        "uid TEXT NOT NULL, "
-        "summary TEXT NOT NULL, "
-        "covered_ids TEXT NOT NULL, "
-        f"covered_count {integer} NOT NULL, "
-        "sha256 TEXT NOT NULL, "
-        f"created_at {timestamp} NOT NULL DEFAULT ({now}), "
-        "PRIMARY KEY (session_id, version))",
-    )
-
-
-_SQLITE_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
-_SQLITE = _Dialect(
-    name="sqlite",
-    begin_read="BEGIN",
-    begin_write="BEGIN IMMEDIATE",
-    lock_suffix="",
-    now=_SQLITE_NOW,
-    ddl=_ddl("INTEGER", "TEXT", _SQLITE_NOW),
-)
-_POSTGRES = _Dialect(
-    name="postgres",
-    begin_read="BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-    begin_write="BEGIN",
-    lock_suffix=" FOR UPDATE",
-    now="now()",
-    ddl=_ddl("BIGINT", "TIMESTAMPTZ", "now()"),
-)
-
-
-# --------------------------------------------------------------------------- plans
-
-
-def _schema_plan(d: _Dialect) -> _Plan[None]:
-    if d.name == "postgres":
-        yield _Query("SELECT pg_advisory_xact_lock(%s)", (_PG_SCHEMA_LOCK,))
-    for statement in d.ddl:
-        yield _Query(statement)
-    yield _Query(
-        d.q(
-            "INSERT INTO histcompress_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING"
-        ),
-        ("schema_version", str(SCHEMA_VERSION)),
-    )
-    row = yield _Query(
-        d.q("SELECT value FROM histcompress_meta WHERE key = ?"), ("schema_version",), "one"
-    )
-    if row is None or str(row[0]) != str(SCHEMA_VERSION):
-        found = None if row is None else row[0]
-        msg = (
-            f"the database holds histcompress schema version {found}, this package reads "
-            f"version {SCHEMA_VERSION}"
-        )
-        raise ConfigurationError(msg)
-
-
-def _lock_session(d: _Dialect, session_id: str) -> _Plan[tuple[int, int]]:
-    """Create the session row if needed, lock it; return (summary_version, next_seq)."""
-    for _ in range(5):
-        yield _Query(
-            d.q(
-                "INSERT INTO histcompress_sessions (session_id) VALUES (?) "
-                "ON CONFLICT (session_id) DO NOTHING"
-            ),
-            (session_id,),
-        )
-        row = yield _Query(
-            d.q(
-                "SELECT summary_version, next_seq FROM histcompress_sessions "
-                f"WHERE session_id = ?{d.lock_suffix}"
-            ),
-            (session_id,),
-            "one",
-        )
-        if row is not None:
-            return int(row[0]), int(row[1])
-    msg = "session row vanished repeatedly while being locked (concurrent clears)"
-    raise StorageError(msg)
-
-
-def _append_plan(
-    d: _Dialect, session_id: str, batch: list[BaseMessage]
-) -> _Plan[list[BaseMessage]]:
-    _, next_seq = yield from _lock_session(d, session_id)
-    stored = assign_ids(session_id, next_seq, batch)
-    ids = [str(m.id) for m in stored]
-    existing: list[str] = []
-    for fragment, chunk in d.in_ids("message_id", ids):
-        rows = yield _Query(
-            f"SELECT message_id FROM histcompress_messages WHERE session_id = {_p(d)} "
-            f"AND {fragment}",
-            [session_id, *d.id_params(chunk)],
-            "all",
-        )
-        existing.extend(str(r[0]) for r in rows)
-    error = duplicate_ids(stored, existing)
-    if error is not None:
-        raise error
-    rows_to_insert = [
-        (session_id, next_seq + i, ids[i], encode_message(m)) for i, m in enumerate(stored)
-    ]
-    if rows_to_insert:
-        yield _Query(
-            d.q(
-                "INSERT INTO histcompress_messages (session_id, seq, message_id, message) "
-                "VALUES (?, ?, ?, ?)"
-            ),
-            fetch="many",
-            rows=rows_to_insert,
-        )
-    yield _Query(
-        d.q(
-            f"UPDATE histcompress_sessions SET next_seq = ?, updated_at = {d.now} "
-            "WHERE session_id = ?"
-        ),
-        (next_seq + len(stored), session_id),
-    )
-    return stored
-
-
-def _p(d: _Dialect) -> str:
-    return "?" if d.name == "sqlite" else "%s"
-
-
-@dataclass(frozen=True)
-class _RawSnapshot:
-    version: int
-    uid: str | None
-    summary: tuple[str, list[str]] | None
-    messages: list[str]
-
-
-def _load_summary_rows(d: _Dialect, session_id: str, version: int) -> _Plan[tuple[str, list[str]]]:
-    row = yield _Query(
-        d.q("SELECT summary FROM histcompress_summaries WHERE session_id = ? AND version = ?"),
-        (session_id, version),
-        "one",
-    )
-    if row is None:
-        msg = f"session {session_id!r}: summary version {version} is missing"
-        raise StorageError(msg)
-    deltas = yield _Query(
-        d.q(
-            "SELECT covered_ids FROM histcompress_summaries "
-            "WHERE session_id = ? AND version <= ? ORDER BY version"
-        ),
-        (session_id, version),
-        "all",
-    )
-    ids: list[str] = []
-    for (delta,) in deltas:
-        ids.extend(json.loads(delta))
-    return str(row[0]), ids
-
-
-def _current_version(d: _Dialect, session_id: str) -> _Plan[tuple[int, str | None]]:
-    row = yield _Query(
-        d.q(
-            "SELECT s.summary_version, m.uid FROM histcompress_sessions s "
-            "LEFT JOIN histcompress_summaries m "
-            "ON m.session_id = s.session_id AND m.version = s.summary_version "
-            "WHERE s.session_id = ?"
-        ),
-        (session_id,),
-        "one",
-    )
-    if row is None or not row[0]:
-        return 0, None
-    return int(row[0]), None if row[1] is None else str(row[1])
-
-
-def _snapshot_plan(
-    d: _Dialect, session_id: str, cached: Callable[[str, str], bool], *, with_messages: bool
-) -> _Plan[_RawSnapshot]:
-    version, uid = yield from _current_version(d, session_id)
-    summary = None
-    if version:
-        if uid is None:
-            msg = f"session {session_id!r}: summary version {version} is missing"
-            raise StorageError(msg)
-        if not cached(session_id, uid):
-            summary = yield from _load_summary_rows(d, session_id, version)
-    messages: list[str] = []
-    if with_messages:
-        rows = yield _Query(
-            d.q(
-                "SELECT message FROM histcompress_messages WHERE session_id = ? "
-                "AND covered_version IS NULL ORDER BY seq"
-            ),
-            (session_id,),
-            "all",
-        )
-        messages = [str(r[0]) for r in rows]
-    return _RawSnapshot(version, uid, summary, messages)
-
-
-def _all_messages_plan(d: _Dialect, session_id: str) -> _Plan[list[str]]:
-    rows = yield _Query(
-        d.q("SELECT message FROM histcompress_messages WHERE session_id = ? ORDER BY seq"),
-        (session_id,),
-        "all",
-    )
-    return [str(r[0]) for r in rows]
-
-
-@dataclass(frozen=True)
-class _SummaryRow:
-    uid: str
-    text: str
-    delta: list[str]
-
-
-def _commit_plan(
-    d: _Dialect,
-    session_id: str,
-    summary: RunningSummary,
-    previous: RunningSummary | None,
-    row: _SummaryRow,
-    *,
-    mark_messages: bool,
-) -> _Plan[None]:
-    current, _ = yield from _lock_session(d, session_id)
-    expected = 0 if previous is None else previous.version
-    conflict = (
-        f"session {session_id!r}: summary version {current} is stored, the update was built "
-        f"from version {expected}; another writer committed first"
-    )
-    if current != expected:
-        raise CompressionConflictError(conflict)
-    if previous is not None:
-        stored = yield _Query(
-            d.q("SELECT sha256 FROM histcompress_summaries WHERE session_id = ? AND version = ?"),
-            (session_id, expected),
-            "one",
-        )
-        if stored is None or stored[0] != previous.sha256:
-            raise CompressionConflictError(conflict)
-    if mark_messages:
-        updated = 0
-        for fragment, chunk in d.in_ids("message_id", row.delta):
-            count = yield _Query(
-                f"UPDATE histcompress_messages SET covered_version = {_p(d)} "
-                f"WHERE session_id = {_p(d)} AND covered_version IS NULL AND {fragment}",
-                [summary.version, session_id, *d.id_params(chunk)],
-                "rowcount",
-            )
-            updated += int(count)
-        if not row.delta or updated != len(row.delta):
-            missing = len(row.delta) - updated
-            msg = (
-                f"session {session_id!r}: {missing} of {len(row.delta)} messages the summary "
-                "newly covers are not stored uncovered (cleared or compressed concurrently)"
-            )
-            raise CompressionConflictError(msg)
-    else:
-        held = yield _Query(
-            d.q("SELECT 1 FROM histcompress_messages WHERE session_id = ? LIMIT 1"),
-            (session_id,),
-            "one",
-        )
-        if held is not None:
-            msg = f"key {session_id!r} holds history messages; use a separate key for summaries"
-            raise ConfigurationError(msg)
-    yield _Query(
-        d.q(
-            "INSERT INTO histcompress_summaries (session_id, version, uid, summary, covered_ids, "
-            "covered_count, sha256) VALUES (?, ?, ?, ?, ?, ?, ?)"
-        ),
-        (
-            session_id,
-            summary.version,
-            row.uid,
-            row.text,
-            json.dumps(row.delta, ensure_ascii=True, separators=(",", ":")),
-            len(summary.covered_ids),
-            summary.sha256,
-        ),
-    )
-    yield _Query(
-        d.q(
-            f"UPDATE histcompress_sessions SET summary_version = ?, updated_at = {d.now} "
-            "WHERE session_id = ?"
-        ),
-        (summary.version, session_id),
-    )
-
-
-def _prune_plan(d: _Dialect, session_id: str) -> _Plan[int]:
-    yield from _lock_session(d, session_id)
-    count = yield _Query(
-        d.q(
-            "DELETE FROM histcompress_messages WHERE session_id = ? AND covered_version IS NOT NULL"
-        ),
-        (session_id,),
-        "rowcount",
-    )
-    return int(count)
-
-
-def _clear_plan(d: _Dialect, session_id: str) -> _Plan[None]:
-    yield _Query(
-        d.q(f"SELECT 1 FROM histcompress_sessions WHERE session_id = ?{d.lock_suffix}"),
-        (session_id,),
-        "one",
-    )
-    for table in ("histcompress_messages", "histcompress_summaries", "histcompress_sessions"):
-        yield _Query(d.q(f"DELETE FROM {table} WHERE session_id = ?"), (session_id,))
-
-
-# --------------------------------------------------------------------------- drivers
-
-
-def _drive(cursor: Any, plan: _Plan[_T]) -> _T:
-    try:
-        query = next(plan)
-        while True:
-            query = plan.send(_execute(cursor, query))
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    finally:
-        plan.close()
-
-
-def _execute(cursor: Any, query: _Query) -> Any:
-    if query.fetch == "many":
-        cursor.executemany(query.sql, query.rows)
-        return None
-    cursor.execute(query.sql, query.params)
-    if query.fetch == "one":
-        return cursor.fetchone()
-    if query.fetch == "all":
-        return cursor.fetchall()
-    if query.fetch == "rowcount":
-        return cursor.rowcount
-    return None
-
-
-async def _adrive(cursor: Any, plan: _Plan[_T]) -> _T:
-    try:
-        query = next(plan)
-        while True:
-            query = plan.send(await _aexecute(cursor, query))
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    finally:
-        plan.close()
-
-
-async def _aexecute(cursor: Any, query: _Query) -> Any:
-    if query.fetch == "many":
-        await cursor.executemany(query.sql, query.rows)
-        return None
-    await cursor.execute(query.sql, query.params)
-    if query.fetch == "one":
-        return await cursor.fetchone()
-    if query.fetch == "all":
-        return await cursor.fetchall()
-    if query.fetch == "rowcount":
-        return cursor.rowcount
-    return None
 
 
 class _ConnectionLostError(StorageError):
@@ -630,7 +217,7 @@ class SQLHistoryStore(HistoryStore):
         """Seconds to wait for locks (SQLite) or to connect (PostgreSQL)."""
         self.create_schema = create_schema
         """Whether missing tables are created on first use."""
-        self._dialect = _SQLITE if self.spec.backend == "sqlite" else _POSTGRES
+        self._dialect = SQLITE if self.spec.backend == "sqlite" else POSTGRES
         # resolved now, so a later change of working directory cannot move the database
         self._sqlite_target = (
             self.spec.target if self.spec.is_memory else os.path.abspath(self.spec.target)
@@ -709,7 +296,7 @@ class SQLHistoryStore(HistoryStore):
                 raise self._storage_error("cannot open", exc) from exc
             self._conn = conn
         if not self._schema_ready:
-            self._run_sync(conn, lambda: _schema_plan(self._dialect), write=True)
+            self._run_sync(conn, lambda: schema_plan(self._dialect), write=True)
             self._schema_ready = True
         return conn
 
@@ -738,7 +325,7 @@ class SQLHistoryStore(HistoryStore):
     def _run_sync(
         self,
         conn: Any,
-        factory: Callable[[], _Plan[_T]],
+        factory: Callable[[], Plan[_T]],
         *,
         write: bool,
         guard: _CommitGuard | None = None,
@@ -749,7 +336,7 @@ class SQLHistoryStore(HistoryStore):
         try:
             cursor.execute(d.begin_write if write else d.begin_read)
             began = True
-            result = _drive(cursor, factory())
+            result = drive(cursor, factory())
             if guard is None:
                 cursor.execute("COMMIT")
             else:
@@ -778,7 +365,7 @@ class SQLHistoryStore(HistoryStore):
 
     def _transact(
         self,
-        factory: Callable[[], _Plan[_T]],
+        factory: Callable[[], Plan[_T]],
         *,
         write: bool,
         guard: _CommitGuard | None = None,
@@ -802,7 +389,7 @@ class SQLHistoryStore(HistoryStore):
                     logger.warning("connection to %s lost; retrying once", self.spec.display)
             raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _atransact(self, factory: Callable[[], _Plan[_T]], *, write: bool) -> _T:
+    async def _atransact(self, factory: Callable[[], Plan[_T]], *, write: bool) -> _T:
         if self._dialect.name == "sqlite":
             guard = _CommitGuard()
             try:
@@ -816,7 +403,7 @@ class SQLHistoryStore(HistoryStore):
             async with lock:
                 try:
                     if not self._schema_ready:
-                        await self._arun(conn, lambda: _schema_plan(self._dialect), write=True)
+                        await self._arun(conn, lambda: schema_plan(self._dialect), write=True)
                         self._schema_ready = True
                     return await self._arun(conn, factory, write=write)
                 except StorageError as exc:
@@ -826,14 +413,14 @@ class SQLHistoryStore(HistoryStore):
                     logger.warning("connection to %s lost; retrying once", self.spec.display)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _arun(self, conn: Any, factory: Callable[[], _Plan[_T]], *, write: bool) -> _T:
+    async def _arun(self, conn: Any, factory: Callable[[], Plan[_T]], *, write: bool) -> _T:
         d = self._dialect
         began = False
         try:
             async with conn.cursor() as cursor:
                 await cursor.execute(d.begin_write if write else d.begin_read)
                 began = True
-                result = await _adrive(cursor, factory())
+                result = await adrive(cursor, factory())
                 await cursor.execute("COMMIT")
                 return result
         except BaseException as exc:
@@ -884,7 +471,7 @@ class SQLHistoryStore(HistoryStore):
             while len(self._cache) > _SUMMARY_CACHE_SIZE:
                 self._cache.popitem(last=False)
 
-    def _finish_snapshot(self, session_id: str, raw: _RawSnapshot) -> SessionSnapshot:
+    def _finish_snapshot(self, session_id: str, raw: RawSnapshot) -> SessionSnapshot:
         summary: RunningSummary | None = None
         if raw.version:
             assert raw.uid is not None
@@ -895,7 +482,7 @@ class SQLHistoryStore(HistoryStore):
                 summary = self._cache_get(session_id, raw.uid)
                 if summary is None:  # evicted between the check and now: read it again
                     text, ids = self._transact(
-                        lambda: _load_summary_rows(self._dialect, session_id, raw.version),
+                        lambda: load_summary_rows(self._dialect, session_id, raw.version),
                         write=False,
                     )
                     summary = decode_summary(text, ids)
@@ -923,7 +510,7 @@ class SQLHistoryStore(HistoryStore):
         check_session_id(key, what="key")
         row = self._summary_row(summary, previous)
         self._transact(
-            lambda: _commit_plan(self._dialect, key, summary, previous, row, mark_messages=False),
+            lambda: commit_plan(self._dialect, key, summary, previous, row, mark_messages=False),
             write=True,
         )
         self._cache_put(key, row.uid, summary)
@@ -935,7 +522,7 @@ class SQLHistoryStore(HistoryStore):
         check_session_id(key, what="key")
         row = self._summary_row(summary, previous)
         await self._atransact(
-            lambda: _commit_plan(self._dialect, key, summary, previous, row, mark_messages=False),
+            lambda: commit_plan(self._dialect, key, summary, previous, row, mark_messages=False),
             write=True,
         )
         self._cache_put(key, row.uid, summary)
@@ -943,12 +530,12 @@ class SQLHistoryStore(HistoryStore):
     def clear(self, key: str) -> None:
         """Delete the session's messages, summaries and session row (nothing else)."""
         check_session_id(key, what="key")
-        self._transact(lambda: _clear_plan(self._dialect, key), write=True)
+        self._transact(lambda: clear_plan(self._dialect, key), write=True)
 
     async def aclear(self, key: str) -> None:
         """Async twin of `clear`."""
         check_session_id(key, what="key")
-        await self._atransact(lambda: _clear_plan(self._dialect, key), write=True)
+        await self._atransact(lambda: clear_plan(self._dialect, key), write=True)
 
     def close(self) -> None:
         """Close the connections; a later call reopens them (a ``:memory:`` store is lost)."""
@@ -978,7 +565,7 @@ class SQLHistoryStore(HistoryStore):
         batch = check_messages(messages)
         if not batch:
             return []
-        return self._transact(lambda: _append_plan(self._dialect, session_id, batch), write=True)
+        return self._transact(lambda: append_plan(self._dialect, session_id, batch), write=True)
 
     async def aappend(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         """Async twin of `append`."""
@@ -987,7 +574,7 @@ class SQLHistoryStore(HistoryStore):
         if not batch:
             return []
         return await self._atransact(
-            lambda: _append_plan(self._dialect, session_id, batch), write=True
+            lambda: append_plan(self._dialect, session_id, batch), write=True
         )
 
     def snapshot(self, session_id: str) -> SessionSnapshot:
@@ -1006,14 +593,14 @@ class SQLHistoryStore(HistoryStore):
     def load_messages(self, session_id: str) -> list[BaseMessage]:
         """Every stored original message of the session, in order."""
         check_session_id(session_id)
-        texts = self._transact(lambda: _all_messages_plan(self._dialect, session_id), write=False)
+        texts = self._transact(lambda: all_messages_plan(self._dialect, session_id), write=False)
         return [decode_message(t) for t in texts]
 
     async def aload_messages(self, session_id: str) -> list[BaseMessage]:
         """Async twin of `load_messages`."""
         check_session_id(session_id)
         texts = await self._atransact(
-            lambda: _all_messages_plan(self._dialect, session_id), write=False
+            lambda: all_messages_plan(self._dialect, session_id), write=False
         )
         return [decode_message(t) for t in texts]
 
@@ -1024,7 +611,7 @@ class SQLHistoryStore(HistoryStore):
         check_session_id(session_id)
         row = self._summary_row(summary, previous)
         self._transact(
-            lambda: _commit_plan(
+            lambda: commit_plan(
                 self._dialect, session_id, summary, previous, row, mark_messages=True
             ),
             write=True,
@@ -1038,7 +625,7 @@ class SQLHistoryStore(HistoryStore):
         check_session_id(session_id)
         row = self._summary_row(summary, previous)
         await self._atransact(
-            lambda: _commit_plan(
+            lambda: commit_plan(
                 self._dialect, session_id, summary, previous, row, mark_messages=True
             ),
             write=True,
@@ -1048,19 +635,19 @@ class SQLHistoryStore(HistoryStore):
     def prune_covered(self, session_id: str) -> int:
         """Delete the session's covered originals; return how many were deleted."""
         check_session_id(session_id)
-        return self._transact(lambda: _prune_plan(self._dialect, session_id), write=True)
+        return self._transact(lambda: prune_plan(self._dialect, session_id), write=True)
 
     async def aprune_covered(self, session_id: str) -> int:
         """Async twin of `prune_covered`."""
         check_session_id(session_id)
-        return await self._atransact(lambda: _prune_plan(self._dialect, session_id), write=True)
+        return await self._atransact(lambda: prune_plan(self._dialect, session_id), write=True)
 
     # ------------------------------------------------------------------ helpers
 
-    def _snapshot_factory(self, session_id: str, with_messages: bool) -> _Plan[_RawSnapshot]:
-        return _snapshot_plan(self._dialect, session_id, self._cached, with_messages=with_messages)
+    def _snapshot_factory(self, session_id: str, with_messages: bool) -> Plan[RawSnapshot]:
+        return snapshot_plan(self._dialect, session_id, self._cached, with_messages=with_messages)
 
-    async def _afinish_snapshot(self, session_id: str, raw: _RawSnapshot) -> RunningSummary | None:
+    async def _afinish_snapshot(self, session_id: str, raw: RawSnapshot) -> RunningSummary | None:
         if (
             raw.version
             and raw.summary is None
@@ -1068,19 +655,19 @@ class SQLHistoryStore(HistoryStore):
             and self._cache_get(session_id, raw.uid) is None
         ):
             text, ids = await self._atransact(
-                lambda: _load_summary_rows(self._dialect, session_id, raw.version),
+                lambda: load_summary_rows(self._dialect, session_id, raw.version),
                 write=False,
             )
-            raw = _RawSnapshot(raw.version, raw.uid, (text, ids), [])
+            raw = RawSnapshot(raw.version, raw.uid, (text, ids), [])
         return self._finish_snapshot(session_id, raw).summary
 
     @staticmethod
-    def _summary_row(summary: RunningSummary, previous: RunningSummary | None) -> _SummaryRow:
+    def _summary_row(summary: RunningSummary, previous: RunningSummary | None) -> SummaryRow:
         if not isinstance(summary, RunningSummary):
             msg = f"summary must be a RunningSummary, got {type(summary).__name__}"
             raise ConfigurationError(msg)
         text, delta = encode_summary(summary, previous)
-        return _SummaryRow(uuid.uuid4().hex, text, delta)
+        return SummaryRow(uuid.uuid4().hex, text, delta)
 
 
 _STORES: dict[tuple[int, str, str], SQLHistoryStore] = {}
