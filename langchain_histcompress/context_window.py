@@ -268,6 +268,16 @@ class _Window:
             count += 1
         return count
 
+    def cost(self, kept: int) -> int:
+        """Tokens of the newest ``kept`` rounds (each counted once per call)."""
+        total = 0
+        for index in self._newest(kept):
+            cost = self._costs.get(index)
+            if cost is None:
+                cost = self._costs[index] = self._cost(self.rounds[index])
+            total += cost
+        return total
+
     def _newest(self, kept: int) -> range:
         return range(self.count - kept, self.count)
 
