@@ -35,7 +35,6 @@ Example:
 from __future__ import annotations
 
 import itertools
-import re
 import unicodedata
 from collections.abc import Callable, Sequence
 
@@ -44,7 +43,8 @@ from langchain_histcompress.tokens import TiktokenCounter
 _RUNS_CACHED = 4_096
 _run_costs: dict[tuple[str, str], tuple[int, int]] = {}
 """(encoding, run) -> (T(run), T(run + newline)) for trailing punctuation runs."""
-_UNSAFE_FOR_BOUND = re.compile("[\r\x1c-\x1f]|\n/")
+_UNSAFE_FOR_BOUND = ("\r", "\n/", "\x1c", "\x1d", "\x1e", "\x1f")
+"""Text where a piece can hold parts of two words as ``str.split`` sees them."""
 
 
 def _kind(char: str) -> str:
@@ -97,12 +97,13 @@ def _starts_clean(text: str) -> bool:
 def joined_tokens(
     counter: TiktokenCounter,
     lines: Sequence[tuple[str, int]],
-    count: Callable[[str], int] | None = None,
+    newline: Callable[[str, int], int] | None = None,
 ) -> int | None:
     r"""``T("\n".join(lines))`` from ``(line, T(line))`` pairs; ``None`` if not provable.
 
     ``None`` when a line after the first does not start with a letter, digit, punctuation
-    or symbol other than ``/`` (the caller then encodes the joined text).
+    or symbol other than ``/`` (the caller then encodes the joined text). ``newline`` gives
+    ``T(line + "\n")`` from a pair (default: `newline_tokens`; pass a cached one).
     """
     if not lines:
         return 0
@@ -110,12 +111,16 @@ def joined_tokens(
     for (text, tokens), (following, _) in itertools.pairwise(lines):
         if not _starts_clean(following):
             return None
-        total += newline_tokens(counter, text, tokens, count)
+        if newline is None:
+            total += newline_tokens(counter, text, tokens)
+        else:
+            total += newline(text, tokens)
     return total + lines[-1][1]
 
 
 def word_lower_bound(text: str) -> int:
     """At most ``T(text)`` for the o200k and cl100k encodings (0 when not provable)."""
-    if _UNSAFE_FOR_BOUND.search(text):
-        return 0
+    for unsafe in _UNSAFE_FOR_BOUND:
+        if unsafe in text:
+            return 0
     return len(text.split())

@@ -85,7 +85,7 @@ from typing import TYPE_CHECKING
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress._fact_cache import FactStateCache
-from langchain_histcompress._line_tokens import joined_tokens, word_lower_bound
+from langchain_histcompress._line_tokens import joined_tokens, newline_tokens, word_lower_bound
 from langchain_histcompress.context_data import (
     _FACTS_END,
     _LEAD,
@@ -329,6 +329,7 @@ class ContextBuilder:
         self._turn_costs: dict[int, tuple[BaseMessage, int]] = {}
         self._summary_line: tuple[RunningSummary, str, int] | None = None
         self._empty_costs: dict[type[BaseMessage], int] = {}
+        self._newline_costs: dict[str, int] = {}
         self._round_costs = _RoundCosts(self._cost, _TEXT_COST_CACHE)
         counter = self.token_counter
         self._tiktoken = counter if type(counter) is TiktokenCounter else None
@@ -381,7 +382,19 @@ class ContextBuilder:
             else:
                 cost = self._text_cost(line)
             lines.append((line, cost))
-        return joined_tokens(counter, lines, self._text_cost)
+        return joined_tokens(counter, lines, self._newline_cost)
+
+    def _newline_cost(self, line: str, cost: int) -> int:
+        """``line``'s cost followed by a line break, given its own (tiktoken; cached)."""
+        known = self._newline_costs.get(line)
+        if known is None:
+            assert self._tiktoken is not None
+            known = newline_tokens(self._tiktoken, line, cost, self._text_cost)
+            with self._lock:
+                if len(self._newline_costs) >= _TEXT_COST_CACHE:
+                    self._newline_costs.clear()
+                self._newline_costs[line] = known
+        return known
 
     def _summary_cost(self, summary: RunningSummary, line: str) -> int:
         memo = self._summary_line
@@ -437,7 +450,8 @@ class ContextBuilder:
         hit = self._turn_costs.get(id(message))
         if hit is not None and hit[0] is message:
             return hit[1]
-        cost = self._text_cost(_turn_text(message, self.data_format))
+        text = _turn_text(message, self.data_format)
+        cost = self._tiktoken.count_text(text) if self._tiktoken else self._text_cost(text)
         with self._lock:
             if len(self._turn_costs) >= _TEXT_COST_CACHE:
                 self._turn_costs.clear()
@@ -449,14 +463,20 @@ class ContextBuilder:
     ) -> int | None:
         """The cost of ``message``'s line when it fits under ``ceiling``, else ``None``.
 
-        A line not counted yet whose lower bound already exceeds the room is not encoded.
+        A line not counted yet is not rendered nor encoded when a lower bound of its cost
+        already exceeds the room: a compact line ``[id role] text`` has at least one token
+        for its bracket and one per word of a string content (see `word_lower_bound`).
         """
         hit = self._turn_costs.get(id(message))
-        if (hit is None or hit[0] is not message) and self._tiktoken is not None:
-            bound = word_lower_bound(_turn_text(message, self.data_format))
-            if estimate.with_turn(bound) > ceiling:
-                return None
-        cost = self._turn_cost(message)
+        if hit is not None and hit[0] is message:
+            cost = hit[1]
+        else:
+            content = message.content
+            if self._tiktoken is not None and self.data_format == "compact":
+                bound = 1 + (word_lower_bound(content) if isinstance(content, str) else 0)
+                if estimate.with_turn(bound) > ceiling:
+                    return None
+            cost = self._turn_cost(message)
         return cost if estimate.with_turn(cost) <= ceiling else None
 
     def _estimate(self, data: _Data) -> _Estimate:

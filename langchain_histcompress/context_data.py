@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Collection, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,6 +30,7 @@ from langchain_histcompress.context_window import CONTEXT_KIND
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.layout import PromptLayout
 from langchain_histcompress.render import (
+    _ESCAPES,
     ROLE_NAMES,
     escape_data,
     message_text,
@@ -105,8 +107,17 @@ def _fact_block(fact: Fact) -> str:
     )
 
 
+_ESCAPED = re.compile("[" + "".join(re.escape(chr(c)) for c in _ESCAPES) + "]")
+"""Characters `escape_data` replaces: text without any is returned as it is, without the
+per-character translation."""
+
+
+def _escape(text: str) -> str:
+    return escape_data(text) if _ESCAPED.search(text) else text
+
+
 def _one_line(text: str) -> str:
-    return " ".join(escape_data(text).split())
+    return " ".join(_escape(text).split())
 
 
 _LINES_CACHED = 8_192
@@ -120,8 +131,8 @@ def _fact_line(fact: Fact) -> str:
     hit = _fact_lines.get(id(fact))
     if hit is not None and hit[0] is fact:  # facts are frozen: the same object, the same line
         return hit[1]
-    sources = escape_data(" ".join(fact.source_ids)) or "-"
-    status = "" if fact.status == "confirmed" else f"({escape_data(fact.status)}) "
+    sources = _escape(" ".join(fact.source_ids)) or "-"
+    status = "" if fact.status == "confirmed" else f"({_escape(fact.status)}) "
     line = f"[{sources}] {status}{_one_line(fact.content)}"
     if len(_fact_lines) >= _LINES_CACHED:
         _fact_lines.clear()
@@ -136,8 +147,8 @@ def _turn_line(message: BaseMessage) -> str:
         return hit[1]
     role = ROLE_NAMES.get(message.type, message.type)
     name = f" {message.name}" if message.name else ""
-    text = escape_data(message_text(message)).replace("\n", "\n  ")
-    line = f"[{escape_data(f'{message.id} {role}{name}')}] {text}"
+    text = _escape(message_text(message)).replace("\n", "\n  ")
+    line = f"[{_escape(f'{message.id} {role}{name}')}] {text}"
     if len(_turn_lines) >= _LINES_CACHED:
         _turn_lines.clear()
     _turn_lines[id(message)] = (message, line)
