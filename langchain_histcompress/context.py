@@ -45,8 +45,10 @@ are still sent, right after the data message. The result never exceeds
 ``max_context_tokens`` as counted by the token counter (also checked on the final list).
 Work per call grows with what is sent, not with the length of the history (plus linear
 scans to split rounds and to look up each message in the retrievers' incremental indexes;
-facts and messages are tokenized once, item costs are cached, and the data message is
-counted once per call, not once per candidate).
+each fact and message line is tokenized once, when first considered, and a line whose
+lower bound cannot fit is not tokenized at all). With a `TiktokenCounter` the data message
+and the returned list are counted from the cached counts of their lines and messages,
+exactly (see `_line_tokens`), never encoded whole; other counters count the final list.
 
 Example:
     >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -804,10 +806,10 @@ class ContextBuilder:
                     position = positions.get(id(hit))
                     if position is None:
                         continue
-                    cost = self._fitting_turn_cost(hit, estimate, ceiling)
-                    if cost is not None:
+                    fitting = self._fitting_turn_cost(hit, estimate, ceiling)
+                    if fitting is not None:
                         data.turns.append((position, hit))
-                        estimate.add_turn(cost)
+                        estimate.add_turn(fitting)
                 if data.turns:
                     kept = min(kept, win.fit(avail - estimate.total))
         selected = data.copy()
@@ -875,12 +877,12 @@ class ContextBuilder:
                 key = str(item.id)
                 if len(data.turns) >= turn_limit or key in shown:
                     continue
-                cost = self._fitting_turn_cost(item, estimate, ceiling)
-                if cost is None:
+                fitting = self._fitting_turn_cost(item, estimate, ceiling)
+                if fitting is None:
                     misses += 1
                     continue
                 data.turns.append((entry.position, item))
-                estimate.add_turn(cost)
+                estimate.add_turn(fitting)
                 shown.add(key)
             misses = 0
         if self.fill_facts_with_recent and len(data.facts) < self.top_k_facts:

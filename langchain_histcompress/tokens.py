@@ -522,6 +522,7 @@ class TiktokenCounter:
         self._hits = 0
         self._misses = 0
         self._prefixes: OrderedDict[int, _Counted] = OrderedDict()
+        self._roles: dict[str, int] = {}
 
     @property
     def model(self) -> str:
@@ -607,7 +608,11 @@ class TiktokenCounter:
 
     def _count_uncached(self, message: BaseMessage) -> int:
         calls = _calls(message)
-        total = TOKENS_PER_MESSAGE + self.count_text(_role(message))
+        role = _role(message)
+        role_tokens = self._roles.get(role)
+        if role_tokens is None:  # a handful of roles: remembered, not encoded per message
+            role_tokens = self._roles[role] = self.count_text(role)
+        total = TOKENS_PER_MESSAGE + role_tokens
         total += self._content_tokens(message.content, {call_id for _, _, call_id in calls})
         if message.name and not isinstance(message, ToolMessage):
             total += self.count_text(message.name) + TOKENS_PER_NAME
