@@ -475,8 +475,15 @@ class ContextBuilder:
         else:
             content = message.content
             if self._tiktoken is not None and self.data_format == "compact":
-                bound = 1 + (word_lower_bound(content) if isinstance(content, str) else 0)
-                if estimate.with_turn(bound) > ceiling:
+                room = ceiling - estimate.with_turn(0)
+                if room < 1:
+                    return None
+                # words are at most every other character: split only when that could reject
+                if (
+                    isinstance(content, str)
+                    and 1 + (len(content) + 1) // 2 > room
+                    and 1 + word_lower_bound(content) > room
+                ):
                     return None
             cost = self._turn_cost(message)
         return cost if estimate.with_turn(cost) <= ceiling else None

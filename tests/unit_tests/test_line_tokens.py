@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langchain_core.messages import AIMessage
 
 from langchain_histcompress._line_tokens import joined_tokens, newline_tokens, word_lower_bound
+from langchain_histcompress.context_data import _turn_line
 from langchain_histcompress.tokens import TiktokenCounter
 
 COUNTERS = [TiktokenCounter("gpt-4o-mini"), TiktokenCounter("gpt-4")]
@@ -92,3 +94,19 @@ def test_word_lower_bound_declines_text_where_a_piece_spans_words() -> None:
     assert word_lower_bound("a.\n/b") == 0
     assert word_lower_bound("a\x1cb") == 0
     assert word_lower_bound("two words") == 2
+
+
+@pytest.mark.parametrize("counter", COUNTERS, ids=lambda c: c.encoding_name)
+@settings(max_examples=300, deadline=None)
+@given(
+    content=TEXT,
+    name=st.one_of(st.none(), TEXT.filter(bool)),
+    calls=st.lists(TEXT, max_size=2),
+    message_id=TEXT.filter(bool),
+)
+def test_a_retrieved_line_costs_at_least_a_token_per_content_word(
+    counter: TiktokenCounter, content: str, name: str | None, calls: list[str], message_id: str
+) -> None:
+    tool_calls = [{"name": "f", "args": {"q": text}, "id": f"c{i}"} for i, text in enumerate(calls)]
+    message = AIMessage(content, name=name, id=message_id, tool_calls=tool_calls)
+    assert 1 + word_lower_bound(content) <= counter.count_text(_turn_line(message))
