@@ -521,7 +521,7 @@ class TiktokenCounter:
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
-        self._prefixes: OrderedDict[int, _Counted] = OrderedDict()
+        self._prefixes: OrderedDict[tuple[int, int], _Counted] = OrderedDict()
         self._roles: dict[str, int] = {}
 
     @property
@@ -717,7 +717,8 @@ class TiktokenCounter:
         to find that beginning, so that a grown history costs the same at 1k and 100k
         messages:
 
-        * a list is matched only with a remembered list that starts with the same object;
+        * a list is matched only with a remembered list that starts with the same two
+          objects (so lists sharing only a system message do not evict each other);
         * when the part they share is at most 2,048 messages long, every reference in it is
           compared (exact: any message replaced, inserted or removed is seen);
         * when it is longer, each call compares its first 64 and last 512 references and
@@ -745,7 +746,10 @@ class TiktokenCounter:
 
     def _counted(self, messages: Sequence[BaseMessage]) -> _Counted:
         """A memo whose first ``len(messages)`` entries are the counts of ``messages``."""
-        key = id(messages[0])
+        # Keyed by the first two messages: lists that share only their system message (a
+        # history, a prompt built from it, a short list of fixed parts) keep their own memos
+        # instead of replacing each other's.
+        key = (id(messages[0]), id(messages[1]) if len(messages) > 1 else 0)
         with self._lock:
             memo = self._prefixes.get(key)
             kept = 0
