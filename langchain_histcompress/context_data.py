@@ -155,6 +155,19 @@ def _turn_line(message: BaseMessage) -> str:
     return line
 
 
+_summary_block: list[tuple[RunningSummary, str]] = []
+"""The last summary rendered (a summary is frozen: the same object renders the same)."""
+
+
+def _summary_text(summary: RunningSummary) -> str:
+    memo = _summary_block[:1]
+    if memo and memo[0][0] is summary:
+        return memo[0][1]
+    text = summary.render()
+    _summary_block[:] = [(summary, text)]
+    return text
+
+
 def _turn_text(message: BaseMessage, data_format: DataFormat) -> str:
     """What one retrieved message adds to the data message."""
     return _turn_line(message) if data_format == "compact" else render_transcript([message])
@@ -197,7 +210,7 @@ def _compact_lines(data: _Data) -> Iterator[_Line]:
     """
     yield _LEAD, "text", None
     if data.summary is not None:
-        yield data.summary.render(), "summary", data.summary
+        yield _summary_text(data.summary), "summary", data.summary
     if data.facts:
         yield _facts_header(len(data.facts), "compact"), "text", None
         for fact in data.facts:
@@ -216,7 +229,7 @@ def _content(data: _Data, data_format: DataFormat) -> str:
         return "\n".join(line for line, _, _ in _compact_lines(data))
     sections = [_LEAD]
     if data.summary is not None:
-        sections.append(data.summary.render())
+        sections.append(_summary_text(data.summary))
     if data.facts:
         sections.append(_render_facts(data.facts, data_format))
     if data.turns:
