@@ -78,6 +78,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections.abc import Collection, Container, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -193,6 +194,7 @@ def _check_ratio(name: str, value: object) -> float:
     return float(value)
 
 
+_RECENCY = operator.attrgetter("updated_at", "id")
 _TEXT_COST_CACHE = 65_536
 _PATIENCE = 32
 """Ranked items in a row that may fail to fit before the evidence scan stops."""
@@ -524,7 +526,7 @@ class ContextBuilder:
     def _recent(self, pool: Sequence[Fact], chosen: set[str]) -> list[Fact]:
         return sorted(
             (f for f in pool if f.id not in chosen),
-            key=lambda f: (f.updated_at, f.id),
+            key=_RECENCY,
             reverse=True,
         )
 
@@ -746,7 +748,7 @@ class ContextBuilder:
             tokens=total,
             fact_ids=tuple(f.id for f in data.facts),
             fact_source_ids=tuple(dict.fromkeys(s for f in data.facts for s in f.source_ids)),
-            retrieved_ids=tuple(str(m.id) for _, m in sorted(data.turns, key=lambda t: t[0])),
+            retrieved_ids=tuple(str(m.id) for m in data.ordered_turns()),
             verbatim_ids=tuple(str(ided(m).id) for m in shown),
             summary_included=data.summary is not None,
             omitted_rounds=count - kept,
