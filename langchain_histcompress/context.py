@@ -518,7 +518,7 @@ class ContextBuilder:
         return [
             f
             for f in self._facts.read(facts).values()
-            if not f.is_expired(now)
+            if (f.expires_at is None or not f.is_expired(now))
             and f.confidence >= self.min_fact_confidence
             and (self.include_uncertain or f.status != "uncertain")
         ]

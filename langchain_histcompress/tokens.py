@@ -371,6 +371,7 @@ def _calls(message: BaseMessage) -> list[tuple[str, str, str]]:
 _Key = tuple[Any, ...]
 
 
+_ROLES_REMEMBERED = 64  # ChatMessage roles are free text: remember only the first few
 _PREFIX_MEMOS = 8  # histories remembered at once (e.g. a few concurrent sessions)
 _COMPARE_CHUNK = 4096
 # How a list is matched against a remembered one (see `TiktokenCounter.count_each`): common
@@ -611,7 +612,9 @@ class TiktokenCounter:
         role = _role(message)
         role_tokens = self._roles.get(role)
         if role_tokens is None:  # a handful of roles: remembered, not encoded per message
-            role_tokens = self._roles[role] = self.count_text(role)
+            role_tokens = self.count_text(role)
+            if len(self._roles) < _ROLES_REMEMBERED:
+                self._roles[role] = role_tokens
         total = TOKENS_PER_MESSAGE + role_tokens
         total += self._content_tokens(message.content, {call_id for _, _, call_id in calls})
         if message.name and not isinstance(message, ToolMessage):
