@@ -56,20 +56,22 @@ class FactStateCache:
             cache = self._entries
         fresh: dict[str, tuple[object, object, Fact]] = {}
         out: dict[str, Fact] = {}
+        get = cache.get
         for key, raw in value.items():
+            hit = get(key)
+            # the common case first: the same dict as last call, unchanged
+            if hit is not None and hit[0] is raw and hit[1] == raw:
+                fresh[key] = hit
+                out[hit[2].id] = hit[2]
+                continue
             if isinstance(raw, Fact):
                 fact = raw
                 if fact.id != str(key):  # let facts_from_state raise its error
                     facts_from_state({key: raw})
                 out[fact.id] = fact
                 continue
-            hit = cache.get(key)
-            if hit is not None and hit[0] is raw and hit[1] == raw:
-                fresh[key] = hit
-                fact = hit[2]
-            else:
-                fact = next(iter(facts_from_state({key: raw}).values()))
-                fresh[key] = (raw, _snapshot(raw), fact)
+            fact = next(iter(facts_from_state({key: raw}).values()))
+            fresh[key] = (raw, _snapshot(raw), fact)
             out[fact.id] = fact
         with self._lock:
             self._entries = fresh

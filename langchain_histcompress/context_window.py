@@ -68,38 +68,35 @@ class _Estimate:
         self.turns = 0
         self.fact_count = 0
         self.turn_count = 0
+        self.total = fixed if summary else 0
+        """The estimate (0 while the message would be empty); kept up to date."""
 
-    @property
-    def total(self) -> int:
+    def _update(self) -> None:
         if not self.summary and not self.fact_count and not self.turn_count:
-            return 0
+            self.total = 0
+            return
         total = self.fixed + self.facts + self.turns
         if self.fact_count:
             total += self.fact_section
         if self.turn_count:
             total += self.turn_section
-        return total
-
-    def _base(self) -> int:
-        return self.total or self.fixed
+        self.total = total
 
     def with_fact(self, cost: int) -> int:
-        return self._base() + cost + (0 if self.fact_count else self.fact_section)
+        return (self.total or self.fixed) + cost + (0 if self.fact_count else self.fact_section)
 
     def with_turn(self, cost: int) -> int:
-        return self._base() + cost + (0 if self.turn_count else self.turn_section)
+        return (self.total or self.fixed) + cost + (0 if self.turn_count else self.turn_section)
 
     def add_fact(self, cost: int) -> None:
         self.facts += cost
         self.fact_count += 1
+        self._update()
 
     def add_turn(self, cost: int) -> None:
         self.turns += cost
         self.turn_count += 1
-
-    def drop_turn(self, cost: int) -> None:
-        self.turns -= cost
-        self.turn_count -= 1
+        self._update()
 
 
 def _same(message: BaseMessage) -> BaseMessage:
@@ -267,6 +264,16 @@ class _Window:
             budget -= cost
             count += 1
         return count
+
+    def cost(self, kept: int) -> int:
+        """Tokens of the newest ``kept`` rounds (each counted once per call)."""
+        total = 0
+        for index in self._newest(kept):
+            cost = self._costs.get(index)
+            if cost is None:
+                cost = self._costs[index] = self._cost(self.rounds[index])
+            total += cost
+        return total
 
     def _newest(self, kept: int) -> range:
         return range(self.count - kept, self.count)

@@ -371,6 +371,7 @@ def _calls(message: BaseMessage) -> list[tuple[str, str, str]]:
 _Key = tuple[Any, ...]
 
 
+_ROLES_REMEMBERED = 64  # ChatMessage roles are free text: remember only the first few
 _PREFIX_MEMOS = 8  # histories remembered at once (e.g. a few concurrent sessions)
 _COMPARE_CHUNK = 4096
 # How a list is matched against a remembered one (see `TiktokenCounter.count_each`): common
@@ -521,7 +522,8 @@ class TiktokenCounter:
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
-        self._prefixes: OrderedDict[int, _Counted] = OrderedDict()
+        self._prefixes: OrderedDict[tuple[int, int], _Counted] = OrderedDict()
+        self._roles: dict[str, int] = {}
 
     @property
     def model(self) -> str:
@@ -607,7 +609,13 @@ class TiktokenCounter:
 
     def _count_uncached(self, message: BaseMessage) -> int:
         calls = _calls(message)
-        total = TOKENS_PER_MESSAGE + self.count_text(_role(message))
+        role = _role(message)
+        role_tokens = self._roles.get(role)
+        if role_tokens is None:  # a handful of roles: remembered, not encoded per message
+            role_tokens = self.count_text(role)
+            if len(self._roles) < _ROLES_REMEMBERED:
+                self._roles[role] = role_tokens
+        total = TOKENS_PER_MESSAGE + role_tokens
         total += self._content_tokens(message.content, {call_id for _, _, call_id in calls})
         if message.name and not isinstance(message, ToolMessage):
             total += self.count_text(message.name) + TOKENS_PER_NAME
@@ -712,7 +720,8 @@ class TiktokenCounter:
         to find that beginning, so that a grown history costs the same at 1k and 100k
         messages:
 
-        * a list is matched only with a remembered list that starts with the same object;
+        * a list is matched only with a remembered list that starts with the same two
+          objects (so lists sharing only a system message do not evict each other);
         * when the part they share is at most 2,048 messages long, every reference in it is
           compared (exact: any message replaced, inserted or removed is seen);
         * when it is longer, each call compares its first 64 and last 512 references and
@@ -740,7 +749,10 @@ class TiktokenCounter:
 
     def _counted(self, messages: Sequence[BaseMessage]) -> _Counted:
         """A memo whose first ``len(messages)`` entries are the counts of ``messages``."""
-        key = id(messages[0])
+        # Keyed by the first two messages: lists that share only their system message (a
+        # history, a prompt built from it, a short list of fixed parts) keep their own memos
+        # instead of replacing each other's.
+        key = (id(messages[0]), id(messages[1]) if len(messages) > 1 else 0)
         with self._lock:
             memo = self._prefixes.get(key)
             kept = 0

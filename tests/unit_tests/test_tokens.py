@@ -754,3 +754,21 @@ def test_benchmark_smoke() -> None:
     assert set(figures) == {"messages", "first_count_s", "recount_s", "ratio"}
     assert figures["messages"] == 200
     assert all(isinstance(value, float) and value >= 0 for value in figures.values())
+
+
+def test_lists_sharing_only_their_system_message_keep_their_own_memos() -> None:
+    """A short list starting with the history's system message does not evict its memo."""
+    counter = TiktokenCounter()
+    system = SystemMessage("Be brief.", id="sys")
+    history: list[BaseMessage] = [system]
+    for i in range(300):
+        history += [HumanMessage(f"question {i}", id=f"h{i}"), AIMessage(f"answer {i}", id=f"a{i}")]
+    counter(history)
+    for turn in range(3):
+        counter([system, HumanMessage(f"fixed part {turn}", id=f"q{turn}")])
+        before = counter.cache_info()
+        history.append(HumanMessage(f"new {turn}", id=f"n{turn}"))
+        counter(history)
+        after = counter.cache_info()
+        # only the appended message is looked up, not the whole history again
+        assert (after.hits + after.misses) - (before.hits + before.misses) == 1
