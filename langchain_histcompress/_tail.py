@@ -104,6 +104,9 @@ class _Parts:
     (pinned messages, and stale summary messages that the current summary replaces)."""
     cursor: _Cursor | None = None
     """The summary's cursor for ``messages`` (verified or just made), when there is one."""
+    grown: bool = False
+    """Located by growing the tail recorded on the previous call (`_tail_state.grow`): the
+    tail breaks no provider rule and holds no covered id and no system message."""
 
     @property
     def pinned(self) -> list[BaseMessage]:

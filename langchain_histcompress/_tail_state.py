@@ -1,0 +1,274 @@
+"""A running summary's uncovered tail as last seen, grown by the new messages instead of re-read.
+
+Between two folds every `RoundCompressor.compress` call sees the previous history plus a few
+new messages: the same summary, the same covered prefix, the same tail with messages
+appended. `_TailState` keeps what the previous call derived from that tail (its rounds, their
+token costs, the AI messages and cache state of each, the ids it holds, that it breaks no
+provider rule), so the next call reads only the new messages: O(new messages), not O(tail).
+
+It lives in the summary's private memo (see `summary._memo`) for one compressor, and is used
+only when it provably describes the history at hand:
+
+* the summary's cursor verifies on the history (`_tail._verified_cursor`) and is the very
+  cursor the state was made with, so the covered prefix and the tail start are unchanged;
+* the lead and the recorded tail are the same objects (or equal ones), in place;
+* the new messages are messages with fresh ids (not in the lead, the tail or the coverage),
+  none of them a system message;
+* the tail holds no covered id and no system message, and the recorded tail, followed by the
+  new messages, breaks no rule `rounds.validate_history` checks (only the last tool step of
+  the recorded tail, still open then, is validated again with the new messages).
+
+Anything else (a fold, an edited or shortened history, a broken one, pinned system messages
+in the tail) takes the compressor's full path, which records a new state when it can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from langchain_histcompress._tail import _Cursor, _Parts, _verified_cursor
+from langchain_histcompress.rounds import Round, validate_history
+from langchain_histcompress.schedule import RoundLoad, starts_cold
+from langchain_histcompress.summary import RunningSummary, _existing_memo, _memo
+from langchain_histcompress.tokens import TiktokenCounter, TokenCounter, message_costs
+
+_STATE_KEY = "tail_state"
+
+Timestamp = Callable[[BaseMessage], datetime | None]
+
+
+@dataclass(frozen=True)
+class _Timing:
+    """How a compressor reads cache pauses (``None`` lifetime: it does not schedule by cost)."""
+
+    timestamp: Timestamp
+    """A message's time."""
+    lifetime: float | None
+    """Seconds the provider's cache stays warm."""
+    settings: tuple[object, ...] = ()
+    """What the recorded figures depend on besides the messages (counter, time reader...):
+    a state made under other settings is not used."""
+
+
+@dataclass(frozen=True)
+class _TailState:
+    """What one compressor derived from a summary's tail on its last call (never mutated)."""
+
+    owner: object
+    """The compressor that made it."""
+    settings: tuple[object, ...]
+    """``_Timing.settings`` when it was made."""
+    cursor: _Cursor
+    """The summary's cursor it was made with (identity-checked)."""
+    lead: list[BaseMessage]
+    """The history's leading system messages."""
+    tail: list[BaseMessage]
+    """The tail's messages, ``messages[cursor.start:]``."""
+    ids: frozenset[str]
+    """Ids of the lead and the tail."""
+    step_from: int
+    """Index in ``tail`` of its last message that is not a tool result: where its last tool
+    step starts (the only part whose validation can change when messages are appended)."""
+    rounds: tuple[Round, ...]
+    """The tail split into rounds (all pending: the tail holds no covered id)."""
+    costs: tuple[int, ...]
+    """Tokens of each round."""
+    requests: tuple[int, ...]
+    """AI messages of each round."""
+    cold: tuple[bool, ...] | None
+    """Whether each round started after the cache went cold (``None`` without a lifetime)."""
+
+    def loads(self) -> list[RoundLoad]:
+        """The rounds as the cost schedule sees them (the latest counts the coming request)."""
+        assert self.cold is not None
+        last = len(self.rounds) - 1
+        return [
+            RoundLoad(tokens=tokens, requests=max(1, requests + (index == last)), cold=cold)
+            for index, (tokens, requests, cold) in enumerate(
+                zip(self.costs, self.requests, self.cold, strict=True)
+            )
+        ]
+
+
+def _ai_count(messages: Sequence[BaseMessage]) -> int:
+    return sum(1 for m in messages if isinstance(m, AIMessage))
+
+
+def _step_start(tail: Sequence[BaseMessage]) -> int:
+    index = len(tail) - 1
+    while index > 0 and isinstance(tail[index], ToolMessage):
+        index -= 1
+    return max(index, 0)
+
+
+def _new_costs(counter: TokenCounter, messages: list[BaseMessage]) -> list[int]:
+    """Tokens of each new message (a round's tokens are the sum of its messages').
+
+    A `TiktokenCounter` counts them one by one from its per-message cache, so these short
+    lists never take the place of a whole history among the lists it remembers.
+    """
+    if not messages:
+        return []
+    if isinstance(counter, TiktokenCounter):
+        return [counter.count_message(m) for m in messages]
+    return message_costs(counter, messages)
+
+
+def _colds(rounds: Sequence[Round], timing: _Timing, first: int = 0) -> list[bool]:
+    """Cold flags of ``rounds[first:]`` (each round against the one before it)."""
+    lifetime = timing.lifetime
+    assert lifetime is not None
+    return [
+        starts_cold(
+            rounds[i].messages[0],
+            rounds[i - 1].messages[-1] if i else None,
+            timing.timestamp,
+            lifetime,
+        )
+        for i in range(first, len(rounds))
+    ]
+
+
+def record(
+    owner: object,
+    summary: RunningSummary | None,
+    parts: _Parts,
+    rounds: Sequence[Round],
+    costs: Sequence[int],
+    timing: _Timing,
+) -> None:
+    """Keep ``parts``' tail for ``owner``'s next call, when a later call can grow it.
+
+    ``parts`` comes from the full path on a history whose lead and tail broke no rule;
+    ``rounds`` are its pending rounds and ``costs`` their tokens.
+    """
+    cursor = parts.cursor
+    if summary is None or cursor is None or cursor.tail_covered:
+        return
+    messages, start = parts.messages, parts.tail_start
+    tail = parts.tail
+    if not isinstance(messages, list | tuple) or len(tail) != len(messages) - start:
+        return  # summary messages in the tail: left to the full path
+    if any(isinstance(m, SystemMessage) for m in tail):
+        return
+    if len(rounds) != len(costs) or sum(len(r.messages) for r in rounds) != len(tail):
+        return
+    lead = list(messages[: parts.lead_end])
+    ids = frozenset(m.id for m in (*lead, *tail) if m.id is not None)
+    state = _TailState(
+        owner=owner,
+        settings=timing.settings,
+        cursor=cursor,
+        lead=lead,
+        tail=list(tail),
+        ids=ids,
+        step_from=_step_start(tail),
+        rounds=tuple(rounds),
+        costs=tuple(costs),
+        requests=tuple(_ai_count(r.messages) for r in rounds),
+        cold=tuple(_colds(rounds, timing)) if timing.lifetime is not None else None,
+    )
+    _memo(summary)[_STATE_KEY] = state
+
+
+def grow(
+    owner: object,
+    messages: Sequence[BaseMessage],
+    summary: RunningSummary | None,
+    lead_end: int,
+    counter: TokenCounter,
+    timing: _Timing,
+) -> tuple[_Parts, _TailState] | None:
+    """``messages`` split for ``summary`` from ``owner``'s last state, reading only new messages.
+
+    Returns the parts and the grown state (also recorded), or ``None`` when the state does
+    not provably apply (see the module docstring): the caller then takes the full path.
+    """
+    if summary is None or not isinstance(messages, list | tuple):
+        return None
+    memo = _existing_memo(summary)
+    state = memo.get(_STATE_KEY) if memo is not None else None
+    if not isinstance(state, _TailState) or state.owner is not owner:
+        return None
+    if state.settings != timing.settings:
+        return None
+    cursor = _verified_cursor(messages, summary, lead_end)
+    if cursor is not state.cursor:
+        return None
+    start = cursor.start
+    old = state.tail
+    end = start + len(old)
+    if len(messages) < end or len(state.lead) != lead_end:
+        return None
+    if list(messages[:lead_end]) != state.lead or list(messages[start:end]) != old:
+        return None
+    new = list(messages[end:])
+    covered = summary.covered_ids
+    seen = state.ids
+    fresh: set[str] = set()
+    for message in new:
+        if not isinstance(message, BaseMessage) or isinstance(message, SystemMessage):
+            return None
+        message_id = message.id
+        if (
+            not isinstance(message_id, str)
+            or not message_id
+            or message_id in seen
+            or message_id in fresh
+            or message_id in covered
+        ):
+            return None
+        fresh.add(message_id)
+    tail = [*old, *new]
+    step_from = state.step_from
+    if new:
+        if validate_history(tail[step_from:]):
+            return None
+        step_from = _step_start(tail)
+    rounds = list(state.rounds)
+    costs = list(state.costs)
+    requests = list(state.requests)
+    for message, cost in zip(new, _new_costs(counter, new), strict=True):
+        if isinstance(message, HumanMessage) or not rounds:
+            rounds.append(Round((message,)))
+            costs.append(cost)
+            requests.append(0)
+        else:
+            rounds[-1] = Round((*rounds[-1].messages, message))
+            costs[-1] += cost
+        if isinstance(message, AIMessage):
+            requests[-1] += 1
+    cold = state.cold
+    if cold is not None:
+        first_new = len(state.rounds)
+        cold = (*cold[:first_new], *_colds(rounds, timing, first_new))
+    grown = _TailState(
+        owner=owner,
+        settings=state.settings,
+        cursor=cursor,
+        lead=state.lead,
+        tail=tail,
+        ids=seen | fresh if fresh else seen,
+        step_from=step_from,
+        rounds=tuple(rounds),
+        costs=tuple(costs),
+        requests=tuple(requests),
+        cold=cold,
+    )
+    if new:
+        _memo(summary)[_STATE_KEY] = grown
+    parts = _Parts(
+        messages,
+        lead_end,
+        start,
+        tail,
+        tail_covered=cursor.tail_covered,
+        system_at=cursor.system_at,
+        cursor=cursor,
+        grown=True,
+    )
+    return parts, grown
