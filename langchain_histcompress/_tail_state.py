@@ -18,14 +18,17 @@ only when it provably describes the history at hand:
   new messages, breaks no rule `rounds.validate_history` checks (only the last tool step of
   the recorded tail, still open then, is validated again with the new messages).
 
-Anything else (a fold, an edited or shortened history, a broken one, pinned system messages
-in the tail) takes the compressor's full path, which records a new state when it can.
+A fold of whole rounds hands the state on to the new summary (`carry`): the same tail
+without the folded rounds, so the turn after a fold (and every turn of thread summarization,
+which folds on each) reads only new messages too. Anything else (an edited or shortened
+history, a broken one, pinned system messages in the tail) takes the compressor's full path,
+which records a new state when it can.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -81,17 +84,42 @@ class _TailState:
     """AI messages of each round."""
     cold: tuple[bool, ...] | None
     """Whether each round started after the cache went cold (``None`` without a lifetime)."""
+    loads: tuple[RoundLoad, ...] | None
+    """The rounds as the cost schedule sees them (``None`` without a lifetime)."""
+    fixed_tokens: int | None
+    """Tokens of the caller's preamble (``None`` when the compressor does not need them)."""
 
-    def loads(self) -> list[RoundLoad]:
-        """The rounds as the cost schedule sees them (the latest counts the coming request)."""
-        assert self.cold is not None
-        last = len(self.rounds) - 1
-        return [
-            RoundLoad(tokens=tokens, requests=max(1, requests + (index == last)), cold=cold)
-            for index, (tokens, requests, cold) in enumerate(
-                zip(self.costs, self.requests, self.cold, strict=True)
+
+def _loads(state: _TailState, first: int = 0) -> tuple[RoundLoad, ...] | None:
+    """``state.loads`` made again from ``first`` on (the latest counts the coming request)."""
+    if state.cold is None:
+        return None
+    last = len(state.rounds) - 1
+    kept = state.loads[:first] if state.loads is not None else ()
+    return (
+        *kept,
+        *(
+            RoundLoad(
+                tokens=state.costs[i],
+                requests=max(1, state.requests[i] + (i == last)),
+                cold=state.cold[i],
             )
-        ]
+            for i in range(first, last + 1)
+        ),
+    )
+
+
+def _plain(message: BaseMessage) -> bool:
+    """A human message, or an AI message that calls no tool: it cannot break a tool step."""
+    if isinstance(message, HumanMessage):
+        return True
+    return (
+        isinstance(message, AIMessage) and not message.tool_calls and not message.invalid_tool_calls
+    )
+
+
+def _as_list(part: Sequence[BaseMessage]) -> list[BaseMessage]:
+    return part if type(part) is list else list(part)
 
 
 def _ai_count(messages: Sequence[BaseMessage]) -> int:
@@ -140,6 +168,7 @@ def record(
     rounds: Sequence[Round],
     costs: Sequence[int],
     timing: _Timing,
+    fixed_tokens: int | None,
 ) -> None:
     """Keep ``parts``' tail for ``owner``'s next call, when a later call can grow it.
 
@@ -171,8 +200,10 @@ def record(
         costs=tuple(costs),
         requests=tuple(_ai_count(r.messages) for r in rounds),
         cold=tuple(_colds(rounds, timing)) if timing.lifetime is not None else None,
+        loads=None,
+        fixed_tokens=fixed_tokens,
     )
-    _memo(summary)[_STATE_KEY] = state
+    _memo(summary)[_STATE_KEY] = replace(state, loads=_loads(state))
 
 
 def grow(
@@ -204,9 +235,9 @@ def grow(
     end = start + len(old)
     if len(messages) < end or len(state.lead) != lead_end:
         return None
-    if list(messages[:lead_end]) != state.lead or list(messages[start:end]) != old:
+    if _as_list(messages[:lead_end]) != state.lead or _as_list(messages[start:end]) != old:
         return None
-    new = list(messages[end:])
+    new = _as_list(messages[end:])
     covered = summary.covered_ids
     seen = state.ids
     fresh: set[str] = set()
@@ -226,7 +257,9 @@ def grow(
     tail = [*old, *new]
     step_from = state.step_from
     if new:
-        if validate_history(tail[step_from:]):
+        # plain messages after a step without calls cannot break a rule (ids were checked)
+        trivial = _plain(old[step_from]) if old else False
+        if not (trivial and all(map(_plain, new))) and validate_history(tail[step_from:]):
             return None
         step_from = _step_start(tail)
     rounds = list(state.rounds)
@@ -246,11 +279,9 @@ def grow(
     if cold is not None:
         first_new = len(state.rounds)
         cold = (*cold[:first_new], *_colds(rounds, timing, first_new))
-    grown = _TailState(
-        owner=owner,
-        settings=state.settings,
+    grown = replace(
+        state,
         cursor=cursor,
-        lead=state.lead,
         tail=tail,
         ids=seen | fresh if fresh else seen,
         step_from=step_from,
@@ -260,6 +291,7 @@ def grow(
         cold=cold,
     )
     if new:
+        grown = replace(grown, loads=_loads(grown, max(len(state.rounds) - 1, 0)))
         _memo(summary)[_STATE_KEY] = grown
     parts = _Parts(
         messages,
@@ -272,3 +304,59 @@ def grow(
         grown=True,
     )
     return parts, grown
+
+
+def carry(
+    owner: object,
+    previous: RunningSummary | None,
+    before: _Parts,
+    final: RunningSummary,
+    after: _Parts,
+    folded_rounds: int,
+    folded_messages: int,
+) -> bool:
+    """Give ``final`` the state of ``previous`` without the rounds a fold just covered.
+
+    ``before`` are the parts the fold was planned on, ``after`` the same history located for
+    ``final``, which covers the oldest ``folded_rounds`` pending rounds
+    (``folded_messages`` messages) more than ``previous``. Returns whether it did: the view
+    of ``after`` then needs no repair (the rest of a valid tail from a round's start is
+    valid).
+    """
+    if previous is None or folded_rounds < 1:
+        return False
+    memo = _existing_memo(previous)
+    state = memo.get(_STATE_KEY) if memo is not None else None
+    if not isinstance(state, _TailState) or state.owner is not owner:
+        return False
+    cursor = after.cursor
+    if (
+        state.cursor is not before.cursor
+        or state.tail != before.tail  # the state describes the tail the fold was planned on
+        or cursor is None
+        or cursor.tail_covered
+        or after.lead_end != before.lead_end
+        or after.tail_start != before.tail_start + folded_messages
+        or folded_rounds >= len(state.rounds)
+        or sum(len(r.messages) for r in state.rounds[:folded_rounds]) != folded_messages
+        or len(after.tail) != len(state.tail) - folded_messages
+    ):
+        return False
+    tail = state.tail[folded_messages:]
+    step_from = state.step_from - folded_messages
+    cold = state.cold
+    carried = replace(
+        state,
+        cursor=cursor,
+        tail=tail,
+        ids=frozenset(m.id for m in (*state.lead, *tail) if m.id is not None),
+        step_from=step_from if step_from >= 0 else _step_start(tail),
+        rounds=state.rounds[folded_rounds:],
+        costs=state.costs[folded_rounds:],
+        requests=state.requests[folded_rounds:],
+        # the first pending round never counts as cold (nothing before it is pending)
+        cold=None if cold is None else (False, *cold[folded_rounds + 1 :]),
+        loads=None,
+    )
+    _memo(final)[_STATE_KEY] = replace(carried, loads=_loads(carried))
+    return True

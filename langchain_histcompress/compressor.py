@@ -47,7 +47,9 @@ before, in place: it neither copies nor reads a message) instead of scanning the
 prefix; a fold records the newly covered messages by appending them to that record, shared by
 the summaries of one lineage, instead of copying the prefix (see `_tail`). When the check
 fails (messages removed, inserted or replaced, another history) the prefix is scanned again.
-Covered prefix messages are not read at all, so they are not type-checked either.
+Covered prefix messages are not read at all, so they are not type-checked either. The tail
+itself is not re-read either while it only grows: its rounds, token costs and validity are
+kept from the previous call and extended by the new messages (see `_tail_state`).
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -84,7 +86,7 @@ from langchain_histcompress._tail import _lead_end, _Parts, _prefix_ids
 from langchain_histcompress._tail import _locate as _locate
 from langchain_histcompress._tail import _summary_detached as _summary_detached
 from langchain_histcompress._tail import _with_ids as _with_ids
-from langchain_histcompress._tail_state import _TailState, _Timing, grow, record
+from langchain_histcompress._tail_state import _TailState, _Timing, carry, grow, record
 from langchain_histcompress._views import SUMMARY_METADATA_KEY as SUMMARY_METADATA_KEY
 from langchain_histcompress._views import Placement as Placement
 from langchain_histcompress._views import _check_placement, _visible, _with_summary
@@ -502,6 +504,7 @@ class RoundCompressor:
         self.max_calls_per_compress = max_calls_per_compress
         self.on_invalid_history: OnInvalidHistory = on_invalid_history
         self.schedule: FoldSchedule | None = None
+        self._timing_made: _Timing | None = None
         if by_cost:
             preset = DEFAULT_PRICING if pricing is None else pricing
             framing = build_summary_prompt([], config=self.summarizer.config)
@@ -531,11 +534,13 @@ class RoundCompressor:
     def _timing(self) -> _Timing:
         lifetime = self.schedule.pricing.cache_lifetime if self.schedule is not None else None
         getter = self.timestamp_getter
-        return _Timing(
-            lambda m: _to_datetime(getter(m)),
-            lifetime,
-            settings=(self.token_counter, getter, lifetime),
-        )
+        settings = (self.token_counter, getter, lifetime)
+        made = self._timing_made
+        if made is None or made.settings != settings:
+            made = self._timing_made = _Timing(
+                lambda m: _to_datetime(getter(m)), lifetime, settings=settings
+            )
+        return made
 
     def _check_input(
         self, messages: Sequence[BaseMessage], summary: object, timing: _Timing
@@ -637,6 +642,9 @@ class RoundCompressor:
                 return resumed - before > gap
         return False
 
+    def _fixed_tokens(self, parts: _Parts) -> int:
+        return sum(message_costs(self.token_counter, parts.preamble))
+
     def _summary_tokens(self, summary: RunningSummary) -> int:
         """Tokens of ``summary``'s text as a system message, counted once per summary."""
         counter = self.token_counter
@@ -653,12 +661,13 @@ class RoundCompressor:
         parts: _Parts,
         summary: RunningSummary | None,
         loads: Sequence[RoundLoad],
+        fixed_tokens: int | None,
     ) -> int:
         """Rounds the cost schedule folds now (see `schedule.FoldSchedule`)."""
         schedule = self.schedule
         assert schedule is not None
         decision = schedule.decide(
-            fixed_tokens=sum(message_costs(self.token_counter, parts.preamble)),
+            fixed_tokens=self._fixed_tokens(parts) if fixed_tokens is None else fixed_tokens,
             summary_tokens=self._summary_tokens(summary) if summary else 0,
             rounds=loads,
             rounds_so_far=len(loads) + (summary.rounds_covered if summary else 0),
@@ -726,7 +735,8 @@ class RoundCompressor:
             pending = _pending(parts.tail, covered)
             if clean and summary is not None:
                 costs = self._costs(pending)
-                record(self, summary, parts, pending, costs, timing)
+                fixed = self._fixed_tokens(parts) if self.schedule is not None else None
+                record(self, summary, parts, pending, costs, timing, fixed)
 
         def pending_costs() -> list[int]:
             nonlocal costs
@@ -742,8 +752,8 @@ class RoundCompressor:
         due = 0
         reasons: list[TriggerReason] = []
         if self.schedule is not None:
-            if state is not None:
-                loads = state.loads()
+            if state is not None and state.loads is not None:
+                loads: Sequence[RoundLoad] = state.loads
             else:
                 loads = round_loads(
                     [r.messages for r in pending],
@@ -751,7 +761,8 @@ class RoundCompressor:
                     timestamp=timing.timestamp,
                     lifetime=self.schedule.pricing.cache_lifetime,
                 )
-            due = self._scheduled(parts, summary, loads)
+            fixed = state.fixed_tokens if state is not None else None
+            due = self._scheduled(parts, summary, loads, fixed)
             if due:
                 reasons.append("cost")
         elif self.compress_on_rounds and eligible >= step:
@@ -847,7 +858,9 @@ class RoundCompressor:
             head = _with_summary(parts.preamble, final, self.placement)
             messages = [*head, *parts.pinned, *parts.tail]
         else:
+            carried = False
             if final is not summary:  # coverage only grew: the new tail starts no earlier
+                before = parts
                 parts = _locate(
                     parts.messages,
                     final,
@@ -855,7 +868,21 @@ class RoundCompressor:
                     known_systems=parts.system_at,
                     grown_from=parts.cursor,
                 )
-            messages = _view(parts, final, self.placement)
+                whole = not any(c.partial_round for c in plan.chunks)
+                carried = whole and carry(
+                    self,
+                    summary,
+                    before,
+                    final,
+                    parts,
+                    sum(c.rounds for c in plan.chunks),
+                    sum(len(c.messages) for c in plan.chunks),
+                )
+            if carried:  # the rest of a valid tail, from a round's start: nothing to repair
+                head = _with_summary(parts.preamble, final, self.placement)
+                messages = [*head, *parts.pinned, *parts.tail]
+            else:
+                messages = _view(parts, final, self.placement)
         return CompressionResult(
             messages=messages,
             summary=final,

@@ -117,6 +117,13 @@ def _compressor(kind: str) -> RoundCompressor:
         options["pricing"] = kind
     elif kind == "threshold":
         options.update(compress_on_rounds=False, compression_threshold_tokens=400)
+    elif kind == "thread":  # a fold after every answered round
+        options.update(
+            compress_on_rounds=True,
+            rounds_to_compress=1,
+            rounds_to_retain=0,
+            fold_answered_round=True,
+        )
     return RoundCompressor(ScriptedSummarizer(), **options)
 
 
@@ -152,25 +159,35 @@ def _replay(kind: str, seed: int, turns: int) -> list[Outcome]:
     return out
 
 
-@pytest.mark.parametrize("kind", ["none", "openai-90", "rounds", "threshold"])
+@pytest.mark.parametrize("kind", ["none", "openai-90", "rounds", "threshold", "thread"])
 def test_grown_tail_gives_what_a_full_read_gives(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    grown_calls: list[bool] = []
-    grow = compressor.grow
+    taken: dict[str, list[bool]] = {"grow": [], "carry": []}
 
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        found = grow(*args, **kwargs)
-        grown_calls.append(found is not None)
-        return found
+    def spy(name: str) -> Callable[..., Any]:
+        real = getattr(compressor, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            found = real(*args, **kwargs)
+            taken[name].append(found not in (None, False))
+            return found
+
+        return call
 
     for seed in range(6):
-        monkeypatch.setattr(compressor, "grow", spy)
+        monkeypatch.setattr(compressor, "grow", spy("grow"))
+        monkeypatch.setattr(compressor, "carry", spy("carry"))
         fast = _replay(kind, seed, 70)
+        monkeypatch.undo()
         monkeypatch.setattr(compressor, "grow", lambda *args, **kwargs: None)
+        monkeypatch.setattr(compressor, "carry", lambda *args, **kwargs: False)
         assert fast == _replay(kind, seed, 70), seed
-    assert any(grown_calls), "the shortcut was never taken"
-    assert not all(grown_calls), "the full path was never taken"
+        monkeypatch.undo()
+    assert any(taken["grow"]), "the shortcut was never taken"
+    assert not all(taken["grow"]), "the full path was never taken"
+    if kind in {"rounds", "threshold", "thread"}:  # frequent folds
+        assert any(taken["carry"]), f"no fold kept the tail: {taken}"
 
 
 # --------------------------------------------------------------------------- counting
