@@ -28,7 +28,7 @@ which records a new state when it can.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -57,9 +57,13 @@ class _Timing:
     a state made under other settings is not used."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _TailState:
-    """What one compressor derived from a summary's tail on its last call (never mutated)."""
+    """What one compressor derived from a summary's tail on its last call.
+
+    Never changed once stored (a grown tail is a new state); not frozen only because frozen
+    dataclasses are slower to build, and one is built on every turn.
+    """
 
     owner: object
     """The compressor that made it."""
@@ -90,20 +94,24 @@ class _TailState:
     """Tokens of the caller's preamble (``None`` when the compressor does not need them)."""
 
 
-def _loads(state: _TailState, first: int = 0) -> tuple[RoundLoad, ...] | None:
-    """``state.loads`` made again from ``first`` on (the latest counts the coming request)."""
-    if state.cold is None:
+def _loads(
+    costs: Sequence[int],
+    requests: Sequence[int],
+    cold: Sequence[bool] | None,
+    kept: tuple[RoundLoad, ...] | None = None,
+    first: int = 0,
+) -> tuple[RoundLoad, ...] | None:
+    """The rounds' loads: ``kept[:first]``, then made from ``first`` on.
+
+    The latest round counts the coming request.
+    """
+    if cold is None:
         return None
-    last = len(state.rounds) - 1
-    kept = state.loads[:first] if state.loads is not None else ()
+    last = len(costs) - 1
     return (
-        *kept,
+        *(kept[:first] if kept is not None else ()),
         *(
-            RoundLoad(
-                tokens=state.costs[i],
-                requests=max(1, state.requests[i] + (i == last)),
-                cold=state.cold[i],
-            )
+            RoundLoad(tokens=costs[i], requests=max(1, requests[i] + (i == last)), cold=cold[i])
             for i in range(first, last + 1)
         ),
     )
@@ -142,7 +150,7 @@ def _new_costs(counter: TokenCounter, messages: list[BaseMessage]) -> list[int]:
     if not messages:
         return []
     if isinstance(counter, TiktokenCounter):
-        return [counter.count_message(m) for m in messages]
+        return counter._count_each(messages)  # one lookup of the per-message cache
     return message_costs(counter, messages)
 
 
@@ -188,7 +196,9 @@ def record(
         return
     lead = list(messages[: parts.lead_end])
     ids = frozenset(m.id for m in (*lead, *tail) if m.id is not None)
-    state = _TailState(
+    requests = tuple(_ai_count(r.messages) for r in rounds)
+    cold = tuple(_colds(rounds, timing)) if timing.lifetime is not None else None
+    _memo(summary)[_STATE_KEY] = _TailState(
         owner=owner,
         settings=timing.settings,
         cursor=cursor,
@@ -198,12 +208,11 @@ def record(
         step_from=_step_start(tail),
         rounds=tuple(rounds),
         costs=tuple(costs),
-        requests=tuple(_ai_count(r.messages) for r in rounds),
-        cold=tuple(_colds(rounds, timing)) if timing.lifetime is not None else None,
-        loads=None,
+        requests=requests,
+        cold=cold,
+        loads=_loads(costs, requests, cold),
         fixed_tokens=fixed_tokens,
     )
-    _memo(summary)[_STATE_KEY] = replace(state, loads=_loads(state))
 
 
 def grow(
@@ -254,7 +263,7 @@ def grow(
         ):
             return None
         fresh.add(message_id)
-    tail = [*old, *new]
+    tail = [*old, *new] if new else old
     step_from = state.step_from
     if new:
         # plain messages after a step without calls cannot break a rule (ids were checked)
@@ -275,23 +284,27 @@ def grow(
             costs[-1] += cost
         if isinstance(message, AIMessage):
             requests[-1] += 1
-    cold = state.cold
-    if cold is not None:
-        first_new = len(state.rounds)
-        cold = (*cold[:first_new], *_colds(rounds, timing, first_new))
-    grown = replace(
-        state,
-        cursor=cursor,
-        tail=tail,
-        ids=seen | fresh if fresh else seen,
-        step_from=step_from,
-        rounds=tuple(rounds),
-        costs=tuple(costs),
-        requests=tuple(requests),
-        cold=cold,
-    )
+    grown = state
     if new:
-        grown = replace(grown, loads=_loads(grown, max(len(state.rounds) - 1, 0)))
+        cold = state.cold
+        if cold is not None:
+            first_new = len(state.rounds)
+            cold = (*cold[:first_new], *_colds(rounds, timing, first_new))
+        grown = _TailState(
+            owner=owner,
+            settings=state.settings,
+            cursor=cursor,
+            lead=state.lead,
+            tail=tail,
+            ids=seen | fresh,
+            step_from=step_from,
+            rounds=tuple(rounds),
+            costs=tuple(costs),
+            requests=tuple(requests),
+            cold=cold,
+            loads=_loads(costs, requests, cold, state.loads, max(len(state.rounds) - 1, 0)),
+            fixed_tokens=state.fixed_tokens,
+        )
         _memo(summary)[_STATE_KEY] = grown
     parts = _Parts(
         messages,
@@ -344,19 +357,23 @@ def carry(
         return False
     tail = state.tail[folded_messages:]
     step_from = state.step_from - folded_messages
-    cold = state.cold
-    carried = replace(
-        state,
+    costs = state.costs[folded_rounds:]
+    requests = state.requests[folded_rounds:]
+    # the first pending round never counts as cold (nothing before it is pending)
+    cold = None if state.cold is None else (False, *state.cold[folded_rounds + 1 :])
+    _memo(final)[_STATE_KEY] = _TailState(
+        owner=owner,
+        settings=state.settings,
         cursor=cursor,
+        lead=state.lead,
         tail=tail,
         ids=frozenset(m.id for m in (*state.lead, *tail) if m.id is not None),
         step_from=step_from if step_from >= 0 else _step_start(tail),
         rounds=state.rounds[folded_rounds:],
-        costs=state.costs[folded_rounds:],
-        requests=state.requests[folded_rounds:],
-        # the first pending round never counts as cold (nothing before it is pending)
-        cold=None if cold is None else (False, *cold[folded_rounds + 1 :]),
-        loads=None,
+        costs=costs,
+        requests=requests,
+        cold=cold,
+        loads=_loads(costs, requests, cold),
+        fixed_tokens=state.fixed_tokens,
     )
-    _memo(final)[_STATE_KEY] = replace(carried, loads=_loads(carried))
     return True

@@ -282,11 +282,15 @@ class FoldSchedule:
         prices: list[float] = []
         prompt = fixed_tokens + summary_tokens
         total_requests = colds = 0
-        for load in rounds:
+        caches, min_cached = pricing.caches, pricing.min_cached_tokens
+        for load in rounds:  # `_carry` inlined: this runs on every turn
             prompt += load.tokens
             requests = max(1, load.requests)
-            first = _carry(pricing, read, write, prompt, cold=load.cold)
-            prices.append(first + (requests - 1) * _carry(pricing, read, write, prompt, cold=False))
+            if caches and prompt >= min_cached:
+                first, warm = (write if load.cold else read), read
+            else:
+                first = warm = 1.0
+            prices.append(first + (requests - 1) * warm)
             total_requests += requests
             colds += load.cold
         # rent of round i: the requests that sent it while it could have been folded (at least
@@ -303,11 +307,20 @@ class FoldSchedule:
         total = sum(r.tokens for r in rounds)
         best = FoldDecision(0, "none", 0.0)
         folded = rent = 0.0
+        # per-fold constants, hoisted out of the loop (the same values, computed once)
+        count = len(rounds)
+        missed = caches and not cold_now and prompt >= min_cached
+        miss_ratio = max(0.0, write - read)
+        fixed_after = fixed_tokens if fixed_tokens < floor else 0
+        likely_price = now_price + future_price * (likely - 1)
+        likely_added = added_tokens * likely
+        horizon_price = now_price + future_price * (horizon - 1)
+        horizon_added = added_tokens * horizon
         for k in range(1, eligible + 1):
             tokens = rounds[k - 1].tokens
             folded += tokens
             first = k - 1 + retain  # the first round after which round k-1 was foldable
-            while first < len(rounds) and (
+            while first < count and (
                 fixed_tokens + tokens_after[k] - tokens_after[first + 1] < floor
             ):
                 first += 1
@@ -317,18 +330,15 @@ class FoldSchedule:
                 break  # folding more would only shrink the view further below the floor
             new_summary, call = self._call(summary_tokens, folded, out)
             miss = 0.0
-            if pricing.caches and not cold_now and prompt >= pricing.min_cached_tokens:
-                after = new_summary + kept + (fixed_tokens if fixed_tokens < floor else 0)
-                miss = after * max(0.0, write - read)
+            if missed:
+                miss = (new_summary + kept + fixed_after) * miss_ratio
             cost = call + miss
             removed = folded - (new_summary - summary_tokens)
             # the coming request is certain, the others as likely as the horizon says
-            confident = removed * (now_price + future_price * (likely - 1)) - added_tokens * likely
-            net = (
-                removed * (now_price + future_price * (horizon - 1)) - added_tokens * horizon - cost
-            )
+            confident = removed * likely_price - likely_added
+            net = removed * horizon_price - horizon_added - cost
             if rent >= cost and confident >= cost and net > best.net_saving:
-                reason: FoldReason = "cold" if cold_now and pricing.caches else "rent"
+                reason: FoldReason = "cold" if cold_now and caches else "rent"
                 best = FoldDecision(k, reason, net, cost, rent)
         return best
 
