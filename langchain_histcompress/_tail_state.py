@@ -36,12 +36,15 @@ from datetime import datetime
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from langchain_histcompress._tail import _Cursor, _Parts, _verified_cursor
-from langchain_histcompress.rounds import Round, validate_history
+from langchain_histcompress.rounds import Round, _IdentifiedMessages, validate_history
 from langchain_histcompress.schedule import RoundLoad, starts_cold
 from langchain_histcompress.summary import RunningSummary, _existing_memo, _memo
 from langchain_histcompress.tokens import TiktokenCounter, TokenCounter, message_costs
 
 _STATE_KEY = "tail_state"
+# Histories a state may describe: lists and tuples, and histories given ids lazily, whose tail
+# copies are kept from one turn to the next (`_tail._keep_copies`) so they are the same objects.
+_GROWABLE = (list, tuple, _IdentifiedMessages)
 
 Timestamp = Callable[[BaseMessage], datetime | None]
 
@@ -190,7 +193,7 @@ def record(
         return
     messages, start = parts.messages, parts.tail_start
     tail = parts.tail
-    if not isinstance(messages, list | tuple) or len(tail) != len(messages) - start:
+    if not isinstance(messages, _GROWABLE) or len(tail) != len(messages) - start:
         return  # summary messages in the tail: left to the full path
     if any(isinstance(m, SystemMessage) for m in tail):
         return
@@ -230,7 +233,7 @@ def grow(
     Returns the parts and the grown state (also recorded), or ``None`` when the state does
     not provably apply (see the module docstring): the caller then takes the full path.
     """
-    if summary is None or not isinstance(messages, list | tuple):
+    if summary is None or not isinstance(messages, _GROWABLE):
         return None
     memo = _existing_memo(summary)
     state = memo.get(_STATE_KEY) if memo is not None else None

@@ -277,3 +277,24 @@ def test_a_replaced_tail_message_is_read_again() -> None:
     assert shown[-1].id == "h9"
     broken = [*edited, ToolMessage("stray", tool_call_id="x", id="t1")]
     assert all(m.id != "t1" for m in subject.compress(broken, summary).messages)  # repaired
+
+
+def test_a_history_without_ids_grows_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids given lazily keep their copies between turns, so the kept tail applies to them."""
+    from langchain_histcompress.rounds import ensure_ids
+    from tests.unit_tests.test_flat_turns import _node_replay, grown
+
+    taken: list[bool] = []
+    grow = compressor.grow
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        found = grow(*args, **kwargs)
+        taken.append(found is not None)
+        return found
+
+    monkeypatch.setattr(compressor, "grow", spy)
+    plain = grown(30, ids=False)
+    ends = range(3, len(plain), 2)
+    replayed = _node_replay(plain, ends)
+    assert taken.count(True) > len(taken) // 2  # most turns grew the kept tail
+    assert replayed == _node_replay(ensure_ids(plain), ends)
