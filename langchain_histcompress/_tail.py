@@ -104,6 +104,9 @@ class _Parts:
     (pinned messages, and stale summary messages that the current summary replaces)."""
     cursor: _Cursor | None = None
     """The summary's cursor for ``messages`` (verified or just made), when there is one."""
+    grown: bool = False
+    """Located by growing the tail recorded on the previous call (`_tail_state.grow`): the
+    tail breaks no provider rule and holds no covered id and no system message."""
 
     @property
     def pinned(self) -> list[BaseMessage]:
@@ -398,15 +401,20 @@ def _summary_detached(messages: Sequence[BaseMessage], summary: RunningSummary |
 
 
 def _with_ids(
-    messages: Sequence[BaseMessage], summary: RunningSummary | None
+    messages: Sequence[BaseMessage],
+    summary: RunningSummary | None,
+    *,
+    namespace: str = "",
+    lead_too: bool = False,
 ) -> Sequence[BaseMessage]:
     """``messages`` ready for compression, for faces that accept messages without ids.
 
     Returned as given (no copy) when every message compression will read (the uncovered tail,
     found with the summary's cursor; else every non-preamble message) has an id. Otherwise the
-    non-preamble messages get deterministic ids as with `rounds.ensure_ids`, given lazily to
-    the messages compression reads (copies; the preamble stays the caller's own objects). A
-    non-message is left for the compressor to report.
+    non-preamble messages get deterministic ids as with `rounds.ensure_ids` (with
+    ``namespace``), given lazily to the messages compression reads (copies; the preamble
+    stays the caller's own objects unless ``lead_too``: then it is identified as well, as
+    ``ensure_ids`` does). A non-message is left for the compressor to report.
     """
     lead_end = _lead_end(messages)
     start = lead_end
@@ -420,11 +428,13 @@ def _with_ids(
         # A grown history without ids misses one at its end: no need to scan it then.
         complete = bool(messages) and _get_id(messages[-1]) is not None
         complete = complete and None not in map(_get_id, messages[start:])
+        if lead_too:
+            complete = complete and None not in map(_get_id, messages[:lead_end])
     except AttributeError:  # not a message: the compressor names it
         return messages
     if complete:
         return messages
-    identified = _IdentifiedMessages(messages, lead_end)
+    identified = _IdentifiedMessages(messages, 0 if lead_too else lead_end, namespace)
     if summary is not None and summary.covered_ids:
         _carry_copies(identified, summary)
     return identified

@@ -92,7 +92,12 @@ class IdAliases:
         return [self.to_id.get(i, i) for i in shown]
 
     def apply(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        """Copies of ``messages`` showing aliases instead of ids (the originals are untouched)."""
+        """Copies of ``messages`` showing aliases instead of ids (the originals are untouched).
+
+        Without any alias (every id short) the messages are returned as they are.
+        """
+        if not self.to_alias:
+            return list(messages)
         out: list[BaseMessage] = []
         for message in messages:
             update: dict[str, object] = {"id": self.alias(message.id)}

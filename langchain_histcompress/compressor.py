@@ -47,7 +47,9 @@ before, in place: it neither copies nor reads a message) instead of scanning the
 prefix; a fold records the newly covered messages by appending them to that record, shared by
 the summaries of one lineage, instead of copying the prefix (see `_tail`). When the check
 fails (messages removed, inserted or replaced, another history) the prefix is scanned again.
-Covered prefix messages are not read at all, so they are not type-checked either.
+Covered prefix messages are not read at all, so they are not type-checked either. The tail
+itself is not re-read either while it only grows: its rounds, token costs and validity are
+kept from the previous call and extended by the new messages (see `_tail_state`).
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -80,13 +82,14 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
+from langchain_histcompress._tail import _lead_end, _Parts, _prefix_ids
 from langchain_histcompress._tail import _locate as _locate
-from langchain_histcompress._tail import _Parts, _prefix_ids
 from langchain_histcompress._tail import _summary_detached as _summary_detached
 from langchain_histcompress._tail import _with_ids as _with_ids
+from langchain_histcompress._tail_state import _TailState, _Timing, carry, grow, record
 from langchain_histcompress._views import SUMMARY_METADATA_KEY as SUMMARY_METADATA_KEY
 from langchain_histcompress._views import Placement as Placement
-from langchain_histcompress._views import _check_placement, _visible
+from langchain_histcompress._views import _check_placement, _visible, _with_summary
 from langchain_histcompress._views import _view as _view
 from langchain_histcompress._views import view as view
 from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
@@ -103,7 +106,7 @@ from langchain_histcompress.rounds import (
     split_units,
     validate_history,
 )
-from langchain_histcompress.schedule import FoldSchedule, round_loads
+from langchain_histcompress.schedule import FoldSchedule, RoundLoad, round_loads
 from langchain_histcompress.summary import (
     RunningSummary,
     Summarizer,
@@ -501,6 +504,7 @@ class RoundCompressor:
         self.max_calls_per_compress = max_calls_per_compress
         self.on_invalid_history: OnInvalidHistory = on_invalid_history
         self.schedule: FoldSchedule | None = None
+        self._timing_made: _Timing | None = None
         if by_cost:
             preset = DEFAULT_PRICING if pricing is None else pricing
             framing = build_summary_prompt([], config=self.summarizer.config)
@@ -527,18 +531,38 @@ class RoundCompressor:
 
     # ----------------------------------------------------------------- planning (pure)
 
-    def _check_input(self, messages: Sequence[BaseMessage], summary: object) -> _Parts:
+    def _timing(self) -> _Timing:
+        lifetime = self.schedule.pricing.cache_lifetime if self.schedule is not None else None
+        getter = self.timestamp_getter
+        settings = (self.token_counter, getter, lifetime)
+        made = self._timing_made
+        if made is None or made.settings != settings:
+            made = self._timing_made = _Timing(
+                lambda m: _to_datetime(getter(m)), lifetime, settings=settings
+            )
+        return made
+
+    def _check_input(
+        self, messages: Sequence[BaseMessage], summary: object, timing: _Timing
+    ) -> tuple[_Parts, _TailState | None, bool]:
         """Check types, ids and shape; return the history split for planning.
 
         Only the preamble and the uncovered tail are read and checked (covered messages are
         never shown again; once a summary's tail is known they are not even read), plus a
         check that no tail message reuses the id of a covered prefix message. Duplicate
         message ids are always an error (coverage is recorded by id); other violations only
-        with ``on_invalid_history="raise"`` (else the view repairs them).
+        with ``on_invalid_history="raise"`` (else the view repairs them). When the tail seen
+        on the previous call only grew, just the new messages are read (`_tail_state`): the
+        state comes back with the parts. The flag says whether the lead and tail broke no
+        rule at all.
         """
         if summary is not None and not isinstance(summary, RunningSummary):
             msg = f"summary must be a RunningSummary or None, got {type(summary).__name__}"
             raise ConfigurationError(msg)
+        if summary is not None:
+            grown = grow(self, messages, summary, _lead_end(messages), self.token_counter, timing)
+            if grown is not None:
+                return grown[0], grown[1], True
         parts = _locate(messages, summary)
         offset = parts.tail_start
         tail = list(messages[offset:])
@@ -552,9 +576,10 @@ class RoundCompressor:
         strict = self.on_invalid_history == "raise"
         in_prefix = _prefix_ids(parts, summary)
         lead = parts.lead
+        found = validate_history([*lead, *tail])
         violations = [
             replace(v, index=v.index - len(lead) + offset) if v.index >= len(lead) else v
-            for v in validate_history([*lead, *tail])
+            for v in found
             if (strict and v.kind not in ACCEPTED_KINDS) or v.kind == "duplicate_message_id"
         ]
         violations += [
@@ -564,7 +589,7 @@ class RoundCompressor:
         ]
         if violations:
             raise InvalidHistoryError(sorted(violations, key=lambda v: v.index))
-        return parts
+        return parts, None, not found
 
     def _costs(self, rounds: Sequence[Round]) -> list[int]:
         # One count of every pending message (a counter matches it with last turn's list, so
@@ -574,10 +599,9 @@ class RoundCompressor:
         ends = list(itertools.accumulate(sizes))
         return [sum(costs[end - size : end]) for end, size in zip(ends, sizes, strict=True)]
 
-    def _rounds_over_threshold(self, pending: Sequence[Round], eligible: int) -> int:
+    def _rounds_over_threshold(self, costs: Sequence[int], eligible: int) -> int:
         threshold = self.compression_threshold_tokens
         assert threshold is not None
-        costs = self._costs(pending)
         remaining = sum(costs)
         if remaining <= threshold:
             return 0
@@ -618,6 +642,9 @@ class RoundCompressor:
                 return resumed - before > gap
         return False
 
+    def _fixed_tokens(self, parts: _Parts) -> int:
+        return sum(message_costs(self.token_counter, parts.preamble))
+
     def _summary_tokens(self, summary: RunningSummary) -> int:
         """Tokens of ``summary``'s text as a system message, counted once per summary."""
         counter = self.token_counter
@@ -630,19 +657,17 @@ class RoundCompressor:
         return tokens
 
     def _scheduled(
-        self, parts: _Parts, pending: Sequence[Round], summary: RunningSummary | None
+        self,
+        parts: _Parts,
+        summary: RunningSummary | None,
+        loads: Sequence[RoundLoad],
+        fixed_tokens: int | None,
     ) -> int:
         """Rounds the cost schedule folds now (see `schedule.FoldSchedule`)."""
         schedule = self.schedule
         assert schedule is not None
-        loads = round_loads(
-            [r.messages for r in pending],
-            self._costs(pending),
-            timestamp=lambda m: _to_datetime(self.timestamp_getter(m)),
-            lifetime=schedule.pricing.cache_lifetime,
-        )
         decision = schedule.decide(
-            fixed_tokens=sum(message_costs(self.token_counter, parts.preamble)),
+            fixed_tokens=self._fixed_tokens(parts) if fixed_tokens is None else fixed_tokens,
             summary_tokens=self._summary_tokens(summary) if summary else 0,
             rounds=loads,
             rounds_so_far=len(loads) + (summary.rounds_covered if summary else 0),
@@ -699,9 +724,26 @@ class RoundCompressor:
     def _plan(
         self, messages: Sequence[BaseMessage], summary: RunningSummary | None
     ) -> tuple[CompressionPlan, _Parts]:
-        parts = self._check_input(messages, summary)
-        covered = summary.covered_ids if summary is not None else frozenset()
-        pending = _pending(parts.tail, covered)
+        timing = self._timing()
+        parts, state, clean = self._check_input(messages, summary, timing)
+        costs: list[int] | None = None
+        if state is not None:
+            pending: list[Round] = list(state.rounds)
+            costs = list(state.costs)
+        else:
+            covered = summary.covered_ids if summary is not None else frozenset()
+            pending = _pending(parts.tail, covered)
+            if clean and summary is not None:
+                costs = self._costs(pending)
+                fixed = self._fixed_tokens(parts) if self.schedule is not None else None
+                record(self, summary, parts, pending, costs, timing, fixed)
+
+        def pending_costs() -> list[int]:
+            nonlocal costs
+            if costs is None:
+                costs = self._costs(pending)
+            return costs
+
         step = self.rounds_to_compress
         retain = max(self.rounds_to_retain, 1)
         if self.fold_answered_round and self.rounds_to_retain == 0 and _answered(pending):
@@ -710,14 +752,24 @@ class RoundCompressor:
         due = 0
         reasons: list[TriggerReason] = []
         if self.schedule is not None:
-            due = self._scheduled(parts, pending, summary)
+            if state is not None and state.loads is not None:
+                loads: Sequence[RoundLoad] = state.loads
+            else:
+                loads = round_loads(
+                    [r.messages for r in pending],
+                    pending_costs(),
+                    timestamp=timing.timestamp,
+                    lifetime=self.schedule.pricing.cache_lifetime,
+                )
+            fixed = state.fixed_tokens if state is not None else None
+            due = self._scheduled(parts, summary, loads, fixed)
             if due:
                 reasons.append("cost")
         elif self.compress_on_rounds and eligible >= step:
             due = eligible // step * step
             reasons.append("rounds")
         if self.compression_threshold_tokens is not None and eligible:
-            needed = self._rounds_over_threshold(pending, eligible)
+            needed = self._rounds_over_threshold(pending_costs(), eligible)
             if needed:
                 due = max(due, needed)
                 reasons.append("tokens")
@@ -733,7 +785,7 @@ class RoundCompressor:
             if needed:
                 due = max(due, needed)
                 reasons.append("trigger")
-            sizes = self.trigger.chunk_sizes(self._costs(pending[:due]), due)
+            sizes = self.trigger.chunk_sizes(pending_costs()[:due], due)
         elif self.schedule is not None:
             sizes = [due] if due else []  # the whole backlog in one call
         else:
@@ -800,8 +852,15 @@ class RoundCompressor:
         final = updates[-1].summary if updates else summary
         if final is None:
             messages = repair_history(parts.messages).messages
+        elif final is summary and parts.grown:
+            # the grown tail is valid, holds no covered id and no system message, and the
+            # summary and pinned messages before it close every tool step: nothing to repair
+            head = _with_summary(parts.preamble, final, self.placement)
+            messages = [*head, *parts.pinned, *parts.tail]
         else:
+            carried = False
             if final is not summary:  # coverage only grew: the new tail starts no earlier
+                before = parts
                 parts = _locate(
                     parts.messages,
                     final,
@@ -809,7 +868,21 @@ class RoundCompressor:
                     known_systems=parts.system_at,
                     grown_from=parts.cursor,
                 )
-            messages = _view(parts, final, self.placement)
+                whole = not any(c.partial_round for c in plan.chunks)
+                carried = whole and carry(
+                    self,
+                    summary,
+                    before,
+                    final,
+                    parts,
+                    sum(c.rounds for c in plan.chunks),
+                    sum(len(c.messages) for c in plan.chunks),
+                )
+            if carried:  # the rest of a valid tail, from a round's start: nothing to repair
+                head = _with_summary(parts.preamble, final, self.placement)
+                messages = [*head, *parts.pinned, *parts.tail]
+            else:
+                messages = _view(parts, final, self.placement)
         return CompressionResult(
             messages=messages,
             summary=final,

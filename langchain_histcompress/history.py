@@ -41,6 +41,7 @@ from typing import Literal, Protocol, runtime_checkable
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
+from langchain_histcompress._tail import _keep_copies, _with_ids
 from langchain_histcompress.compressor import CompressionResult, view
 from langchain_histcompress.errors import (
     CompressionConflictError,
@@ -185,11 +186,11 @@ class _CompressingHistoryBase(BaseChatMessageHistory):
         """Identifies the stored session across history objects of this process."""
 
     @abstractmethod
-    def _compression_input(self) -> tuple[list[BaseMessage], RunningSummary | None]:
+    def _compression_input(self) -> tuple[Sequence[BaseMessage], RunningSummary | None]:
         """Messages to pass to the compressor and the summary they start from."""
 
     @abstractmethod
-    async def _acompression_input(self) -> tuple[list[BaseMessage], RunningSummary | None]:
+    async def _acompression_input(self) -> tuple[Sequence[BaseMessage], RunningSummary | None]:
         """Async twin of `_compression_input`."""
 
     @abstractmethod
@@ -222,6 +223,9 @@ class _CompressingHistoryBase(BaseChatMessageHistory):
             exc_info=None if isinstance(exc, HistCompressError) else exc,
         )
         logger.debug("compression failure details", exc_info=exc)
+
+    def _compressed(self, messages: Sequence[BaseMessage], result: CompressionResult) -> None:
+        """Called with what was compressed and the outcome (before it is committed)."""
 
     def _accept(
         self, result: CompressionResult, previous: RunningSummary | None
@@ -256,7 +260,9 @@ class _CompressingHistoryBase(BaseChatMessageHistory):
             return
         with self._compression_outcome(may_raise=may_raise):
             messages, previous = self._compression_input()
-            summary = self._accept(compressor.compress(messages, previous), previous)
+            result = compressor.compress(messages, previous)
+            self._compressed(messages, result)
+            summary = self._accept(result, previous)
             if summary is not None:
                 self._commit(summary, previous)
 
@@ -266,7 +272,9 @@ class _CompressingHistoryBase(BaseChatMessageHistory):
             return
         with self._compression_outcome(may_raise=True):
             messages, previous = await self._acompression_input()
-            summary = self._accept(await compressor.acompress(messages, previous), previous)
+            result = await compressor.acompress(messages, previous)
+            self._compressed(messages, result)
+            summary = self._accept(result, previous)
             if summary is not None:
                 await self._acommit(summary, previous)
 
@@ -524,11 +532,11 @@ class CompressingChatMessageHistory(_CompressingHistoryBase):
 
     # -- compression hooks ---------------------------------------------------------
 
-    def _compression_input(self) -> tuple[list[BaseMessage], RunningSummary | None]:
+    def _compression_input(self) -> tuple[Sequence[BaseMessage], RunningSummary | None]:
         snapshot = self.store.snapshot(self.session_id)
         return list(snapshot.uncovered), snapshot.summary
 
-    async def _acompression_input(self) -> tuple[list[BaseMessage], RunningSummary | None]:
+    async def _acompression_input(self) -> tuple[Sequence[BaseMessage], RunningSummary | None]:
         snapshot = await self.store.asnapshot(self.session_id)
         return list(snapshot.uncovered), snapshot.summary
 
@@ -651,8 +659,15 @@ class CompressingHistoryAdapter(_CompressingHistoryBase):
     def _background_key(self) -> Hashable:
         return ("adapter", id(self.inner), id(self.summary_store), self.key)
 
-    def _with_ids(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        return ensure_ids(messages, namespace=self.key)
+    def _with_ids(
+        self, messages: Sequence[BaseMessage], summary: RunningSummary | None
+    ) -> Sequence[BaseMessage]:
+        # `ensure_ids(messages, namespace=key)`, derived only where compression reads (the
+        # uncovered tail, with copies kept from the previous turn, see `_tail._with_ids`)
+        return _with_ids(messages, summary, namespace=self.key, lead_too=True)
+
+    def _compressed(self, messages: Sequence[BaseMessage], result: CompressionResult) -> None:
+        _keep_copies(messages, result.summary)
 
     def _view(
         self, originals: list[BaseMessage], summary: RunningSummary | None
@@ -660,7 +675,7 @@ class CompressingHistoryAdapter(_CompressingHistoryBase):
         if summary is None:
             return view(originals)  # a broken history comes back repaired
         assert self.compressor is not None
-        return self.compressor.view(self._with_ids(originals), summary)
+        return self.compressor.view(self._with_ids(originals, summary), summary)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
@@ -726,13 +741,13 @@ class CompressingHistoryAdapter(_CompressingHistoryBase):
         await self.inner.aclear()
         await self.summary_store.aclear(self.key)
 
-    def _compression_input(self) -> tuple[list[BaseMessage], RunningSummary | None]:
+    def _compression_input(self) -> tuple[Sequence[BaseMessage], RunningSummary | None]:
         summary = self.summary_store.load_summary(self.key)
-        return self._with_ids(self.inner.messages), summary
+        return self._with_ids(self.inner.messages, summary), summary
 
-    async def _acompression_input(self) -> tuple[list[BaseMessage], RunningSummary | None]:
+    async def _acompression_input(self) -> tuple[Sequence[BaseMessage], RunningSummary | None]:
         summary = await self.summary_store.aload_summary(self.key)
-        return self._with_ids(await self.inner.aget_messages()), summary
+        return self._with_ids(await self.inner.aget_messages(), summary), summary
 
     def _commit(self, summary: RunningSummary, previous: RunningSummary | None) -> None:
         self.summary_store.put_summary(self.key, summary, previous=previous)

@@ -75,6 +75,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from typing_extensions import NotRequired
 
+from langchain_histcompress._tail import _keep_copies
 from langchain_histcompress.compressor import (
     CompressionResult,
     RoundCompressor,
@@ -250,6 +251,7 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         try:
             originals, messages, summary, dropped = self._inputs(state)
             result = self.compressor.compress(messages, summary, config=_internal_config())
+            _keep_copies(messages, result.summary)
         except HistCompressError as error:
             self._skipped(error)
             return None
@@ -262,6 +264,7 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         try:
             originals, messages, summary, dropped = self._inputs(state)
             result = await self.compressor.acompress(messages, summary, config=_internal_config())
+            _keep_copies(messages, result.summary)
         except HistCompressError as error:
             self._skipped(error)
             return None

@@ -587,9 +587,10 @@ class _IdentifiedMessages(_MessageView):
     once per view (reads return the same copy).
     """
 
-    def __init__(self, messages: Sequence[BaseMessage], lead_end: int) -> None:
+    def __init__(self, messages: Sequence[BaseMessage], lead_end: int, namespace: str = "") -> None:
         self._messages = messages
         self._lead_end = lead_end
+        self._namespace = namespace
         self._copies: dict[int, BaseMessage] = {}
 
     def __len__(self) -> int:
@@ -606,5 +607,5 @@ class _IdentifiedMessages(_MessageView):
             message = self._messages[index]
             if index < self._lead_end or not isinstance(message, BaseMessage):
                 return message  # the preamble as given; a non-message is reported by its reader
-            found = self._copies[index] = _identified(message, index)
+            found = self._copies[index] = _identified(message, index, self._namespace)
         return found

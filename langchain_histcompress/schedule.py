@@ -75,6 +75,7 @@ __all__ = [
     "FoldSchedule",
     "RoundLoad",
     "round_loads",
+    "starts_cold",
 ]
 
 logger = logging.getLogger(__name__)
@@ -221,13 +222,6 @@ class FoldSchedule:
             return out, 1.0, 1.0
         return out, pricing.cache_read_ratio, max(1.0, pricing.cache_write_ratio)
 
-    def _carry_price(self, prompt_tokens: int, *, cold: bool) -> float:
-        """Price of one re-sent token of a request of ``prompt_tokens`` tokens."""
-        _, read, write = self._ratios()
-        if not self.pricing.caches or prompt_tokens < self.pricing.min_cached_tokens:
-            return 1.0
-        return write if cold else read
-
     def _call(self, summary_tokens: int, folded: float, out: float) -> tuple[float, float]:
         """The summary after folding ``folded`` tokens, and the call's price."""
         if self.append_ratio is None:  # the call reads the summary and rewrites it
@@ -288,11 +282,15 @@ class FoldSchedule:
         prices: list[float] = []
         prompt = fixed_tokens + summary_tokens
         total_requests = colds = 0
-        for load in rounds:
+        caches, min_cached = pricing.caches, pricing.min_cached_tokens
+        for load in rounds:  # `_carry` inlined: this runs on every turn
             prompt += load.tokens
             requests = max(1, load.requests)
-            first = self._carry_price(prompt, cold=load.cold)
-            prices.append(first + (requests - 1) * self._carry_price(prompt, cold=False))
+            if caches and prompt >= min_cached:
+                first, warm = (write if load.cold else read), read
+            else:
+                first = warm = 1.0
+            prices.append(first + (requests - 1) * warm)
             total_requests += requests
             colds += load.cold
         # rent of round i: the requests that sent it while it could have been folded (at least
@@ -301,17 +299,28 @@ class FoldSchedule:
         tokens_after = [*reversed([*itertools.accumulate(r.tokens for r in reversed(rounds))]), 0]
         horizon = max(rounds_so_far, len(rounds))  # rounds to come; one request each is sure
         cold_share = colds / total_requests
-        now_price = self._carry_price(prompt, cold=cold_now)
+        now_price = _carry(pricing, read, write, prompt, cold=cold_now)
         likely = max(1.0, horizon / self.payback_factor)
-        future_price = cold_share * write + (1 - cold_share) * self._carry_price(prompt, cold=False)
+        future_price = cold_share * write + (1 - cold_share) * _carry(
+            pricing, read, write, prompt, cold=False
+        )
         total = sum(r.tokens for r in rounds)
         best = FoldDecision(0, "none", 0.0)
         folded = rent = 0.0
+        # per-fold constants, hoisted out of the loop (the same values, computed once)
+        count = len(rounds)
+        missed = caches and not cold_now and prompt >= min_cached
+        miss_ratio = max(0.0, write - read)
+        fixed_after = fixed_tokens if fixed_tokens < floor else 0
+        likely_price = now_price + future_price * (likely - 1)
+        likely_added = added_tokens * likely
+        horizon_price = now_price + future_price * (horizon - 1)
+        horizon_added = added_tokens * horizon
         for k in range(1, eligible + 1):
             tokens = rounds[k - 1].tokens
             folded += tokens
             first = k - 1 + retain  # the first round after which round k-1 was foldable
-            while first < len(rounds) and (
+            while first < count and (
                 fixed_tokens + tokens_after[k] - tokens_after[first + 1] < floor
             ):
                 first += 1
@@ -321,20 +330,51 @@ class FoldSchedule:
                 break  # folding more would only shrink the view further below the floor
             new_summary, call = self._call(summary_tokens, folded, out)
             miss = 0.0
-            if pricing.caches and not cold_now and prompt >= pricing.min_cached_tokens:
-                after = new_summary + kept + (fixed_tokens if fixed_tokens < floor else 0)
-                miss = after * max(0.0, write - read)
+            if missed:
+                miss = (new_summary + kept + fixed_after) * miss_ratio
             cost = call + miss
             removed = folded - (new_summary - summary_tokens)
             # the coming request is certain, the others as likely as the horizon says
-            confident = removed * (now_price + future_price * (likely - 1)) - added_tokens * likely
-            net = (
-                removed * (now_price + future_price * (horizon - 1)) - added_tokens * horizon - cost
-            )
+            confident = removed * likely_price - likely_added
+            net = removed * horizon_price - horizon_added - cost
             if rent >= cost and confident >= cost and net > best.net_saving:
-                reason: FoldReason = "cold" if cold_now and pricing.caches else "rent"
+                reason: FoldReason = "cold" if cold_now and caches else "rent"
                 best = FoldDecision(k, reason, net, cost, rent)
         return best
+
+
+def _carry(
+    pricing: PricingModel, read: float, write: float, prompt_tokens: int, *, cold: bool
+) -> float:
+    """Price of one re-sent token of a request of ``prompt_tokens`` tokens.
+
+    ``read`` and ``write`` are the cache-read and cache-write price ratios.
+    """
+    if not pricing.caches or prompt_tokens < pricing.min_cached_tokens:
+        return 1.0
+    return write if cold else read
+
+
+def starts_cold(
+    first: BaseMessage,
+    previous: BaseMessage | None,
+    timestamp: Callable[[BaseMessage], datetime | None],
+    lifetime: float,
+) -> bool:
+    """Whether a round opened by ``first`` found the cache cold (``previous`` before it).
+
+    It did when ``first`` came more than ``lifetime`` seconds after ``previous``; unknown
+    times (or no previous message) never count as a pause.
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> starts_cold(HumanMessage("hi"), None, timestamp=lambda m: None, lifetime=300)
+        False
+    """
+    if previous is None:
+        return False
+    start, end = timestamp(first), timestamp(previous)
+    return start is not None and end is not None and (start - end).total_seconds() > lifetime
 
 
 def round_loads(
@@ -373,12 +413,7 @@ def round_loads(
         requests = sum(1 for m in messages if isinstance(m, AIMessage))
         if upcoming and index == len(rounds) - 1:
             requests += 1
-        cold = False
-        if previous is not None and messages:
-            start, end = timestamp(messages[0]), timestamp(previous)
-            cold = (
-                start is not None and end is not None and (start - end).total_seconds() > lifetime
-            )
+        cold = bool(messages) and starts_cold(messages[0], previous, timestamp, lifetime)
         loads.append(RoundLoad(tokens=size, requests=max(1, requests), cold=cold))
         if messages:
             previous = messages[-1]

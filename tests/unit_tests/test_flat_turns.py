@@ -245,6 +245,36 @@ def test_node_without_ids_derives_ids_only_for_new_messages(
         ]
 
 
+def test_middleware_without_ids_derives_ids_only_for_new_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``before_model`` and the request it wraps copy only the messages added since."""
+    from langchain.agents.middleware import ModelRequest
+
+    from langchain_histcompress.middleware import RoundCompressionMiddleware
+
+    history = grown(40, ids=False)[1:]  # an agent's state holds no system message
+    covered = [str(m.id) for m in ensure_ids(history[:60])]
+    summary = RunningSummary(content="x", text="x", covered_ids=covered)
+    middleware = RoundCompressionMiddleware(_plain_node().compressor)
+    state: dict[str, Any] = {"running_summary": summary_to_state(summary)}
+    model = GenericFakeChatModel(messages=iter([]))
+
+    def turn(end: int) -> list[BaseMessage]:
+        turn_state = {**state, "messages": history[:end]}
+        assert middleware.before_model(turn_state, None) is None  # type: ignore[arg-type]
+        request = ModelRequest(model=model, messages=history[:end], state=turn_state)  # type: ignore[arg-type]
+        return middleware.compressed_request(request).messages
+
+    turn(66)  # warm: the tail gets its ids
+    made = _counting_identified(monkeypatch)
+    for end in range(68, 80, 2):
+        made.clear()
+        shown = turn(end)
+        assert made == [end - 2, end - 1]  # the two messages added since the last turn
+        assert [m.id for m in shown[1:]] == [m.id for m in ensure_ids(history[:end])[60:]]
+
+
 def test_node_without_ids_rederives_a_replaced_message() -> None:
     """A message replaced at the same position gets the id its new content gives."""
     history = grown(40, ids=False)

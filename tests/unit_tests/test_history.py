@@ -688,3 +688,59 @@ def test_adapter_configuration_errors(control: Control) -> None:
             summary_store="redis://x",
             key="k",
         )
+
+
+def test_adapter_derives_ids_only_for_new_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages written to the wrapped history without ids get ids only once they are new."""
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    from langchain_histcompress import rounds as rounds_module
+    from langchain_histcompress.compressor import RoundCompressor
+    from langchain_histcompress.rounds import ensure_ids
+    from langchain_histcompress.summary import RunningSummary
+    from tests.fakes import ScriptedSummarizer
+
+    inner = InMemoryChatMessageHistory()
+    inner.add_messages([SystemMessage("Be brief.", id="sys")])
+    for n in range(40):
+        inner.add_messages([HumanMessage(f"q{n}"), AIMessage(f"a{n}")])
+    store = InMemoryHistoryStore()
+    covered = [str(m.id) for m in ensure_ids(inner.messages, namespace="k")[1:61]]
+    store.put_summary(
+        "k", RunningSummary(content="x", text="x", covered_ids=covered), previous=None
+    )
+    adapter = CompressingHistoryAdapter(
+        inner,
+        key="k",
+        summary_store=store,
+        compressor=RoundCompressor(
+            ScriptedSummarizer(),
+            token_counter=count_tokens_approximately,
+            timeout=None,
+            compress_on_rounds=True,
+            rounds_to_compress=50,
+        ),
+    )
+    adapter._compress_now()  # warm: the tail gets its ids
+    made: list[int] = []
+    original = rounds_module._identified
+
+    def counted(message: BaseMessage, index: int, namespace: str = "") -> BaseMessage:
+        if message.id is None:
+            made.append(index)
+        return original(message, index, namespace)
+
+    monkeypatch.setattr(rounds_module, "_identified", counted)
+    for n in range(40, 46):
+        inner.add_messages([HumanMessage(f"q{n}"), AIMessage(f"a{n}")])
+        made.clear()
+        adapter._compress_now()
+        shown = adapter.messages
+        size = len(inner.messages)
+        assert made == [size - 2, size - 1]  # the two messages added since the last turn
+        expected = ensure_ids(inner.messages, namespace="k")
+        assert [m.id for m in shown] == [
+            expected[0].id,
+            shown[1].id,
+            *(m.id for m in expected[61:]),
+        ]
