@@ -85,6 +85,8 @@ class _TurnIndex:
         """Index in ``keys`` -> the key's `BM25Index` slot."""
         self.slot_turns: array[int] = array("q")
         """`BM25Index` slot -> index in ``keys``, or -1 (a text this call does not hold)."""
+        self.turn_positions: array[int] = array("q")
+        """Index in ``keys`` -> the message's index in the call's messages."""
 
     def eligible(self, message: BaseMessage) -> bool:
         if message.type == "system":
@@ -109,6 +111,7 @@ class _TurnIndex:
             self.index = BM25Index(k1=self.k1, b=self.b)
             self._seen.clear()
         self.turn_slots = array("q")
+        self.turn_positions = array("q")
         self.slot_turns = array("q", [-1]) * self.index.slots
 
     def allowed(self) -> Container[str] | None:
@@ -158,6 +161,7 @@ class _TurnIndex:
                 self.slot_turns.extend(array("q", [-1]) * (self.index.slots - len(self.slot_turns)))
             self.slot_turns[slot] = len(self.keys)
             self.turn_slots.append(slot)
+            self.turn_positions.append(position)
             self.order[key] = len(self.keys)
             self.position[key] = position
             self.keys.append(key)
@@ -219,23 +223,28 @@ def _ordered_turns(
 
 
 def _listed_turns(
-    ranked: Iterable[int],
-    index: BM25Index,
-    position: Mapping[str, int],
+    np: Any,
+    turns: Any,
+    chunks: Iterable[Any],
+    turn_positions: array[int],
     messages: Sequence[BaseMessage],
     only_before: int | None,
     turn_ids: Container[str] | None,
 ) -> Iterator[tuple[int, BaseMessage]]:
-    """``(position, message)`` of the ``ranked`` slots, already in order, as they are taken.
+    """``(position, message)`` of the ranked ``turns`` (indexes in ``keys``), chunk by chunk.
 
-    The restrictions are applied lazily, as in `_ordered_turns`.
+    Each chunk of ``chunks`` indexes ``turns`` in ranked order; it is mapped to positions
+    and restricted by ``only_before`` over arrays, by ``turn_ids`` as items are taken (as
+    in `_ordered_turns`).
     """
-    for slot in ranked:
-        at = position[index.slot_key(slot)]
-        if (only_before is None or at < only_before) and (
-            turn_ids is None or str(messages[at].id) in turn_ids
-        ):
-            yield at, messages[at]
+    for chunk in chunks:
+        at = _TurnIndex.gather(np, turn_positions, turns[chunk])
+        if only_before is not None:
+            at = at[at < only_before]
+        for position in at.tolist():
+            message = messages[position]
+            if turn_ids is None or str(message.id) in turn_ids:
+                yield position, message
 
 
 def _max_by_turn(np: Any, near: Any, value: Any) -> tuple[Any, Any]:
@@ -256,22 +265,23 @@ _FIRST_RANKED = 128
 the other matches (thousands on a long history) are usually never ordered."""
 
 
-def _ranked_slots(np: Any, slots: Any, scores: Any, turns: Any) -> Iterator[int]:
-    """``slots`` by score descending, then turn ascending, ordered lazily.
+def _ranked_order(np: Any, scores: Any, turns: Any) -> Iterator[Any]:
+    """Indexes of ``scores`` by score descending, then turn ascending, in chunks, lazily.
 
-    The best `_FIRST_RANKED` scores (with every slot tied at the cut) are sorted first;
-    every other slot scores strictly less, so sorting the rest afterwards, if the caller
-    gets that far, continues the same order as one sort of all the slots.
+    The best `_FIRST_RANKED` scores (with every index tied at the cut) are sorted first;
+    every other index scores strictly less, so sorting the rest afterwards, if the caller
+    gets that far, continues the same order as one sort of all of them.
     """
-    if len(slots) > _FIRST_RANKED:
-        cut = np.partition(scores, len(scores) - _FIRST_RANKED)[len(scores) - _FIRST_RANKED]
-        head = scores >= cut
-        parts = [head, ~head]
-    else:
-        parts = [np.ones(len(slots), dtype=bool)]
-    for part in parts:
-        chosen = slots[part]
-        yield from chosen[np.lexsort((turns[part], -scores[part]))].tolist()
+    size = len(scores)
+    if size > _FIRST_RANKED:
+        cut = np.partition(scores, size - _FIRST_RANKED)[size - _FIRST_RANKED]
+        head = np.flatnonzero(scores >= cut)
+        yield head[np.lexsort((turns[head], -scores[head]))]
+        rest = np.flatnonzero(scores < cut)
+        if len(rest):
+            yield rest[np.lexsort((turns[rest], -scores[rest]))]
+    elif size:
+        yield np.lexsort((turns, -scores))
 
 
 def _best_sources(
@@ -580,14 +590,19 @@ class EvidenceRetriever:
         return base, expanded
 
     def _turn_ranking(
-        self, np: Any, query: str, messages: Sequence[BaseMessage], *, spread: bool = True
-    ) -> tuple[tuple[Any, Any], Iterator[int]]:
-        """`_turn_scores` over numpy arrays: raw scores (slots ascending) and ranked slots.
+        self,
+        np: Any,
+        query: str,
+        messages: Sequence[BaseMessage],
+        only_before: int | None,
+        turn_ids: Container[str] | None,
+    ) -> tuple[tuple[Any, Any], Iterator[tuple[int, BaseMessage]]]:
+        """`_turn_scores` over numpy arrays: raw scores (slots ascending) and ranked messages.
 
         Every score is computed with the same floating-point operations as in
         `_turn_scores`, so the ranking is identical: expanded score descending, then
-        earliest message. The ranked slots are ordered and mapped to messages as the
-        caller takes them (see `_ranked_slots`).
+        earliest message. The ranked messages are ordered and listed as the caller takes
+        them (see `_ranked_order`); with ``only_before == 0`` none is (no spreading).
         """
         turns = self._turns
         turns.sync(messages)
@@ -598,7 +613,7 @@ class EvidenceRetriever:
             slots, scores = slots[mine], scores[mine]
         slots, scores = _top_slots(np, slots, scores, _MATCH_LIMIT)
         base = (slots, scores)
-        if not spread:
+        if only_before is not None and only_before <= 0:  # positions are >= 0
             return base, iter(())
         if self.neighbour_window and self.neighbour_weight and len(slots):
             seeds, seed_scores = _top_slots(np, slots, scores, _SPREAD_LIMIT)
@@ -616,7 +631,16 @@ class EvidenceRetriever:
                 np.concatenate([slots, near_slots]),
                 np.concatenate([scores, self.neighbour_weight * best]),
             )
-        return base, _ranked_slots(np, slots, scores, turns.gather(np, turns.slot_turns, slots))
+        ranked = turns.gather(np, turns.slot_turns, slots)
+        return base, _listed_turns(
+            np,
+            ranked,
+            _ranked_order(np, scores, ranked),
+            turns.turn_positions,
+            messages,
+            only_before,
+            turn_ids,
+        )
 
     def _best_sources(self, np: Any, slots: Any, scores: Any) -> list[tuple[str, float]]:
         """`_best_sources` over arrays: each fact's best source among the raw ``scores``."""
@@ -667,10 +691,7 @@ class EvidenceRetriever:
             np = _numpy()
             turns: Iterator[tuple[int, BaseMessage]]
             if np is not None:
-                base, ranked = self._turn_ranking(np, query, messages, spread=returned)
-                turns = _listed_turns(
-                    ranked, self._turns.index, self._turns.position, messages, only_before, turn_ids
-                )
+                base, turns = self._turn_ranking(np, query, messages, only_before, turn_ids)
             else:
                 base_keys, turn_scores = self._turn_scores(query, messages, spread=returned)
                 turns = _ordered_turns(
@@ -690,30 +711,27 @@ class EvidenceRetriever:
                     best_source = _best_sources(self._facts.sources, base_keys)
                 for fact_id, best in best_source:
                     fact_scores[fact_id] = fact_scores.get(fact_id, 0.0) + self.source_weight * best
-        fact_heap = [
-            (-score, positions[key], facts[positions[key]]) for key, score in fact_scores.items()
-        ]
-        return self._fuse(fact_heap, turns)
+        # best score first, then earliest (positions are distinct)
+        ranked_facts = sorted((-score, positions[key]) for key, score in fact_scores.items())
+        return self._fuse([(at, facts[at]) for _, at in ranked_facts], turns)
 
     def _fuse(
         self,
-        fact_heap: list[tuple[float, int, Fact]],
+        ranked_facts: list[tuple[int, Fact]],
         turns: Iterator[tuple[int, BaseMessage]],
     ) -> Iterator[RankedEvidence]:
         # With one weight per list, reciprocal rank fusion interleaves the two rankings:
         # fact 1, turn 1, fact 2, turn 2... (a fact first on equal fused scores).
-        heapq.heapify(fact_heap)
-        turn = next(turns, None)
-        rank = 0
-        while fact_heap or turn is not None:
-            score = 1.0 / (self.rrf_k + rank + 1)
-            if fact_heap:
-                _, at, fact = heapq.heappop(fact_heap)
-                yield RankedEvidence(fact, score, at)
-            if turn is not None:
-                at, message = turn
-                yield RankedEvidence(message, score, at)
-                turn = next(turns, None)
+        rrf_k, rank, count = self.rrf_k, 0, len(ranked_facts)
+        for at, message in turns:
+            score = 1.0 / (rrf_k + rank + 1)
+            if rank < count:
+                fact_at, fact = ranked_facts[rank]
+                yield RankedEvidence(fact, score, fact_at)
+            yield RankedEvidence(message, score, at)
+            rank += 1
+        for fact_at, fact in ranked_facts[rank:]:
+            yield RankedEvidence(fact, 1.0 / (rrf_k + rank + 1), fact_at)
             rank += 1
 
     def rank(
