@@ -26,6 +26,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from langchain_histcompress._evidence_arrays import WorkArrays, best_n, distinct
 from langchain_histcompress._prefix import extends
 from langchain_histcompress.bm25 import (
     BM25Index,
@@ -34,7 +35,6 @@ from langchain_histcompress.bm25 import (
     _numpy,
     _sum_by_slot,
     _top,
-    _top_slots,
 )
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
@@ -245,19 +245,6 @@ def _listed_turns(
             message = messages[position]
             if turn_ids is None or str(message.id) in turn_ids:
                 yield position, message
-
-
-def _max_by_turn(np: Any, near: Any, value: Any) -> tuple[Any, Any]:
-    """Distinct ``near`` turns (ascending) and the largest ``value`` of each one."""
-    if not len(near):
-        return near, value
-    order = np.argsort(near, kind="stable")
-    near = near[order]
-    first = np.empty(len(near), dtype=bool)
-    first[0] = True
-    np.not_equal(near[1:], near[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    return near[starts], np.maximum.reduceat(value[order], starts)
 
 
 _FIRST_RANKED = 128
@@ -556,6 +543,7 @@ class EvidenceRetriever:
         )
         self._facts = _FactIndex(k1=k1, b=b, text=_content_only)
         self._source_slots: _SourceSlots | None = None
+        self._work: WorkArrays | None = None
         self._lock = threading.Lock()
 
     def _turn_scores(
@@ -596,68 +584,108 @@ class EvidenceRetriever:
         messages: Sequence[BaseMessage],
         only_before: int | None,
         turn_ids: Container[str] | None,
-    ) -> tuple[tuple[Any, Any], Iterator[tuple[int, BaseMessage]]]:
-        """`_turn_scores` over numpy arrays: raw scores (slots ascending) and ranked messages.
+    ) -> tuple[list[tuple[str, float]], Iterator[tuple[int, BaseMessage]]]:
+        """`_turn_scores` over numpy arrays: the facts' best sources and the ranked messages.
 
         Every score is computed with the same floating-point operations as in
         `_turn_scores`, so the ranking is identical: expanded score descending, then
         earliest message. The ranked messages are ordered and listed as the caller takes
-        them (see `_ranked_order`); with ``only_before == 0`` none is (no spreading).
+        them (see `_ranked_order`); with ``only_before <= 0`` none is (no spreading).
+        Call after the facts are synced (their sources are scored here).
         """
         turns = self._turns
         turns.sync(messages)
+        work = self._work
+        if work is None or work.pad != self.neighbour_window:
+            work = self._work = WorkArrays(np, self.neighbour_window)
+        work.ensure(np, len(turns.keys))
+        try:
+            return self._rank_arrays(np, work, query, messages, only_before, turn_ids)
+        except BaseException:
+            self._work = None  # may hold nonzero entries now
+            raise
+
+    def _rank_arrays(
+        self,
+        np: Any,
+        work: WorkArrays,
+        query: str,
+        messages: Sequence[BaseMessage],
+        only_before: int | None,
+        turn_ids: Container[str] | None,
+    ) -> tuple[list[tuple[str, float]], Iterator[tuple[int, BaseMessage]]]:
+        turns, pad = self._turns, work.pad
         index = turns.index
-        slots, scores = index.slot_scores(np, query, max_postings=self.max_term_postings)
+        slots, scores, terms = index._posting_scores(np, query, self.max_term_postings)
+        if terms > 1:
+            slots, scores = _sum_by_slot(np, slots, scores)
+        positive = scores > 0
+        if not positive.all():
+            slots, scores = slots[positive], scores[positive]
         if turns.allowed() is not None:  # the index also holds texts this call does not
             mine = turns.gather(np, turns.slot_turns, slots) >= 0
             slots, scores = slots[mine], scores[mine]
-        slots, scores = _top_slots(np, slots, scores, _MATCH_LIMIT)
-        base = (slots, scores)
-        if only_before is not None and only_before <= 0:  # positions are >= 0
-            return base, iter(())
-        if self.neighbour_window and self.neighbour_weight and len(slots):
-            seeds, seed_scores = _top_slots(np, slots, scores, _SPREAD_LIMIT)
-            width = self.neighbour_window
-            offsets = np.array([d for d in range(-width, width + 1) if d], dtype=np.int64)
-            near = (turns.gather(np, turns.slot_turns, seeds)[:, None] + offsets).ravel()
-            value = np.repeat(seed_scores, len(offsets))
-            inside = (near >= 0) & (near < len(turns.keys))
-            near, value = near[inside], value[inside]
-            near_turns, best = _max_by_turn(np, near, value)
-            near_slots = turns.gather(np, turns.turn_slots, near_turns)
-            # summed in array order from 0.0: raw score, then the neighbour share
-            slots, scores = _sum_by_slot(
-                np,
-                np.concatenate([slots, near_slots]),
-                np.concatenate([scores, self.neighbour_weight * best]),
-            )
-        ranked = turns.gather(np, turns.slot_turns, slots)
-        return base, _listed_turns(
+        kept = best_n(np, scores, _MATCH_LIMIT)  # slots ascending: ties, the lowest
+        if kept is not None:
+            slots, scores = slots[kept], scores[kept]
+        at = turns.gather(np, turns.slot_turns, slots)
+        # by padded turn: the raw scores of the kept matches, then the neighbour shares
+        at += pad
+        by_turn = work.by_turn
+        by_turn[at] = scores
+        try:
+            best_source = self._best_sources(np, by_turn, pad) if self.source_weight else []
+            if only_before is not None and only_before <= 0:  # positions are >= 0
+                return best_source, iter(())
+            if self.neighbour_window and self.neighbour_weight and len(at):
+                seeds = best_n(np, scores, _SPREAD_LIMIT)
+                seed_at, seed_scores = (at, scores) if seeds is None else (at[seeds], scores[seeds])
+                width = self.neighbour_window
+                offsets = np.array([d for d in range(-width, width + 1) if d], dtype=np.int64)
+                near = (seed_at[:, None] + offsets).ravel()
+                best = work.best
+                np.maximum.at(best, near, np.repeat(seed_scores, len(offsets)))
+                near = distinct(np, work.owner, near)
+                share = best[near]
+                best[near] = 0.0
+                inside = (near >= pad) & (near < len(turns.keys) + pad)
+                near, share = near[inside], share[inside]
+                by_turn[near] += self.neighbour_weight * share  # distinct: added once each
+                flag = work.flag
+                flag[at] = True
+                fresh = near[~flag[near]]
+                flag[at] = False
+                at = np.concatenate([at, fresh])
+            scores = by_turn[at]
+        finally:
+            by_turn[at] = 0.0
+        at -= pad
+        return best_source, _listed_turns(
             np,
-            ranked,
-            _ranked_order(np, scores, ranked),
+            at,
+            _ranked_order(np, scores, at),
             turns.turn_positions,
             messages,
             only_before,
             turn_ids,
         )
 
-    def _best_sources(self, np: Any, slots: Any, scores: Any) -> list[tuple[str, float]]:
-        """`_best_sources` over arrays: each fact's best source among the raw ``scores``."""
-        if not len(slots):
-            return []
+    def _best_sources(self, np: Any, by_turn: Any, pad: int) -> list[tuple[str, float]]:
+        """`_best_sources` over arrays: each fact's best source among the raw scores.
+
+        ``by_turn`` holds the raw score of each kept match at its padded turn index, and
+        zero elsewhere.
+        """
         sources, index = self._facts.sources, self._turns.index
         cached = self._source_slots
         if cached is None or not cached.valid(sources, index):
             cached = self._source_slots = _SourceSlots(np, sources, index)
         if not len(cached.slots):
             return []
-        at = np.minimum(np.searchsorted(slots, cached.slots), len(slots) - 1)
-        hit = slots[at] == cached.slots
-        if not hit.any():
-            return []
+        at = self._turns.gather(np, self._turns.slot_turns, cached.slots)
+        mine = at >= 0
         best = np.zeros(len(cached.fact_ids))
-        np.maximum.at(best, cached.owners[hit], scores[at[hit]])
+        np.maximum.at(best, cached.owners[mine], by_turn[at[mine] + pad])
         found = np.flatnonzero(best)
         return list(
             zip(
@@ -687,12 +715,13 @@ class EvidenceRetriever:
         if not query.strip() or (not facts and not messages):
             return iter(())
         with self._lock:
-            returned = only_before is None or only_before > 0  # positions are >= 0
             np = _numpy()
             turns: Iterator[tuple[int, BaseMessage]]
+            positions = self._facts.sync(facts)
             if np is not None:
-                base, turns = self._turn_ranking(np, query, messages, only_before, turn_ids)
+                best_source, turns = self._turn_ranking(np, query, messages, only_before, turn_ids)
             else:
+                returned = only_before is None or only_before > 0  # positions are >= 0
                 base_keys, turn_scores = self._turn_scores(query, messages, spread=returned)
                 turns = _ordered_turns(
                     sorted(turn_scores, key=turn_scores.__getitem__, reverse=True),
@@ -702,15 +731,12 @@ class EvidenceRetriever:
                     only_before,
                     turn_ids,
                 )
-            positions = self._facts.sync(facts)
+                best_source = (
+                    _best_sources(self._facts.sources, base_keys) if self.source_weight else []
+                )
             fact_scores = self._facts.index.scores(query, max_postings=self.max_term_postings)
-            if self.source_weight:
-                if np is not None:
-                    best_source = self._best_sources(np, *base)
-                else:
-                    best_source = _best_sources(self._facts.sources, base_keys)
-                for fact_id, best in best_source:
-                    fact_scores[fact_id] = fact_scores.get(fact_id, 0.0) + self.source_weight * best
+            for fact_id, best in best_source:
+                fact_scores[fact_id] = fact_scores.get(fact_id, 0.0) + self.source_weight * best
         # best score first, then earliest (positions are distinct)
         ranked_facts = sorted((-score, positions[key]) for key, score in fact_scores.items())
         return self._fuse([(at, facts[at]) for _, at in ranked_facts], turns)
