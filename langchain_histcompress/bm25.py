@@ -442,13 +442,18 @@ class _FactIndex:
         """Index ``facts``; return fact id -> first position in ``facts``.
 
         The same facts as last call (the same objects, or equal ones, in the same order)
-        cost one list comparison at C speed.
+        cost one list comparison at C speed; when facts were only appended, only the new
+        ones are looked at.
         """
-        if self._previous == facts:  # facts are frozen: equal facts index equally
+        previous = self._previous
+        if previous == facts:  # facts are frozen: equal facts index equally
             return self._positions
-        positions: dict[str, int] = {}
-        sources: dict[str, tuple[str, ...]] = {}
-        for position, fact in enumerate(facts):
+        known = len(previous)
+        grown = 0 < known < len(facts) and facts[:known] == previous
+        positions = dict(self._positions) if grown else {}
+        sources = dict(self.sources) if grown else {}
+        for position in range(known if grown else 0, len(facts)):
+            fact = facts[position]
             if fact.id in positions:
                 continue
             positions[fact.id] = position
