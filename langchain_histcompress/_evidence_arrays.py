@@ -17,8 +17,9 @@ from typing import Any
 def distinct(np: Any, owner: Any, values: Any) -> Any:
     """The distinct ``values`` (non-negative ints below ``len(owner)``), in no fixed order.
 
-    ``owner`` is scratch space: after ``owner[values] = range``, exactly one occurrence of
-    each value finds its own index there, whichever of the repeated writes won.
+    ``owner`` is scratch space (ints or floats: indexes stay exact): after
+    ``owner[values] = range``, exactly one occurrence of each value finds its own index
+    there, whichever of the repeated writes won.
     """
     order = np.arange(len(values))
     owner[values] = order
@@ -59,23 +60,34 @@ def best_n(np: Any, scores: Any, n: int) -> Any:
 
 
 class WorkArrays:
-    """Zeroed scratch arrays by padded turn index.
+    """Zeroed scratch arrays by padded turn index, one row of three per turn.
 
-    Turn ``t`` is stored at ``t + pad`` so that neighbours past either end of the history
-    land in the padding instead of needing a bounds check before they are written.
+    Turn ``t`` is row ``t + pad``, so that neighbours past either end of the history land
+    in the padding instead of needing a bounds check before they are written. A turn's
+    score, best neighbour score and `distinct` owner share a row (one cache line), since
+    they are read and written together at scattered turns of a long history.
     """
 
     def __init__(self, np: Any, pad: int) -> None:
         self.pad = pad
-        self.by_turn = np.zeros(0)
-        self.best = np.zeros(0)
-        self.flag = np.zeros(0, dtype=bool)
-        self.owner = np.zeros(0, dtype=np.int64)
+        self.rows = np.zeros((0, 3))
 
     def ensure(self, np: Any, turns: int) -> None:
         """Room for ``turns`` turns (grown geometrically, still zero)."""
-        if turns + 2 * self.pad > len(self.by_turn):
-            size = max(turns + 2 * self.pad, 2 * len(self.by_turn))
-            self.by_turn, self.best = np.zeros(size), np.zeros(size)
-            self.flag = np.zeros(size, dtype=bool)
-            self.owner = np.empty(size, dtype=np.int64)
+        if turns + 2 * self.pad > len(self.rows):
+            self.rows = np.zeros((max(turns + 2 * self.pad, 2 * len(self.rows)), 3))
+
+    @property
+    def score(self) -> Any:
+        """Per row: the raw score of a kept match, then plus its neighbour share; else 0."""
+        return self.rows[:, 0]
+
+    @property
+    def best(self) -> Any:
+        """Per row: the best score among the neighbours spreading to it; else 0."""
+        return self.rows[:, 1]
+
+    @property
+    def owner(self) -> Any:
+        """Scratch for `distinct` (never cleared: only entries just written are read)."""
+        return self.rows[:, 2]

@@ -87,6 +87,8 @@ class _TurnIndex:
         """`BM25Index` slot -> index in ``keys``, or -1 (a text this call does not hold)."""
         self.turn_positions: array[int] = array("q")
         """Index in ``keys`` -> the message's index in the call's messages."""
+        self.identity = True
+        """Whether every key's slot equals its index in ``keys`` (a fresh index)."""
 
     def eligible(self, message: BaseMessage) -> bool:
         if message.type == "system":
@@ -112,6 +114,7 @@ class _TurnIndex:
             self._seen.clear()
         self.turn_slots = array("q")
         self.turn_positions = array("q")
+        self.identity = True
         self.slot_turns = array("q", [-1]) * self.index.slots
 
     def allowed(self) -> Container[str] | None:
@@ -159,6 +162,8 @@ class _TurnIndex:
             slot = self.index.slot(key)
             if slot >= len(self.slot_turns):
                 self.slot_turns.extend(array("q", [-1]) * (self.index.slots - len(self.slot_turns)))
+            if slot != len(self.keys):
+                self.identity = False
             self.slot_turns[slot] = len(self.keys)
             self.turn_slots.append(slot)
             self.turn_positions.append(position)
@@ -622,16 +627,16 @@ class EvidenceRetriever:
         positive = scores > 0
         if not positive.all():
             slots, scores = slots[positive], scores[positive]
-        if turns.allowed() is not None:  # the index also holds texts this call does not
+        identity = turns.identity and index.slots == len(turns.keys)
+        if not identity and turns.allowed() is not None:  # texts this call does not hold
             mine = turns.gather(np, turns.slot_turns, slots) >= 0
             slots, scores = slots[mine], scores[mine]
         kept = best_n(np, scores, _MATCH_LIMIT)  # slots ascending: ties, the lowest
         if kept is not None:
             slots, scores = slots[kept], scores[kept]
-        at = turns.gather(np, turns.slot_turns, slots)
-        # by padded turn: the raw scores of the kept matches, then the neighbour shares
-        at += pad
-        by_turn = work.by_turn
+        at = slots + pad if identity else turns.gather(np, turns.slot_turns, slots) + pad
+        # by padded turn: the raw scores of the kept matches (all > 0), then neighbour shares
+        by_turn = work.score
         by_turn[at] = scores
         try:
             best_source = self._best_sources(np, by_turn, pad) if self.source_weight else []
@@ -650,11 +655,8 @@ class EvidenceRetriever:
                 best[near] = 0.0
                 inside = (near >= pad) & (near < len(turns.keys) + pad)
                 near, share = near[inside], share[inside]
+                fresh = near[by_turn[near] == 0.0]  # not a kept match
                 by_turn[near] += self.neighbour_weight * share  # distinct: added once each
-                flag = work.flag
-                flag[at] = True
-                fresh = near[~flag[near]]
-                flag[at] = False
                 at = np.concatenate([at, fresh])
             scores = by_turn[at]
         finally:

@@ -69,7 +69,7 @@ def test_array_ranking_equals_python_on_a_growing_history(
             got = ranked(fast, question, pool, messages[:end], **kwargs)
             work = fast._work
             assert work is not None
-            assert not work.by_turn.any() and not work.best.any() and not work.flag.any()
+            assert not work.score.any() and not work.best.any()
             monkeypatch.setattr(evidence, "_numpy", lambda: None)
             assert got == ranked(slow, question, pool, messages[:end], **kwargs)
 
