@@ -75,7 +75,8 @@ class WorkArrays:
     def ensure(self, np: Any, turns: int) -> None:
         """Room for ``turns`` turns (grown geometrically, still zero)."""
         if turns + 2 * self.pad > len(self.rows):
-            self.rows = np.zeros((max(turns + 2 * self.pad, 2 * len(self.rows)), 3))
+            size = max(turns + turns // 2, 2 * len(self.rows)) + 2 * self.pad + 64
+            self.rows = np.zeros((size, 3))
 
     @property
     def score(self) -> Any:

@@ -379,12 +379,11 @@ class BM25Index:
         views (a live view would pin their buffers, which must stay growable) and copied
         once, into the concatenation; the scores are computed in one pass over it.
         """
-        empty = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), 0
-        if not self._lengths:
-            return empty
-        terms, newest_only = self._query_terms(query, max_postings)
+        terms, newest_only = (
+            self._query_terms(query, max_postings) if self._lengths else ([], False)
+        )
         if not terms:
-            return empty
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), 0
         fixed, scale = self._length_terms()
         columns = [self._column(t, max_postings if newest_only else None) for t in terms]
         weights = [self._weight(len(self._postings[t])) for t in terms]
