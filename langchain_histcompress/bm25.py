@@ -379,9 +379,7 @@ class BM25Index:
         views (a live view would pin their buffers, which must stay growable) and copied
         once, into the concatenation; the scores are computed in one pass over it.
         """
-        terms, newest_only = (
-            self._query_terms(query, max_postings) if self._lengths else ([], False)
-        )
+        terms, newest_only = self._query_terms(query, max_postings)
         if not terms:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), 0
         fixed, scale = self._length_terms()
