@@ -107,3 +107,34 @@ def test_appended_facts_are_the_only_ones_read(monkeypatch: pytest.MonkeyPatch) 
     assert index.sources == fresh.sources
     assert index.index.scores("kitten tent") == fresh.index.scores("kitten tent")
     assert isinstance(index.index, BM25Index)
+
+
+def test_messages_listed_per_question_do_not_grow_with_the_history(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the ranked chunks a caller reaches are mapped to messages."""
+    listed: list[int] = []
+    original = evidence._ranked_order
+
+    def counting(*args: Any) -> Any:
+        for chunk in original(*args):
+            listed.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(evidence, "_ranked_order", counting)
+    per_size = {}
+    for size in (1_000, 8_000):
+        messages, pool = history(size), facts(12)
+        retriever = EvidenceRetriever()
+        retriever.rank("warm up", pool, messages)
+        seen = []
+        for end in range(size - 40, size, 10):
+            listed.clear()
+            taken = list(
+                itertools.islice(retriever.iter_rank("kitten note4", pool, messages[:end]), 12)
+            )
+            assert len(taken) == 12
+            seen.append(sum(listed))
+        per_size[size] = seen
+    assert max(per_size[8_000]) <= 2 * evidence._FIRST_RANKED  # the head, ties included
+    assert max(per_size[8_000]) <= 2 * max(per_size[1_000])
