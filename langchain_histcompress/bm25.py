@@ -129,10 +129,6 @@ def _query_words(query: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(tokenize(query)))
 
 
-_DTYPES = ((0, "int64"), (1, "float64"), (2, "float64"))
-"""Index and numpy dtype of each posting column (slots, term frequencies, text lengths)."""
-
-
 def _check_k(k: int) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         msg = f"k must be an int >= 0, got {k!r}"
@@ -375,9 +371,8 @@ class BM25Index:
         """Each scored query term's postings, term after term: slots, BM25 scores, terms.
 
         Slots are ascending and distinct within a term; summing a slot's scores in this
-        order from 0.0 gives `scores` exactly. The columns are read through short-lived
-        views (a live view would pin their buffers, which must stay growable) and copied
-        once, into the concatenation; the scores are computed in one pass over it.
+        order from 0.0 gives `scores` exactly. The terms' columns are joined into one copy
+        and the scores computed in one pass over it.
         """
         terms, newest_only = self._query_terms(query, max_postings)
         if not terms:
@@ -385,11 +380,16 @@ class BM25Index:
         fixed, scale = self._length_terms()
         columns = [self._column(t, max_postings if newest_only else None) for t in terms]
         weights = [self._weight(len(self._postings[t])) for t in terms]
-        views = [[np.frombuffer(c[i], dtype=dtype) for c in columns] for i, dtype in _DTYPES]
-        try:
-            slots, tfs, lengths = (np.concatenate(v) if len(v) > 1 else v[0].copy() for v in views)
-        finally:
-            del views
+        # one private copy per column (a view of the index's own arrays would pin their
+        # buffers, which must stay growable), joined at C speed, then viewed by numpy
+        slot_column, tf_column, length_column = array("q"), array("d"), array("d")
+        for column_slots, column_tfs, column_lengths in columns:
+            slot_column.extend(column_slots)
+            tf_column.extend(column_tfs)
+            length_column.extend(column_lengths)
+        slots = np.frombuffer(slot_column, dtype=np.int64)
+        tfs = np.frombuffer(tf_column, dtype=np.float64)
+        lengths = np.frombuffer(length_column, dtype=np.float64)
         weight = np.repeat(weights, [len(c[0]) for c in columns]) if len(terms) > 1 else weights[0]
         # weight * tf / (tf + fixed + scale * length), in that order
         divisor = tfs + fixed
