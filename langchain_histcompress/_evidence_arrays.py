@@ -70,25 +70,20 @@ class WorkArrays:
 
     def __init__(self, np: Any, pad: int) -> None:
         self.pad = pad
-        self.rows = np.zeros((0, 3))
+        self.offsets = np.array([d for d in range(-pad, pad + 1) if d], dtype=np.int64)
+        """Neighbour offsets: ``-pad .. pad`` without 0."""
+        self._allocate(np, 0)
+
+    def _allocate(self, np: Any, size: int) -> None:
+        self.rows = np.zeros((size, 3))
+        self.score = self.rows[:, 0]
+        """Per row: the raw score of a kept match, then plus its neighbour share; else 0."""
+        self.best = self.rows[:, 1]
+        """Per row: the best score among the neighbours spreading to it; else 0."""
+        self.owner = self.rows[:, 2]
+        """Scratch for `distinct` (never cleared: only entries just written are read)."""
 
     def ensure(self, np: Any, turns: int) -> None:
         """Room for ``turns`` turns (grown geometrically, still zero)."""
         if turns + 2 * self.pad > len(self.rows):
-            size = max(turns + turns // 2, 2 * len(self.rows)) + 2 * self.pad + 64
-            self.rows = np.zeros((size, 3))
-
-    @property
-    def score(self) -> Any:
-        """Per row: the raw score of a kept match, then plus its neighbour share; else 0."""
-        return self.rows[:, 0]
-
-    @property
-    def best(self) -> Any:
-        """Per row: the best score among the neighbours spreading to it; else 0."""
-        return self.rows[:, 1]
-
-    @property
-    def owner(self) -> Any:
-        """Scratch for `distinct` (never cleared: only entries just written are read)."""
-        return self.rows[:, 2]
+            self._allocate(np, max(turns + turns // 2, 2 * len(self.rows)) + 2 * self.pad + 64)

@@ -645,16 +645,16 @@ class EvidenceRetriever:
             if self.neighbour_window and self.neighbour_weight and len(at):
                 seeds = best_n(np, scores, _SPREAD_LIMIT)
                 seed_at, seed_scores = (at, scores) if seeds is None else (at[seeds], scores[seeds])
-                width = self.neighbour_window
-                offsets = np.array([d for d in range(-width, width + 1) if d], dtype=np.int64)
+                offsets = work.offsets
                 near = (seed_at[:, None] + offsets).ravel()
                 best = work.best
                 np.maximum.at(best, near, np.repeat(seed_scores, len(offsets)))
                 near = distinct(np, work.owner, near)
                 share = best[near]
                 best[near] = 0.0
-                inside = (near >= pad) & (near < len(turns.keys) + pad)
-                near, share = near[inside], share[inside]
+                if seed_at.min() < 2 * pad or seed_at.max() >= len(turns.keys):  # in padding
+                    inside = (near >= pad) & (near < len(turns.keys) + pad)
+                    near, share = near[inside], share[inside]
                 fresh = near[by_turn[near] == 0.0]  # not a kept match
                 by_turn[near] += self.neighbour_weight * share  # distinct: added once each
                 at = np.concatenate([at, fresh])
