@@ -120,6 +120,15 @@ def tokenize(
     return [w for w in words if w not in stopwords]
 
 
+@functools.lru_cache(maxsize=64)
+def _query_words(query: str) -> tuple[str, ...]:
+    """The distinct `tokenize` words of ``query``, in order.
+
+    Remembered: one question is scored against several indexes (messages, facts).
+    """
+    return tuple(dict.fromkeys(tokenize(query)))
+
+
 def _check_k(k: int) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         msg = f"k must be an int >= 0, got {k!r}"
@@ -271,7 +280,7 @@ class BM25Index:
         See ``max_postings`` in `scores`.
         """
         postings = self._postings
-        found = [t for t in dict.fromkeys(tokenize(query)) if t in postings]
+        found = [t for t in _query_words(query) if t in postings]
         if max_postings is None or not found:
             return found, False
         kept = [t for t in found if len(postings[t]) <= max_postings]
@@ -348,32 +357,46 @@ class BM25Index:
             >>> scores.tolist() == list(index.scores("apple pie").values())
             True
         """
-        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
-        if not self._lengths:
-            return empty
-        terms, newest_only = self._query_terms(query, max_postings)
-        if not terms:
-            return empty
-        fixed, scale = self._length_terms()
-        parts: list[tuple[Any, Any]] = []
-        for term in terms:
-            column = self._column(term, max_postings if newest_only else None)
-            weight = self._weight(len(self._postings[term]))
-            # copies: a view would pin the arrays' buffers (they must stay growable)
-            slots = np.array(column[0], dtype=np.int64)
-            tfs = np.array(column[1], dtype=np.float64)
-            lengths = np.array(column[2], dtype=np.float64)
-            parts.append((slots, weight * tfs / (tfs + fixed + scale * lengths)))
-        if len(parts) == 1:
-            slots, scores = parts[0]
-        else:
-            slots, scores = _sum_by_slot(
-                np, np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-            )
+        slots, scores, terms = self._posting_scores(np, query, max_postings)
+        if terms > 1:
+            slots, scores = _sum_by_slot(np, slots, scores)
         positive = scores > 0
         if not positive.all():
             slots, scores = slots[positive], scores[positive]
         return slots, scores
+
+    def _posting_scores(
+        self, np: Any, query: str, max_postings: int | None
+    ) -> tuple[Any, Any, int]:
+        """Each scored query term's postings, term after term: slots, BM25 scores, terms.
+
+        Slots are ascending and distinct within a term; summing a slot's scores in this
+        order from 0.0 gives `scores` exactly. The terms' columns are joined into one copy
+        and the scores computed in one pass over it.
+        """
+        terms, newest_only = self._query_terms(query, max_postings)
+        if not terms:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), 0
+        fixed, scale = self._length_terms()
+        columns = [self._column(t, max_postings if newest_only else None) for t in terms]
+        weights = [self._weight(len(self._postings[t])) for t in terms]
+        # one private copy per column (a view of the index's own arrays would pin their
+        # buffers, which must stay growable), joined at C speed, then viewed by numpy
+        slot_column, tf_column, length_column = array("q"), array("d"), array("d")
+        for column_slots, column_tfs, column_lengths in columns:
+            slot_column.extend(column_slots)
+            tf_column.extend(column_tfs)
+            length_column.extend(column_lengths)
+        slots = np.frombuffer(slot_column, dtype=np.int64)
+        tfs = np.frombuffer(tf_column, dtype=np.float64)
+        lengths = np.frombuffer(length_column, dtype=np.float64)
+        weight = np.repeat(weights, [len(c[0]) for c in columns]) if len(terms) > 1 else weights[0]
+        # weight * tf / (tf + fixed + scale * length), in that order
+        divisor = tfs + fixed
+        divisor += scale * lengths
+        scores = weight * tfs
+        scores /= divisor
+        return slots, scores, len(terms)
 
     def search(
         self, query: str, k: int, *, allowed: Container[str] | None = None
@@ -416,13 +439,18 @@ class _FactIndex:
         """Index ``facts``; return fact id -> first position in ``facts``.
 
         The same facts as last call (the same objects, or equal ones, in the same order)
-        cost one list comparison at C speed.
+        cost one list comparison at C speed; when facts were only appended, only the new
+        ones are looked at.
         """
-        if self._previous == facts:  # facts are frozen: equal facts index equally
+        previous = self._previous
+        if previous == facts:  # facts are frozen: equal facts index equally
             return self._positions
-        positions: dict[str, int] = {}
-        sources: dict[str, tuple[str, ...]] = {}
-        for position, fact in enumerate(facts):
+        known = len(previous)
+        grown = 0 < known < len(facts) and facts[:known] == previous
+        positions = dict(self._positions) if grown else {}
+        sources = dict(self.sources) if grown else {}
+        for position in range(known if grown else 0, len(facts)):
+            fact = facts[position]
             if fact.id in positions:
                 continue
             positions[fact.id] = position
@@ -479,15 +507,3 @@ def _sum_by_slot(np: Any, slots: Any, values: Any) -> tuple[Any, Any]:
     first[0] = True
     np.not_equal(slots[1:], slots[:-1], out=first[1:])
     return slots[first], np.bincount(np.cumsum(first) - 1, weights=values)
-
-
-def _top_slots(np: Any, slots: Any, scores: Any, n: int) -> tuple[Any, Any]:
-    """`_top` over `BM25Index.slot_scores` arrays (ties at the cut: the lowest slots)."""
-    if len(scores) <= n:
-        return slots, scores
-    cut = np.partition(scores, len(scores) - n)[len(scores) - n]
-    keep = scores > cut
-    need = n - int(np.count_nonzero(keep))
-    if need:
-        keep[np.flatnonzero(scores == cut)[:need]] = True
-    return slots[keep], scores[keep]

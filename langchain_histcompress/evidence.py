@@ -26,6 +26,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from langchain_histcompress._evidence_arrays import WorkArrays, best_n, distinct
 from langchain_histcompress._prefix import extends
 from langchain_histcompress.bm25 import (
     BM25Index,
@@ -34,7 +35,6 @@ from langchain_histcompress.bm25 import (
     _numpy,
     _sum_by_slot,
     _top,
-    _top_slots,
 )
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
@@ -85,6 +85,10 @@ class _TurnIndex:
         """Index in ``keys`` -> the key's `BM25Index` slot."""
         self.slot_turns: array[int] = array("q")
         """`BM25Index` slot -> index in ``keys``, or -1 (a text this call does not hold)."""
+        self.turn_positions: array[int] = array("q")
+        """Index in ``keys`` -> the message's index in the call's messages."""
+        self.identity = True
+        """Whether every key's slot equals its index in ``keys`` (a fresh index)."""
 
     def eligible(self, message: BaseMessage) -> bool:
         if message.type == "system":
@@ -109,6 +113,8 @@ class _TurnIndex:
             self.index = BM25Index(k1=self.k1, b=self.b)
             self._seen.clear()
         self.turn_slots = array("q")
+        self.turn_positions = array("q")
+        self.identity = True
         self.slot_turns = array("q", [-1]) * self.index.slots
 
     def allowed(self) -> Container[str] | None:
@@ -156,8 +162,11 @@ class _TurnIndex:
             slot = self.index.slot(key)
             if slot >= len(self.slot_turns):
                 self.slot_turns.extend(array("q", [-1]) * (self.index.slots - len(self.slot_turns)))
+            if slot != len(self.keys):
+                self.identity = False
             self.slot_turns[slot] = len(self.keys)
             self.turn_slots.append(slot)
+            self.turn_positions.append(position)
             self.order[key] = len(self.keys)
             self.position[key] = position
             self.keys.append(key)
@@ -219,36 +228,28 @@ def _ordered_turns(
 
 
 def _listed_turns(
-    ranked: Iterable[int],
-    index: BM25Index,
-    position: Mapping[str, int],
+    np: Any,
+    turns: Any,
+    chunks: Iterable[Any],
+    turn_positions: array[int],
     messages: Sequence[BaseMessage],
     only_before: int | None,
     turn_ids: Container[str] | None,
 ) -> Iterator[tuple[int, BaseMessage]]:
-    """``(position, message)`` of the ``ranked`` slots, already in order, as they are taken.
+    """``(position, message)`` of the ranked ``turns`` (indexes in ``keys``), chunk by chunk.
 
-    The restrictions are applied lazily, as in `_ordered_turns`.
+    Each chunk of ``chunks`` indexes ``turns`` in ranked order; it is mapped to positions
+    and restricted by ``only_before`` over arrays, by ``turn_ids`` as items are taken (as
+    in `_ordered_turns`).
     """
-    for slot in ranked:
-        at = position[index.slot_key(slot)]
-        if (only_before is None or at < only_before) and (
-            turn_ids is None or str(messages[at].id) in turn_ids
-        ):
-            yield at, messages[at]
-
-
-def _max_by_turn(np: Any, near: Any, value: Any) -> tuple[Any, Any]:
-    """Distinct ``near`` turns (ascending) and the largest ``value`` of each one."""
-    if not len(near):
-        return near, value
-    order = np.argsort(near, kind="stable")
-    near = near[order]
-    first = np.empty(len(near), dtype=bool)
-    first[0] = True
-    np.not_equal(near[1:], near[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    return near[starts], np.maximum.reduceat(value[order], starts)
+    for chunk in chunks:
+        at = _TurnIndex.gather(np, turn_positions, turns[chunk])
+        if only_before is not None:
+            at = at[at < only_before]
+        for position in at.tolist():
+            message = messages[position]
+            if turn_ids is None or str(message.id) in turn_ids:
+                yield position, message
 
 
 _FIRST_RANKED = 128
@@ -256,22 +257,23 @@ _FIRST_RANKED = 128
 the other matches (thousands on a long history) are usually never ordered."""
 
 
-def _ranked_slots(np: Any, slots: Any, scores: Any, turns: Any) -> Iterator[int]:
-    """``slots`` by score descending, then turn ascending, ordered lazily.
+def _ranked_order(np: Any, scores: Any, turns: Any) -> Iterator[Any]:
+    """Indexes of ``scores`` by score descending, then turn ascending, in chunks, lazily.
 
-    The best `_FIRST_RANKED` scores (with every slot tied at the cut) are sorted first;
-    every other slot scores strictly less, so sorting the rest afterwards, if the caller
-    gets that far, continues the same order as one sort of all the slots.
+    The best `_FIRST_RANKED` scores (with every index tied at the cut) are sorted first;
+    every other index scores strictly less, so sorting the rest afterwards, if the caller
+    gets that far, continues the same order as one sort of all of them.
     """
-    if len(slots) > _FIRST_RANKED:
-        cut = np.partition(scores, len(scores) - _FIRST_RANKED)[len(scores) - _FIRST_RANKED]
-        head = scores >= cut
-        parts = [head, ~head]
-    else:
-        parts = [np.ones(len(slots), dtype=bool)]
-    for part in parts:
-        chosen = slots[part]
-        yield from chosen[np.lexsort((turns[part], -scores[part]))].tolist()
+    size = len(scores)
+    if size > _FIRST_RANKED:
+        cut = np.partition(scores, size - _FIRST_RANKED)[size - _FIRST_RANKED]
+        head = np.flatnonzero(scores >= cut)
+        yield head[np.lexsort((turns[head], -scores[head]))]
+        rest = np.flatnonzero(scores < cut)
+        if len(rest):
+            yield rest[np.lexsort((turns[rest], -scores[rest]))]
+    elif size:
+        yield np.lexsort((turns, -scores))
 
 
 def _best_sources(
@@ -546,6 +548,7 @@ class EvidenceRetriever:
         )
         self._facts = _FactIndex(k1=k1, b=b, text=_content_only)
         self._source_slots: _SourceSlots | None = None
+        self._work: WorkArrays | None = None
         self._lock = threading.Lock()
 
     def _turn_scores(
@@ -580,60 +583,111 @@ class EvidenceRetriever:
         return base, expanded
 
     def _turn_ranking(
-        self, np: Any, query: str, messages: Sequence[BaseMessage], *, spread: bool = True
-    ) -> tuple[tuple[Any, Any], Iterator[int]]:
-        """`_turn_scores` over numpy arrays: raw scores (slots ascending) and ranked slots.
+        self,
+        np: Any,
+        query: str,
+        messages: Sequence[BaseMessage],
+        only_before: int | None,
+        turn_ids: Container[str] | None,
+    ) -> tuple[list[tuple[str, float]], Iterator[tuple[int, BaseMessage]]]:
+        """`_turn_scores` over numpy arrays: the facts' best sources and the ranked messages.
 
         Every score is computed with the same floating-point operations as in
         `_turn_scores`, so the ranking is identical: expanded score descending, then
-        earliest message. The ranked slots are ordered and mapped to messages as the
-        caller takes them (see `_ranked_slots`).
+        earliest message. The ranked messages are ordered and listed as the caller takes
+        them (see `_ranked_order`); with ``only_before <= 0`` none is (no spreading).
+        Call after the facts are synced (their sources are scored here).
         """
         turns = self._turns
         turns.sync(messages)
+        work = self._work
+        if work is None or work.pad != self.neighbour_window:
+            work = self._work = WorkArrays(np, self.neighbour_window)
+        work.ensure(np, len(turns.keys))
+        try:
+            return self._rank_arrays(np, work, query, messages, only_before, turn_ids)
+        except BaseException:
+            self._work = None  # may hold nonzero entries now
+            raise
+
+    def _rank_arrays(
+        self,
+        np: Any,
+        work: WorkArrays,
+        query: str,
+        messages: Sequence[BaseMessage],
+        only_before: int | None,
+        turn_ids: Container[str] | None,
+    ) -> tuple[list[tuple[str, float]], Iterator[tuple[int, BaseMessage]]]:
+        turns, pad = self._turns, work.pad
         index = turns.index
-        slots, scores = index.slot_scores(np, query, max_postings=self.max_term_postings)
-        if turns.allowed() is not None:  # the index also holds texts this call does not
+        slots, scores, terms = index._posting_scores(np, query, self.max_term_postings)
+        if terms > 1:
+            slots, scores = _sum_by_slot(np, slots, scores)
+        positive = scores > 0
+        if not positive.all():
+            slots, scores = slots[positive], scores[positive]
+        identity = turns.identity and index.slots == len(turns.keys)
+        if not identity and turns.allowed() is not None:  # texts this call does not hold
             mine = turns.gather(np, turns.slot_turns, slots) >= 0
             slots, scores = slots[mine], scores[mine]
-        slots, scores = _top_slots(np, slots, scores, _MATCH_LIMIT)
-        base = (slots, scores)
-        if not spread:
-            return base, iter(())
-        if self.neighbour_window and self.neighbour_weight and len(slots):
-            seeds, seed_scores = _top_slots(np, slots, scores, _SPREAD_LIMIT)
-            width = self.neighbour_window
-            offsets = np.array([d for d in range(-width, width + 1) if d], dtype=np.int64)
-            near = (turns.gather(np, turns.slot_turns, seeds)[:, None] + offsets).ravel()
-            value = np.repeat(seed_scores, len(offsets))
-            inside = (near >= 0) & (near < len(turns.keys))
-            near, value = near[inside], value[inside]
-            near_turns, best = _max_by_turn(np, near, value)
-            near_slots = turns.gather(np, turns.turn_slots, near_turns)
-            # summed in array order from 0.0: raw score, then the neighbour share
-            slots, scores = _sum_by_slot(
-                np,
-                np.concatenate([slots, near_slots]),
-                np.concatenate([scores, self.neighbour_weight * best]),
-            )
-        return base, _ranked_slots(np, slots, scores, turns.gather(np, turns.slot_turns, slots))
+        kept = best_n(np, scores, _MATCH_LIMIT)  # slots ascending: ties, the lowest
+        if kept is not None:
+            slots, scores = slots[kept], scores[kept]
+        at = slots + pad if identity else turns.gather(np, turns.slot_turns, slots) + pad
+        # by padded turn: the raw scores of the kept matches (all > 0), then neighbour shares
+        by_turn = work.score
+        by_turn[at] = scores
+        try:
+            best_source = self._best_sources(np, by_turn, pad) if self.source_weight else []
+            if only_before is not None and only_before <= 0:  # positions are >= 0
+                return best_source, iter(())
+            if self.neighbour_window and self.neighbour_weight and len(at):
+                seeds = best_n(np, scores, _SPREAD_LIMIT)
+                seed_at, seed_scores = (at, scores) if seeds is None else (at[seeds], scores[seeds])
+                offsets = work.offsets
+                near = (seed_at[:, None] + offsets).ravel()
+                best = work.best
+                np.maximum.at(best, near, np.repeat(seed_scores, len(offsets)))
+                near = distinct(np, work.owner, near)
+                share = best[near]
+                best[near] = 0.0
+                if seed_at.min() < 2 * pad or seed_at.max() >= len(turns.keys):  # in padding
+                    inside = (near >= pad) & (near < len(turns.keys) + pad)
+                    near, share = near[inside], share[inside]
+                fresh = near[by_turn[near] == 0.0]  # not a kept match
+                by_turn[near] += self.neighbour_weight * share  # distinct: added once each
+                at = np.concatenate([at, fresh])
+            scores = by_turn[at]
+        finally:
+            by_turn[at] = 0.0
+        at -= pad
+        return best_source, _listed_turns(
+            np,
+            at,
+            _ranked_order(np, scores, at),
+            turns.turn_positions,
+            messages,
+            only_before,
+            turn_ids,
+        )
 
-    def _best_sources(self, np: Any, slots: Any, scores: Any) -> list[tuple[str, float]]:
-        """`_best_sources` over arrays: each fact's best source among the raw ``scores``."""
-        if not len(slots):
-            return []
+    def _best_sources(self, np: Any, by_turn: Any, pad: int) -> list[tuple[str, float]]:
+        """`_best_sources` over arrays: each fact's best source among the raw scores.
+
+        ``by_turn`` holds the raw score of each kept match at its padded turn index, and
+        zero elsewhere.
+        """
         sources, index = self._facts.sources, self._turns.index
         cached = self._source_slots
         if cached is None or not cached.valid(sources, index):
             cached = self._source_slots = _SourceSlots(np, sources, index)
         if not len(cached.slots):
             return []
-        at = np.minimum(np.searchsorted(slots, cached.slots), len(slots) - 1)
-        hit = slots[at] == cached.slots
-        if not hit.any():
-            return []
+        at = self._turns.gather(np, self._turns.slot_turns, cached.slots)
+        mine = at >= 0
         best = np.zeros(len(cached.fact_ids))
-        np.maximum.at(best, cached.owners[hit], scores[at[hit]])
+        np.maximum.at(best, cached.owners[mine], by_turn[at[mine] + pad])
         found = np.flatnonzero(best)
         return list(
             zip(
@@ -663,15 +717,13 @@ class EvidenceRetriever:
         if not query.strip() or (not facts and not messages):
             return iter(())
         with self._lock:
-            returned = only_before is None or only_before > 0  # positions are >= 0
             np = _numpy()
             turns: Iterator[tuple[int, BaseMessage]]
+            positions = self._facts.sync(facts)
             if np is not None:
-                base, ranked = self._turn_ranking(np, query, messages, spread=returned)
-                turns = _listed_turns(
-                    ranked, self._turns.index, self._turns.position, messages, only_before, turn_ids
-                )
+                best_source, turns = self._turn_ranking(np, query, messages, only_before, turn_ids)
             else:
+                returned = only_before is None or only_before > 0  # positions are >= 0
                 base_keys, turn_scores = self._turn_scores(query, messages, spread=returned)
                 turns = _ordered_turns(
                     sorted(turn_scores, key=turn_scores.__getitem__, reverse=True),
@@ -681,39 +733,33 @@ class EvidenceRetriever:
                     only_before,
                     turn_ids,
                 )
-            positions = self._facts.sync(facts)
+                best_source = (
+                    _best_sources(self._facts.sources, base_keys) if self.source_weight else []
+                )
             fact_scores = self._facts.index.scores(query, max_postings=self.max_term_postings)
-            if self.source_weight:
-                if np is not None:
-                    best_source = self._best_sources(np, *base)
-                else:
-                    best_source = _best_sources(self._facts.sources, base_keys)
-                for fact_id, best in best_source:
-                    fact_scores[fact_id] = fact_scores.get(fact_id, 0.0) + self.source_weight * best
-        fact_heap = [
-            (-score, positions[key], facts[positions[key]]) for key, score in fact_scores.items()
-        ]
-        return self._fuse(fact_heap, turns)
+            for fact_id, best in best_source:
+                fact_scores[fact_id] = fact_scores.get(fact_id, 0.0) + self.source_weight * best
+        # best score first, then earliest (positions are distinct)
+        ranked_facts = sorted((-score, positions[key]) for key, score in fact_scores.items())
+        return self._fuse([(at, facts[at]) for _, at in ranked_facts], turns)
 
     def _fuse(
         self,
-        fact_heap: list[tuple[float, int, Fact]],
+        ranked_facts: list[tuple[int, Fact]],
         turns: Iterator[tuple[int, BaseMessage]],
     ) -> Iterator[RankedEvidence]:
         # With one weight per list, reciprocal rank fusion interleaves the two rankings:
         # fact 1, turn 1, fact 2, turn 2... (a fact first on equal fused scores).
-        heapq.heapify(fact_heap)
-        turn = next(turns, None)
-        rank = 0
-        while fact_heap or turn is not None:
-            score = 1.0 / (self.rrf_k + rank + 1)
-            if fact_heap:
-                _, at, fact = heapq.heappop(fact_heap)
-                yield RankedEvidence(fact, score, at)
-            if turn is not None:
-                at, message = turn
-                yield RankedEvidence(message, score, at)
-                turn = next(turns, None)
+        rrf_k, rank, count = self.rrf_k, 0, len(ranked_facts)
+        for at, message in turns:
+            score = 1.0 / (rrf_k + rank + 1)
+            if rank < count:
+                fact_at, fact = ranked_facts[rank]
+                yield RankedEvidence(fact, score, fact_at)
+            yield RankedEvidence(message, score, at)
+            rank += 1
+        for fact_at, fact in ranked_facts[rank:]:
+            yield RankedEvidence(fact, 1.0 / (rrf_k + rank + 1), fact_at)
             rank += 1
 
     def rank(

@@ -18,7 +18,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress import evidence
+from langchain_histcompress import _evidence_arrays, evidence
 from langchain_histcompress.bm25 import BM25Index
 from langchain_histcompress.context import ContextBuilder
 from langchain_histcompress.facts import Fact, FactExtractor, facts_to_state
@@ -120,20 +120,28 @@ def test_lazy_ranking_equals_one_sort(size: int) -> None:
     scores = rng.integers(0, 9, size).astype(np.float64) / 7  # many ties, some at the cut
     turns = rng.permutation(2 * size)[:size].astype(np.int64)
     expected = slots[np.lexsort((turns, -scores))].tolist()
-    assert list(evidence._ranked_slots(np, slots, scores, turns)) == expected
+    chunks = list(evidence._ranked_order(np, scores, turns))
+    assert [s for chunk in chunks for s in slots[chunk].tolist()] == expected
 
 
 @pytest.mark.parametrize("size", [0, 1, 40, 2_000])
-def test_max_by_turn_equals_unique_and_maximum_at(size: int) -> None:
+def test_distinct_equals_unique(size: int) -> None:
     rng = np.random.default_rng(size)
-    near = rng.integers(0, max(1, size // 3), size).astype(np.int64)  # repeated turns
-    value = rng.integers(0, 5, size).astype(np.float64) / 3
-    turns, inverse = np.unique(near, return_inverse=True)
-    best = np.zeros(len(turns))
-    np.maximum.at(best, inverse, value)
-    got_turns, got_best = evidence._max_by_turn(np, near, value)
-    assert got_turns.tolist() == turns.tolist()
-    assert got_best.tolist() == best.tolist()
+    values = rng.integers(0, max(1, size // 3), size).astype(np.int64)  # repeated values
+    owner = np.full(max(1, size), -7, dtype=np.int64)
+    got = _evidence_arrays.distinct(np, owner, values)
+    assert sorted(got.tolist()) == np.unique(values).tolist()
+
+
+@pytest.mark.parametrize("size", [0, 5, 40, 2_000, 9_000])
+@pytest.mark.parametrize("levels", [6, 10_000])
+def test_best_n_keeps_the_first_tied_at_the_cut(size: int, levels: int) -> None:
+    rng = np.random.default_rng(size)
+    scores = rng.integers(0, levels, size).astype(np.float64) / 7  # few levels: many ties
+    for n in {1, size // 3, size // 10, size // 40}:
+        kept = _evidence_arrays.best_n(np, scores, n)
+        expected = sorted(range(size), key=lambda i: (-scores[i], i))[:n]
+        assert (list(range(size)) if kept is None else kept.tolist()) == sorted(expected)
 
 
 def test_slot_scores_equal_scores_after_edits() -> None:

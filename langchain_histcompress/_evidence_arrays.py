@@ -1,0 +1,89 @@
+"""Dense work arrays for spreading evidence scores to neighbouring messages.
+
+`EvidenceRetriever` keeps the best-matching messages, spreads their scores to the messages
+around them and ranks the result. Done with sorts, each step sorts a few thousand entries
+per question; done with arrays indexed by turn, each is a few passes over the entries. The
+arrays are all zero between calls: a call writes only the entries it touches and clears
+exactly those before returning, so its work stays proportional to the matches, not to the
+history. Every sum adds the same values in the same order as the pure-Python path (the raw
+score, then the neighbour share), so the scores are identical.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def distinct(np: Any, owner: Any, values: Any) -> Any:
+    """The distinct ``values`` (non-negative ints below ``len(owner)``), in no fixed order.
+
+    ``owner`` is scratch space (ints or floats: indexes stay exact): after
+    ``owner[values] = range``, exactly one occurrence of each value finds its own index
+    there, whichever of the repeated writes won.
+    """
+    order = np.arange(len(values))
+    owner[values] = order
+    return values[owner[values] == order]
+
+
+def best_n(np: Any, scores: Any, n: int) -> Any:
+    """Indexes (ascending) of the ``n`` best ``scores``; of those tied at the cut, the first.
+
+    ``None`` when every entry is kept. On many more entries than ``n``, a cut taken from a
+    sample first discards most entries cheaply; the result is the same.
+    """
+    size = len(scores)
+    if size <= n:
+        return None
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    candidates = None
+    if size > 4 * n >= 64:
+        step = size // (2 * n)
+        sample = scores[::step]
+        rank = len(sample) - (n // step) - (n // step) // 2 - 8  # ~1.5 n entries above it
+        if rank > 0:
+            low = np.partition(sample, rank)[rank]
+            above = np.flatnonzero(scores >= low)
+            if len(above) >= n:
+                candidates = above
+    if candidates is None:
+        cut = np.partition(scores, size - n)[size - n]
+    else:
+        chosen = scores[candidates]
+        cut = np.partition(chosen, len(chosen) - n)[len(chosen) - n]
+    keep = scores > cut
+    need = n - int(np.count_nonzero(keep))
+    if need:
+        keep[np.flatnonzero(scores == cut)[:need]] = True
+    return np.flatnonzero(keep)
+
+
+class WorkArrays:
+    """Zeroed scratch arrays by padded turn index, one row of three per turn.
+
+    Turn ``t`` is row ``t + pad``, so that neighbours past either end of the history land
+    in the padding instead of needing a bounds check before they are written. A turn's
+    score, best neighbour score and `distinct` owner share a row (one cache line), since
+    they are read and written together at scattered turns of a long history.
+    """
+
+    def __init__(self, np: Any, pad: int) -> None:
+        self.pad = pad
+        self.offsets = np.array([d for d in range(-pad, pad + 1) if d], dtype=np.int64)
+        """Neighbour offsets: ``-pad .. pad`` without 0."""
+        self._allocate(np, 0)
+
+    def _allocate(self, np: Any, size: int) -> None:
+        self.rows = np.zeros((size, 3))
+        self.score = self.rows[:, 0]
+        """Per row: the raw score of a kept match, then plus its neighbour share; else 0."""
+        self.best = self.rows[:, 1]
+        """Per row: the best score among the neighbours spreading to it; else 0."""
+        self.owner = self.rows[:, 2]
+        """Scratch for `distinct` (never cleared: only entries just written are read)."""
+
+    def ensure(self, np: Any, turns: int) -> None:
+        """Room for ``turns`` turns (grown geometrically, still zero)."""
+        if turns + 2 * self.pad > len(self.rows):
+            self._allocate(np, max(turns + turns // 2, 2 * len(self.rows)) + 2 * self.pad + 64)

@@ -1,0 +1,140 @@
+"""The array ranking of `EvidenceRetriever` equals the pure-Python one and stays clean.
+
+The numpy path spreads scores over zeroed work arrays that it must leave zero, fuses facts
+from one sorted list and re-reads only appended facts; each test compares it with the
+pure-Python path or with a fresh retriever, across settings and growing inputs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+
+from langchain_histcompress import _evidence_arrays, evidence
+from langchain_histcompress.bm25 import BM25Index, _FactIndex
+from langchain_histcompress.facts import Fact
+from langchain_histcompress.retrieval import EvidenceRetriever
+
+np = pytest.importorskip("numpy")
+
+_WORDS = ["kitten", "lake", "hiking", "clay", "guitar", "marathon", "tomato", "tent"]
+
+
+def history(size: int) -> list[BaseMessage]:
+    out: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
+    for i in range(size // 2):
+        a, b = _WORDS[i % 8], _WORDS[(i * 5 + 3) % 8]
+        out.append(HumanMessage(f"the {a} and the {b}, note{i % 13}", id=f"h{i}"))
+        out.append(AIMessage(f"more on the {b}", id=f"a{i}"))
+    return out
+
+
+def facts(count: int) -> list[Fact]:
+    return [
+        Fact(id=f"f{n}", content=f"about the {_WORDS[n % 8]}", source_ids=(f"h{n * 3}", f"a{n}"))
+        for n in range(count)
+    ]
+
+
+def ranked(retriever: EvidenceRetriever, *args: Any, **kwargs: Any) -> list[tuple[Any, ...]]:
+    return [(r.is_fact, r.position, r.score, r.item.id) for r in retriever.rank(*args, **kwargs)]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"neighbour_window": 0},
+        {"neighbour_window": 1, "max_term_postings": 30},
+        {"neighbour_window": 3, "source_weight": 0.0},
+        {"neighbour_weight": 0.0},
+    ],
+)
+def test_array_ranking_equals_python_on_a_growing_history(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
+) -> None:
+    messages = history(900)
+    fast, slow = EvidenceRetriever(**options), EvidenceRetriever(**options)
+    numpy_module = evidence._numpy
+    for turn, end in enumerate(range(300, 900, 100)):
+        pool = facts(10 + turn * 3)  # facts appended turn by turn
+        for question, kwargs in itertools.product(
+            ["kitten lake", "note3 guitar tent", "marathon"],
+            [{}, {"only_before": end - 4}, {"only_before": 0}],
+        ):
+            monkeypatch.setattr(evidence, "_numpy", numpy_module)
+            got = ranked(fast, question, pool, messages[:end], **kwargs)
+            work = fast._work
+            assert work is not None
+            assert not work.score.any() and not work.best.any()
+            monkeypatch.setattr(evidence, "_numpy", lambda: None)
+            assert got == ranked(slow, question, pool, messages[:end], **kwargs)
+
+
+def test_an_error_while_ranking_leaves_no_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages, pool = history(400), facts(12)
+    retriever = EvidenceRetriever()
+    original = _evidence_arrays.distinct
+    monkeypatch.setattr(evidence, "distinct", lambda *a: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        retriever.rank("kitten lake", pool, messages)
+    monkeypatch.setattr(evidence, "distinct", original)
+    expected = ranked(EvidenceRetriever(), "kitten lake", pool, messages)
+    assert ranked(retriever, "kitten lake", pool, messages) == expected
+
+
+def test_appended_facts_are_the_only_ones_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = _FactIndex(k1=1.5, b=0.75, text=lambda fact: fact.content)
+    read: list[str] = []
+
+    def text(fact: Fact) -> str:
+        read.append(fact.id)
+        return fact.content
+
+    monkeypatch.setattr(index, "_text", text)
+    pool = facts(20)
+    index.sync(pool)
+    assert len(read) == 20
+    read.clear()
+    grown = [*pool, *facts(26)[20:], pool[3]]  # appended, one id repeated
+    positions = index.sync(grown)
+    assert read == [f"f{n}" for n in range(20, 26)]
+    fresh = _FactIndex(k1=1.5, b=0.75, text=lambda fact: fact.content)
+    assert positions == fresh.sync(grown)
+    assert index.sources == fresh.sources
+    assert index.index.scores("kitten tent") == fresh.index.scores("kitten tent")
+    assert isinstance(index.index, BM25Index)
+
+
+def test_messages_listed_per_question_do_not_grow_with_the_history(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the ranked chunks a caller reaches are mapped to messages."""
+    listed: list[int] = []
+    original = evidence._ranked_order
+
+    def counting(*args: Any) -> Any:
+        for chunk in original(*args):
+            listed.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(evidence, "_ranked_order", counting)
+    per_size = {}
+    for size in (1_000, 8_000):
+        messages, pool = history(size), facts(12)
+        retriever = EvidenceRetriever()
+        retriever.rank("warm up", pool, messages)
+        seen = []
+        for end in range(size - 40, size, 10):
+            listed.clear()
+            taken = list(
+                itertools.islice(retriever.iter_rank("kitten note4", pool, messages[:end]), 12)
+            )
+            assert len(taken) == 12
+            seen.append(sum(listed))
+        per_size[size] = seen
+    assert max(per_size[8_000]) <= 2 * evidence._FIRST_RANKED  # the head, ties included
+    assert max(per_size[8_000]) <= 2 * max(per_size[1_000])
