@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langchain_histcompress import _evidence_arrays, evidence
 from langchain_histcompress.bm25 import BM25Index, _FactIndex
+from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.retrieval import EvidenceRetriever
 
@@ -138,3 +139,54 @@ def test_messages_listed_per_question_do_not_grow_with_the_history(
         per_size[size] = seen
     assert max(per_size[8_000]) <= 2 * evidence._FIRST_RANKED  # the head, ties included
     assert max(per_size[8_000]) <= 2 * max(per_size[1_000])
+
+
+def test_known_prefix_skips_comparing_the_vouched_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    compared: list[int] = []
+    real = evidence.extends
+
+    def counting(messages: Any, previous: list[BaseMessage]) -> bool:
+        compared.append(len(previous))
+        return real(messages, previous)
+
+    monkeypatch.setattr(evidence, "extends", counting)
+    messages = history(400)
+    vouched, plain = EvidenceRetriever(), EvidenceRetriever()
+    known = 0
+    for end in range(100, 401, 60):
+        query = f"{_WORDS[end % 8]} note{end % 13}?"
+        got = ranked(vouched, query, facts(9), messages[:end], known_prefix=known)
+        assert got == ranked(plain, query, facts(9), messages[:end])
+        known = end
+    # the plain retriever compares every previous message; the vouched one none of them
+    assert compared == [100, 160, 220, 280, 340]
+
+
+def test_known_prefix_compares_only_past_the_vouched_part() -> None:
+    messages = history(300)
+    retriever, fresh = EvidenceRetriever(), EvidenceRetriever()
+    retriever.rank("kitten", [], messages[:200])
+    edited = list(messages)
+    edited[150] = HumanMessage("the tomato and the clay, note9", id="h74")
+    # messages 100..199 differ from the previous call's: the index restarts on them
+    assert ranked(retriever, "tomato clay", [], edited, known_prefix=100) == ranked(
+        fresh, "tomato clay", [], edited
+    )
+
+
+def test_known_prefix_is_ignored_after_a_call_that_indexed_nothing() -> None:
+    messages = history(300)
+    retriever, fresh = EvidenceRetriever(), EvidenceRetriever()
+    retriever.rank("kitten", [], messages[:100])
+    other = history(300)[:1] + [HumanMessage("the lake again", id="x")] + messages[2:200]
+    assert retriever.rank("  ", [], other) == []  # returns before indexing ``other``
+    got = ranked(retriever, "lake", [], other, known_prefix=200)
+    assert got == ranked(fresh, "lake", [], other)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
+def test_known_prefix_must_be_a_non_negative_int(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="known_prefix"):
+        EvidenceRetriever().rank("kitten", [], history(10), known_prefix=bad)  # type: ignore[arg-type]
