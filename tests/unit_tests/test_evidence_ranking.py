@@ -180,7 +180,7 @@ def test_known_prefix_is_ignored_after_a_call_that_indexed_nothing() -> None:
     messages = history(300)
     retriever, fresh = EvidenceRetriever(), EvidenceRetriever()
     retriever.rank("kitten", [], messages[:100])
-    other = history(300)[:1] + [HumanMessage("the lake again", id="x")] + messages[2:200]
+    other = [*history(300)[:1], HumanMessage("the lake again", id="x"), *messages[2:200]]
     assert retriever.rank("  ", [], other) == []  # returns before indexing ``other``
     got = ranked(retriever, "lake", [], other, known_prefix=200)
     assert got == ranked(fresh, "lake", [], other)
