@@ -26,7 +26,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from langchain_histcompress._evidence_arrays import WorkArrays, best_n, distinct
+from langchain_histcompress._evidence_arrays import WorkArrays, best_n, distinct, sum_by_row
 from langchain_histcompress._prefix import extends
 from langchain_histcompress.bm25 import (
     BM25Index,
@@ -656,20 +656,27 @@ class EvidenceRetriever:
     ) -> tuple[list[tuple[str, float]], Iterator[tuple[int, BaseMessage]]]:
         turns, pad = self._turns, work.pad
         index = turns.index
-        slots, scores, terms = index._posting_scores(np, query, self.max_term_postings)
-        if terms > 1:
-            slots, scores = _sum_by_slot(np, slots, scores)
+        slots, scores, counts = index._posting_scores(np, query, self.max_term_postings)
+        identity = turns.identity and index.slots == len(turns.keys)
+        if identity and len(counts) > 1:  # a slot is a turn: sum into the work arrays
+            at, scores = sum_by_row(np, work, slots + pad, scores, counts)
+        else:
+            if len(counts) > 1:
+                slots, scores = _sum_by_slot(np, slots, scores)
+            if identity:
+                at = slots + pad
+            else:
+                at = turns.gather(np, turns.slot_turns, slots)
+                if turns.allowed() is not None:  # texts this call does not hold
+                    mine = at >= 0
+                    at, scores = at[mine], scores[mine]
+                at += pad
         positive = scores > 0
         if not positive.all():
-            slots, scores = slots[positive], scores[positive]
-        identity = turns.identity and index.slots == len(turns.keys)
-        if not identity and turns.allowed() is not None:  # texts this call does not hold
-            mine = turns.gather(np, turns.slot_turns, slots) >= 0
-            slots, scores = slots[mine], scores[mine]
+            at, scores = at[positive], scores[positive]
         kept = best_n(np, scores, _MATCH_LIMIT)  # slots ascending: ties, the lowest
         if kept is not None:
-            slots, scores = slots[kept], scores[kept]
-        at = slots + pad if identity else turns.gather(np, turns.slot_turns, slots) + pad
+            at, scores = at[kept], scores[kept]
         # by padded turn: the raw scores of the kept matches (all > 0), then neighbour shares
         by_turn = work.score
         by_turn[at] = scores
