@@ -363,6 +363,8 @@ class BM25Index:
         positive = scores > 0
         if not positive.all():
             slots, scores = slots[positive], scores[positive]
+        if not slots.flags.writeable:  # a view of the joined columns
+            slots = slots.copy()
         return slots, scores
 
     def _posting_scores(
@@ -381,16 +383,12 @@ class BM25Index:
         fixed, scale = self._length_terms()
         columns = [self._column(t, max_postings if newest_only else None) for t in terms]
         weights = [self._weight(len(self._postings[t])) for t in terms]
-        # one private copy per column (a view of the index's own arrays would pin their
-        # buffers, which must stay growable), joined at C speed, then viewed by numpy
-        slot_column, tf_column, length_column = array("q"), array("d"), array("d")
-        for column_slots, column_tfs, column_lengths in columns:
-            slot_column.extend(column_slots)
-            tf_column.extend(column_tfs)
-            length_column.extend(column_lengths)
-        slots = np.frombuffer(slot_column, dtype=np.int64)
-        tfs = np.frombuffer(tf_column, dtype=np.float64)
-        lengths = np.frombuffer(length_column, dtype=np.float64)
+        # one private copy of the columns (a view of the index's own arrays would pin
+        # their buffers, which must stay growable), joined at C speed in one allocation,
+        # then viewed by numpy
+        slots = np.frombuffer(b"".join([c[0] for c in columns]), dtype=np.int64)
+        tfs = np.frombuffer(b"".join([c[1] for c in columns]), dtype=np.float64)
+        lengths = np.frombuffer(b"".join([c[2] for c in columns]), dtype=np.float64)
         counts = [len(c[0]) for c in columns]
         weight = np.repeat(weights, counts) if len(terms) > 1 else weights[0]
         # weight * tf / (tf + fixed + scale * length), in that order
