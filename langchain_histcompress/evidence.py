@@ -26,7 +26,13 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from langchain_histcompress._evidence_arrays import WorkArrays, best_n, distinct, sum_by_row
+from langchain_histcompress._evidence_arrays import (
+    WorkArrays,
+    best_n,
+    distinct,
+    nth,
+    sum_by_row,
+)
 from langchain_histcompress._prefix import extends
 from langchain_histcompress.bm25 import (
     BM25Index,
@@ -289,7 +295,7 @@ def _ranked_order(np: Any, scores: Any, turns: Any) -> Iterator[Any]:
     """
     size = len(scores)
     if size > _FIRST_RANKED:
-        cut = np.partition(scores, size - _FIRST_RANKED)[size - _FIRST_RANKED]
+        cut = nth(np, scores, size - _FIRST_RANKED)
         head = np.flatnonzero(scores >= cut)
         yield head[np.lexsort((turns[head], -scores[head]))]
         rest = np.flatnonzero(scores < cut)

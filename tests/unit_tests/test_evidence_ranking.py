@@ -190,3 +190,15 @@ def test_known_prefix_is_ignored_after_a_call_that_indexed_nothing() -> None:
 def test_known_prefix_must_be_a_non_negative_int(bad: object) -> None:
     with pytest.raises(ConfigurationError, match="known_prefix"):
         EvidenceRetriever().rank("kitten", [], history(10), known_prefix=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("size", [1, 7, 300, 5_000])
+def test_best_n_keeps_the_best_and_the_first_of_the_tied(size: int) -> None:
+    rng = np.random.default_rng(size)
+    for values in (rng.random(size), rng.integers(0, 5, size).astype(float)):
+        for n in (0, 1, 3, size // 2, size - 1, size):
+            expected = sorted(sorted(range(size), key=lambda i: (-values[i], i))[:n])
+            kept = _evidence_arrays.best_n(np, values, n)
+            assert (list(range(size)) if kept is None else kept.tolist()) == expected
+            if 0 < n <= size:
+                assert _evidence_arrays.nth(np, values, size - n) == sorted(values)[size - n]
