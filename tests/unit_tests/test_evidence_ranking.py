@@ -205,9 +205,9 @@ def test_best_n_keeps_the_best_and_the_first_of_the_tied(size: int) -> None:
 
 
 def test_ranked_entries_are_ordinary_frozen_ranked_evidence() -> None:
-    message = history(4)[1]
-    entry = evidence.EvidenceRetriever().rank("kitten", [], history(4))[0]
-    built = evidence.RankedEvidence(message, entry.score, 1)
+    messages = history(4)
+    entry = evidence.EvidenceRetriever().rank("kitten", [], messages)[0]
+    built = evidence.RankedEvidence(messages[entry.position], entry.score, entry.position)
     assert entry == built and hash(entry) == hash(built) and repr(entry) == repr(built)
     with pytest.raises(AttributeError):
         entry.score = 1.0  # type: ignore[misc]
