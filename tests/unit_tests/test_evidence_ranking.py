@@ -208,6 +208,6 @@ def test_ranked_entries_are_ordinary_frozen_ranked_evidence() -> None:
     messages = history(4)
     entry = evidence.EvidenceRetriever().rank("kitten", [], messages)[0]
     built = evidence.RankedEvidence(messages[entry.position], entry.score, entry.position)
-    assert entry == built and hash(entry) == hash(built) and repr(entry) == repr(built)
+    assert entry == built and repr(entry) == repr(built) and vars(entry) == vars(built)
     with pytest.raises(AttributeError):
         entry.score = 1.0  # type: ignore[misc]
