@@ -46,31 +46,28 @@ def distinct(np: Any, owner: Any, values: Any) -> Any:
 
 
 def sum_by_row(np: Any, work: WorkArrays, rows: Any, values: Any, counts: list[int]) -> Any:
-    """Distinct ``rows`` (ascending) and the sum of each one's ``values``: ``(rows, sums)``.
+    """Distinct ``rows`` (in no fixed order) and the sum of each one's ``values``.
 
     ``rows`` and ``values`` are runs of ``counts`` entries, distinct rows within a run;
     each run is added to ``work.score`` at once, so a row's values are added in array
-    order from 0.0, as a Python loop would (and as `_sum_by_slot` does, without sorting).
-    The distinct rows are read from ``work.mark`` in row order. Both columns are left zero.
+    order from 0.0, as a Python loop would (and as `_sum_by_slot` does, without sorting:
+    numpy's sorts are slow next to a few scattered passes). ``work.score`` is left zero.
     """
     total, start = work.score, 0
     for count in counts:
         end = start + count
         total[rows[start:end]] += values[start:end]
         start = end
-    mark = work.mark
-    mark[rows] = True
-    found = np.flatnonzero(mark)
-    mark[found] = False
+    found = distinct(np, work.owner, rows)
     sums = total[found]
     total[found] = 0.0
     return found, sums
 
 
-def best_n(np: Any, scores: Any, n: int) -> Any:
-    """Indexes (ascending) of the ``n`` best ``scores``; of those tied at the cut, the first.
+def best_n(np: Any, scores: Any, n: int, rank: Any) -> Any:
+    """Indexes (ascending) of the ``n`` best ``scores``, ties at the cut by lowest ``rank``.
 
-    ``None`` when every entry is kept.
+    ``rank`` holds distinct values, one per score. ``None`` when every entry is kept.
     """
     size = len(scores)
     if size <= n:
@@ -81,7 +78,11 @@ def best_n(np: Any, scores: Any, n: int) -> Any:
     keep = scores > cut
     need = n - int(np.count_nonzero(keep))
     if need:
-        keep[np.flatnonzero(scores == cut)[:need]] = True
+        tied = np.flatnonzero(scores == cut)
+        if need < len(tied):
+            ranks = rank[tied]
+            tied = tied[ranks <= nth(np, ranks, need - 1)]
+        keep[tied] = True
     return np.flatnonzero(keep)
 
 
@@ -108,8 +109,6 @@ class WorkArrays:
         """Per row: the best score among the neighbours spreading to it; else 0."""
         self.owner = self.rows[:, 2]
         """Scratch for `distinct` (never cleared: only entries just written are read)."""
-        self.mark = np.zeros(size, dtype=bool)
-        """Per row: whether `sum_by_row` saw it; else False."""
 
     def ensure(self, np: Any, turns: int) -> None:
         """Room for ``turns`` turns (grown geometrically, still zero)."""

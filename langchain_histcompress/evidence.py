@@ -680,26 +680,31 @@ class EvidenceRetriever:
         turns, pad = self._turns, work.pad
         index = turns.index
         slots, scores, counts = index._posting_scores(np, query, self.max_term_postings)
+        # ``at``: each match's padded turn (in no fixed order); ``slots``: its slot, which
+        # breaks ties at a limit (the earliest indexed is kept); a turn when ``identity``
         identity = turns.identity and index.slots == len(turns.keys)
         if identity and len(counts) > 1:  # a slot is a turn: sum into the work arrays
             at, scores = sum_by_row(np, work, slots + pad, scores, counts)
+            slots = at
         else:
             if len(counts) > 1:
                 slots, scores = _sum_by_slot(np, slots, scores)
             if identity:
-                at = slots + pad
+                at = slots = slots + pad
             else:
                 at = turns.gather(np, turns.slot_turns, slots)
                 if turns.allowed() is not None:  # texts this call does not hold
                     mine = at >= 0
-                    at, scores = at[mine], scores[mine]
+                    at, scores, slots = at[mine], scores[mine], slots[mine]
                 at += pad
         positive = scores > 0
         if not positive.all():
             at, scores = at[positive], scores[positive]
-        kept = best_n(np, scores, _MATCH_LIMIT)  # slots ascending: ties, the lowest
+            slots = at if identity else slots[positive]
+        kept = best_n(np, scores, _MATCH_LIMIT, slots)
         if kept is not None:
             at, scores = at[kept], scores[kept]
+            slots = at if identity else slots[kept]
         # by padded turn: the raw scores of the kept matches (all > 0), then neighbour shares
         by_turn = work.score
         by_turn[at] = scores
@@ -708,7 +713,7 @@ class EvidenceRetriever:
             if only_before is not None and only_before <= 0:  # positions are >= 0
                 return best_source, iter(())
             if self.neighbour_window and self.neighbour_weight and len(at):
-                seeds = best_n(np, scores, _SPREAD_LIMIT)
+                seeds = best_n(np, scores, _SPREAD_LIMIT, slots)
                 seed_at, seed_scores = (at, scores) if seeds is None else (at[seeds], scores[seeds])
                 offsets = work.offsets
                 near = (seed_at[:, None] + offsets).ravel()

@@ -193,12 +193,13 @@ def test_known_prefix_must_be_a_non_negative_int(bad: object) -> None:
 
 
 @pytest.mark.parametrize("size", [1, 7, 300, 5_000])
-def test_best_n_keeps_the_best_and_the_first_of_the_tied(size: int) -> None:
+def test_best_n_keeps_the_best_and_the_lowest_ranked_of_the_tied(size: int) -> None:
     rng = np.random.default_rng(size)
+    rank = rng.permutation(size)
     for values in (rng.random(size), rng.integers(0, 5, size).astype(float)):
         for n in (0, 1, 3, size // 2, size - 1, size):
-            expected = sorted(sorted(range(size), key=lambda i: (-values[i], i))[:n])
-            kept = _evidence_arrays.best_n(np, values, n)
+            expected = sorted(sorted(range(size), key=lambda i: (-values[i], rank[i]))[:n])
+            kept = _evidence_arrays.best_n(np, values, n, rank)
             assert (list(range(size)) if kept is None else kept.tolist()) == expected
             if 0 < n <= size:
                 assert _evidence_arrays.nth(np, values, size - n) == sorted(values)[size - n]
