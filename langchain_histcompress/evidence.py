@@ -749,6 +749,8 @@ class EvidenceRetriever:
         zero elsewhere.
         """
         sources, index = self._facts.sources, self._turns.index
+        if not any(sources.values()):  # no fact names a source message
+            return []
         cached = self._source_slots
         if cached is None or not cached.valid(sources, index):
             cached = self._source_slots = _SourceSlots(np, sources, index)
