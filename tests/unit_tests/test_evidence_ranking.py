@@ -212,3 +212,20 @@ def test_ranked_entries_are_ordinary_frozen_ranked_evidence() -> None:
     assert entry == built and repr(entry) == repr(built) and vars(entry) == vars(built)
     with pytest.raises(AttributeError):
         entry.score = 1.0  # type: ignore[misc]
+
+
+def test_sum_by_row_equals_the_sorted_sum_and_leaves_the_arrays_zero() -> None:
+    from langchain_histcompress.bm25 import _sum_by_slot
+
+    rng = np.random.default_rng(7)
+    work = _evidence_arrays.WorkArrays(np, 2)
+    work.ensure(np, 500)
+    counts = [40, 300, 1, 120]
+    rows = np.concatenate([np.sort(rng.choice(500, c, replace=False)) + 2 for c in counts])
+    values = rng.random(len(rows)) / 3
+    found, sums = _evidence_arrays.sum_by_row(np, work, rows, values, counts)
+    order = np.argsort(found)
+    expected_rows, expected_sums = _sum_by_slot(np, rows, values)
+    assert found[order].tolist() == expected_rows.tolist()
+    assert sums[order].tolist() == expected_sums.tolist()  # bit for bit
+    assert not work.rows[:, :2].any()
