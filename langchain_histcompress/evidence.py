@@ -796,12 +796,16 @@ class EvidenceRetriever:
             np = _numpy()
             turns: Iterator[tuple[int, BaseMessage]]
             positions = self._facts.sync(facts)
-            if np is not None:
+            returned = only_before is None or only_before > 0  # positions are >= 0
+            if not returned and not (self.source_weight and any(self._facts.sources.values())):
+                # no message is returned and none lends its score to a fact: only index them
+                self._turns.sync(messages, known_prefix)
+                best_source, turns = [], iter(())
+            elif np is not None:
                 best_source, turns = self._turn_ranking(
                     np, query, messages, only_before, turn_ids, known_prefix
                 )
             else:
-                returned = only_before is None or only_before > 0  # positions are >= 0
                 base_keys, turn_scores = self._turn_scores(
                     query, messages, spread=returned, known_prefix=known_prefix
                 )

@@ -229,3 +229,26 @@ def test_sum_by_row_equals_the_sorted_sum_and_leaves_the_arrays_zero() -> None:
     assert found[order].tolist() == expected_rows.tolist()
     assert sums[order].tolist() == expected_sums.tolist()  # bit for bit
     assert not work.rows[:, :2].any()
+
+
+def test_facts_only_ranking_scores_no_message_when_no_fact_names_a_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    messages = history(200)
+    plain = [Fact(id=f"p{n}", content=f"about the {_WORDS[n % 8]}") for n in range(6)]
+    retriever, fresh = EvidenceRetriever(), EvidenceRetriever()
+    scored: list[str] = []
+    real = BM25Index._posting_scores
+
+    def counting(self: BM25Index, *args: Any) -> Any:
+        scored.append("turns")
+        return real(self, *args)
+
+    monkeypatch.setattr(BM25Index, "_posting_scores", counting)
+    got = ranked(retriever, "kitten lake", plain, messages, only_before=0)
+    assert scored == []
+    assert got == ranked(fresh, "kitten lake", plain, messages, only_before=0)
+    assert [r[3] for r in got] == ["p0", "p1"]
+    # with sources, messages are scored (for the facts), still none returned
+    sourced = ranked(retriever, "kitten lake", facts(6), messages, only_before=0)
+    assert scored and all(r[0] for r in sourced)
