@@ -795,6 +795,7 @@ class EvidenceRetriever:
         with self._lock:
             np = _numpy()
             turns: Iterator[tuple[int, BaseMessage]]
+            best_source: list[tuple[str, float]]
             positions = self._facts.sync(facts)
             returned = only_before is None or only_before > 0  # positions are >= 0
             if not returned and not (self.source_weight and any(self._facts.sources.values())):
