@@ -18,9 +18,9 @@ def nth(np: Any, values: Any, k: int) -> Any:
     """The ``k``-th smallest of ``values`` (from 0), which must be non-empty.
 
     Selected for two positions at once (``k`` and the last): numpy then uses its
-    introselect, several times faster on a few thousand floats than the single-position
-    SIMD selection it picks otherwise on CPUs without AVX-512 (numpy 2.x); the value
-    found is the same.
+    introselect, which measured several times faster on a few thousand floats than the
+    SIMD selection numpy 2.x picks for a single position (x86); the value found is the
+    same.
 
     Example:
         >>> import numpy as np
