@@ -357,46 +357,46 @@ class BM25Index:
             >>> scores.tolist() == list(index.scores("apple pie").values())
             True
         """
-        slots, scores, terms = self._posting_scores(np, query, max_postings)
-        if terms > 1:
+        slots, scores, counts = self._posting_scores(np, query, max_postings)
+        if len(counts) > 1:
             slots, scores = _sum_by_slot(np, slots, scores)
         positive = scores > 0
         if not positive.all():
             slots, scores = slots[positive], scores[positive]
+        if not slots.flags.writeable:  # a view of the joined columns
+            slots = slots.copy()
         return slots, scores
 
     def _posting_scores(
         self, np: Any, query: str, max_postings: int | None
-    ) -> tuple[Any, Any, int]:
-        """Each scored query term's postings, term after term: slots, BM25 scores, terms.
+    ) -> tuple[Any, Any, list[int]]:
+        """Each scored query term's postings, term after term: slots, BM25 scores, counts.
 
         Slots are ascending and distinct within a term; summing a slot's scores in this
         order from 0.0 gives `scores` exactly. The terms' columns are joined into one copy
-        and the scores computed in one pass over it.
+        and the scores computed in one pass over it; ``counts`` holds each term's number
+        of postings, in query order.
         """
         terms, newest_only = self._query_terms(query, max_postings)
         if not terms:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), 0
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), []
         fixed, scale = self._length_terms()
         columns = [self._column(t, max_postings if newest_only else None) for t in terms]
         weights = [self._weight(len(self._postings[t])) for t in terms]
-        # one private copy per column (a view of the index's own arrays would pin their
-        # buffers, which must stay growable), joined at C speed, then viewed by numpy
-        slot_column, tf_column, length_column = array("q"), array("d"), array("d")
-        for column_slots, column_tfs, column_lengths in columns:
-            slot_column.extend(column_slots)
-            tf_column.extend(column_tfs)
-            length_column.extend(column_lengths)
-        slots = np.frombuffer(slot_column, dtype=np.int64)
-        tfs = np.frombuffer(tf_column, dtype=np.float64)
-        lengths = np.frombuffer(length_column, dtype=np.float64)
-        weight = np.repeat(weights, [len(c[0]) for c in columns]) if len(terms) > 1 else weights[0]
+        # one private copy of the columns (a view of the index's own arrays would pin
+        # their buffers, which must stay growable), joined at C speed in one allocation,
+        # then viewed by numpy
+        slots = np.frombuffer(b"".join([c[0] for c in columns]), dtype=np.int64)
+        tfs = np.frombuffer(b"".join([c[1] for c in columns]), dtype=np.float64)
+        lengths = np.frombuffer(b"".join([c[2] for c in columns]), dtype=np.float64)
+        counts = [len(c[0]) for c in columns]
+        weight = np.repeat(weights, counts) if len(terms) > 1 else weights[0]
         # weight * tf / (tf + fixed + scale * length), in that order
         divisor = tfs + fixed
         divisor += scale * lengths
         scores = weight * tfs
         scores /= divisor
-        return slots, scores, len(terms)
+        return slots, scores, counts
 
     def search(
         self, query: str, k: int, *, allowed: Container[str] | None = None

@@ -520,10 +520,16 @@ class EmbeddingEvidenceRetriever(EvidenceRetriever):
         *,
         turn_ids: Container[str] | None = None,
         only_before: int | None = None,
+        known_prefix: int = 0,
     ) -> Iterator[RankedEvidence]:
         """Like `EvidenceRetriever.iter_rank`, with the embedding ranks fused in."""
         lexical = super().iter_rank(
-            query, facts, messages, turn_ids=turn_ids, only_before=only_before
+            query,
+            facts,
+            messages,
+            turn_ids=turn_ids,
+            only_before=only_before,
+            known_prefix=known_prefix,
         )
         if not query.strip() or (not facts and not messages) or not self.embedding_weight:
             return lexical

@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langchain_histcompress import _evidence_arrays, evidence
 from langchain_histcompress.bm25 import BM25Index, _FactIndex
+from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.retrieval import EvidenceRetriever
 
@@ -138,3 +139,116 @@ def test_messages_listed_per_question_do_not_grow_with_the_history(
         per_size[size] = seen
     assert max(per_size[8_000]) <= 2 * evidence._FIRST_RANKED  # the head, ties included
     assert max(per_size[8_000]) <= 2 * max(per_size[1_000])
+
+
+def test_known_prefix_skips_comparing_the_vouched_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    compared: list[int] = []
+    real = evidence.extends
+
+    def counting(messages: Any, previous: list[BaseMessage]) -> bool:
+        compared.append(len(previous))
+        return real(messages, previous)
+
+    monkeypatch.setattr(evidence, "extends", counting)
+    messages = history(400)
+    vouched, plain = EvidenceRetriever(), EvidenceRetriever()
+    known = 0
+    for end in range(100, 401, 60):
+        query = f"{_WORDS[end % 8]} note{end % 13}?"
+        got = ranked(vouched, query, facts(9), messages[:end], known_prefix=known)
+        assert got == ranked(plain, query, facts(9), messages[:end])
+        known = end
+    # the plain retriever compares every previous message; the vouched one none of them
+    assert compared == [100, 160, 220, 280, 340]
+
+
+def test_known_prefix_compares_only_past_the_vouched_part() -> None:
+    messages = history(300)
+    retriever, fresh = EvidenceRetriever(), EvidenceRetriever()
+    retriever.rank("kitten", [], messages[:200])
+    edited = list(messages)
+    edited[150] = HumanMessage("the tomato and the clay, note9", id="h74")
+    # messages 100..199 differ from the previous call's: the index restarts on them
+    assert ranked(retriever, "tomato clay", [], edited, known_prefix=100) == ranked(
+        fresh, "tomato clay", [], edited
+    )
+
+
+def test_known_prefix_is_ignored_after_a_call_that_indexed_nothing() -> None:
+    messages = history(300)
+    retriever, fresh = EvidenceRetriever(), EvidenceRetriever()
+    retriever.rank("kitten", [], messages[:100])
+    other = [*history(300)[:1], HumanMessage("the lake again", id="x"), *messages[2:200]]
+    assert retriever.rank("  ", [], other) == []  # returns before indexing ``other``
+    got = ranked(retriever, "lake", [], other, known_prefix=200)
+    assert got == ranked(fresh, "lake", [], other)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
+def test_known_prefix_must_be_a_non_negative_int(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="known_prefix"):
+        EvidenceRetriever().rank("kitten", [], history(10), known_prefix=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("size", [1, 7, 300, 5_000])
+def test_best_n_keeps_the_best_and_the_lowest_ranked_of_the_tied(size: int) -> None:
+    rng = np.random.default_rng(size)
+    rank = rng.permutation(size)
+    for values in (rng.random(size), rng.integers(0, 5, size).astype(float)):
+        for n in (0, 1, 3, size // 2, size - 1, size):
+            expected = sorted(sorted(range(size), key=lambda i: (-values[i], rank[i]))[:n])
+            kept = _evidence_arrays.best_n(np, values, n, rank)
+            assert (list(range(size)) if kept is None else kept.tolist()) == expected
+            if 0 < n <= size:
+                assert _evidence_arrays.nth(np, values, size - n) == sorted(values)[size - n]
+
+
+def test_ranked_entries_are_ordinary_frozen_ranked_evidence() -> None:
+    messages = history(4)
+    entry = evidence.EvidenceRetriever().rank("kitten", [], messages)[0]
+    built = evidence.RankedEvidence(messages[entry.position], entry.score, entry.position)
+    assert entry == built and repr(entry) == repr(built) and vars(entry) == vars(built)
+    with pytest.raises(AttributeError):
+        entry.score = 1.0  # type: ignore[misc]
+
+
+def test_sum_by_row_equals_the_sorted_sum_and_leaves_the_arrays_zero() -> None:
+    from langchain_histcompress.bm25 import _sum_by_slot
+
+    rng = np.random.default_rng(7)
+    work = _evidence_arrays.WorkArrays(np, 2)
+    work.ensure(np, 500)
+    counts = [40, 300, 1, 120]
+    rows = np.concatenate([np.sort(rng.choice(500, c, replace=False)) + 2 for c in counts])
+    values = rng.random(len(rows)) / 3
+    found, sums = _evidence_arrays.sum_by_row(np, work, rows, values, counts)
+    order = np.argsort(found)
+    expected_rows, expected_sums = _sum_by_slot(np, rows, values)
+    assert found[order].tolist() == expected_rows.tolist()
+    assert sums[order].tolist() == expected_sums.tolist()  # bit for bit
+    assert not work.rows[:, :2].any()
+
+
+def test_facts_only_ranking_scores_no_message_when_no_fact_names_a_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    messages = history(200)
+    plain = [Fact(id=f"p{n}", content=f"about the {_WORDS[n % 8]}") for n in range(6)]
+    retriever, fresh = EvidenceRetriever(), EvidenceRetriever()
+    scored: list[str] = []
+    real = BM25Index._posting_scores
+
+    def counting(self: BM25Index, *args: Any) -> Any:
+        scored.append("turns")
+        return real(self, *args)
+
+    monkeypatch.setattr(BM25Index, "_posting_scores", counting)
+    got = ranked(retriever, "kitten lake", plain, messages, only_before=0)
+    assert scored == []
+    assert got == ranked(fresh, "kitten lake", plain, messages, only_before=0)
+    assert [r[3] for r in got] == ["p0", "p1"]
+    # with sources, messages are scored (for the facts), still none returned
+    sourced = ranked(retriever, "kitten lake", facts(6), messages, only_before=0)
+    assert scored and all(r[0] for r in sourced)

@@ -139,7 +139,7 @@ def test_best_n_keeps_the_first_tied_at_the_cut(size: int, levels: int) -> None:
     rng = np.random.default_rng(size)
     scores = rng.integers(0, levels, size).astype(np.float64) / 7  # few levels: many ties
     for n in {1, size // 3, size // 10, size // 40}:
-        kept = _evidence_arrays.best_n(np, scores, n)
+        kept = _evidence_arrays.best_n(np, scores, n, np.arange(size))
         expected = sorted(range(size), key=lambda i: (-scores[i], i))[:n]
         assert (list(range(size)) if kept is None else kept.tolist()) == sorted(expected)
 
