@@ -97,6 +97,9 @@ class _TurnIndex:
         """Whether every key's slot equals its index in ``keys`` (a fresh index)."""
         self.trusted = True
         """Whether the caller's previous call synced (so a ``known_prefix`` refers to it)."""
+        self._source: Sequence[BaseMessage] | None = None
+        # the list object the previous call indexed: a ``known_prefix`` is honoured only for
+        # that same list, so a call by another caller in between cannot be vouched for
 
     def eligible(self, message: BaseMessage) -> bool:
         if message.type == "system":
@@ -184,6 +187,7 @@ class _TurnIndex:
             self.position[key] = position
             self.keys.append(key)
             self.by_key[key] = message
+        self._source = messages
 
     def _grew(self, messages: Sequence[BaseMessage], known_prefix: int) -> bool:
         """Whether ``messages`` begins with the previous call's messages.
@@ -194,7 +198,7 @@ class _TurnIndex:
         """
         previous = self._previous
         known = len(previous)
-        if known_prefix <= 0:
+        if known_prefix <= 0 or messages is not self._source:
             return extends(messages, previous)
         if known_prefix >= known:
             return True
@@ -872,7 +876,9 @@ class EvidenceRetriever:
             known_prefix: The caller vouches that ``messages[:known_prefix]`` are the very
                 message objects, in order, that began the previous call's ``messages`` (a
                 history list the caller only appends to): they are then not compared
-                again, which spares a pass over a long history per call. ``0`` (the
+                again, which spares a pass over a long history per call. Honoured only
+                when ``messages`` is the same list object as in the previous call (so a
+                call by another caller in between is never vouched for). ``0`` (the
                 default) vouches for nothing; the result is the same either way.
 
         Returns:

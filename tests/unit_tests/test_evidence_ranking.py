@@ -154,10 +154,12 @@ def test_known_prefix_skips_comparing_the_vouched_messages(
     monkeypatch.setattr(evidence, "extends", counting)
     messages = history(400)
     vouched, plain = EvidenceRetriever(), EvidenceRetriever()
+    grown: list[BaseMessage] = []  # one list, appended to, as a caller vouching keeps it
     known = 0
     for end in range(100, 401, 60):
         query = f"{_WORDS[end % 8]} note{end % 13}?"
-        got = ranked(vouched, query, facts(9), messages[:end], known_prefix=known)
+        grown += messages[len(grown) : end]
+        got = ranked(vouched, query, facts(9), grown, known_prefix=known)
         assert got == ranked(plain, query, facts(9), messages[:end])
         known = end
     # the plain retriever compares every previous message; the vouched one none of them
@@ -174,6 +176,22 @@ def test_known_prefix_compares_only_past_the_vouched_part() -> None:
     assert ranked(retriever, "tomato clay", [], edited, known_prefix=100) == ranked(
         fresh, "tomato clay", [], edited
     )
+
+
+def test_known_prefix_is_ignored_after_another_callers_list() -> None:
+    messages = history(300)
+    # another caller indexes its own list of the same length in between
+    other = [HumanMessage(f"the lake, note{i}", id=f"other-{i}") for i in range(100)]
+    got = []
+    for known_prefix in (100, 0):  # the same calls, vouched and not
+        retriever = EvidenceRetriever()
+        grown = messages[:100]
+        retriever.rank("kitten", [], grown)
+        retriever.rank("lake", [], other)
+        grown += messages[100:160]
+        got.append(ranked(retriever, "lake kitten", [], grown, known_prefix=known_prefix))
+    assert got[0] == got[1]
+    assert {m.id for m in messages[:160]} >= {item for *_, item in got[0]}
 
 
 def test_known_prefix_is_ignored_after_a_call_that_indexed_nothing() -> None:
