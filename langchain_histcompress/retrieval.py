@@ -185,8 +185,10 @@ class BM25FactRetriever:
         with self._lock:
             positions = self._facts.sync(facts)
             scores = self._facts.index.scores(query)
-        ranked = sorted(scores.items(), key=lambda item: (-item[1], positions[item[0]]))
-        return [facts[positions[key]] for key, _ in ranked[:k]]
+        # by score, best first, ties by position: two sorts keyed at C speed (both stable)
+        ranked = sorted(scores, key=positions.__getitem__)
+        ranked.sort(key=scores.__getitem__, reverse=True)
+        return [facts[positions[key]] for key in ranked[:k]]
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
