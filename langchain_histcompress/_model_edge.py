@@ -830,13 +830,13 @@ def call_with_timeout(call: Callable[[], T], timeout: float | None, *, what: str
         if not outcome[0][0]:  # ended by an error after the timeout: the request was abandoned
             raise _no_answer(what, timeout) from None
         # answered during the grace: billed anyway, so use it
-    ok, value = outcome[0]
+    ok, value = outcome.pop()
     if ok:
         return cast("T", value)
     try:
         raise value
     finally:
-        del value, outcome
+        del value  # no cycle through this frame's traceback
 
 
 async def await_with_timeout(

@@ -626,9 +626,7 @@ def merge_facts(left: object, right: object, *, now: datetime | None = None) -> 
         # the usual state (str keys, fact dicts) is copied as is, checked at C speed
         kinds = set(map(type, state.values()))
         if not set(map(type, state)) <= {str} or any(issubclass(k, Fact) for k in kinds):
-            state = {
-                str(k): (v.to_state() if isinstance(v, Fact) else v) for k, v in left.items()
-            }
+            state = {str(k): (v.to_state() if isinstance(v, Fact) else v) for k, v in left.items()}
     elif left is None:
         state = {}
     else:
