@@ -438,11 +438,15 @@ def apply_fact_ops(
                 outcomes.append(OpOutcome(index, op.op, op.id, "deleted"))
         except ValueError:
             outcomes.append(OpOutcome(index, op.op, op.id, "rejected", "invalid_fields"))
-    expired = [
-        fid
-        for fid, fact in current.items()
-        if fact.expires_at is not None and fact.expires_at <= now
-    ]
+    expired = (
+        []
+        if set(map(_FACT_EXPIRES_AT, current.values())) <= {None}
+        else [
+            fid
+            for fid, fact in current.items()
+            if fact.expires_at is not None and fact.expires_at <= now
+        ]
+    )
     for fid in expired:
         drop(fid)
     return FactsUpdate(
@@ -661,6 +665,7 @@ def merge_facts(left: object, right: object, *, now: datetime | None = None) -> 
 
 _CONTENT = operator.attrgetter("content")
 _EXPIRES_AT = operator.methodcaller("get", "expires_at")
+_FACT_EXPIRES_AT = operator.attrgetter("expires_at")
 
 
 def _writes(right: object) -> list[FactOp | tuple[str, object]]:
