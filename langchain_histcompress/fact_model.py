@@ -125,8 +125,18 @@ def _parse_datetime(value: object) -> datetime | None:
 
 
 def _label(value: str, *, default: str) -> str:
+    if len(value) > 64:  # not a label a fact set repeats: not worth a cache entry
+        return _fold_label(value, default)
+    return _cached_label(value, default)
+
+
+def _fold_label(value: str, default: str) -> str:
     folded = _LABEL_RE.sub("_", unicodedata.normalize("NFKC", value).casefold()).strip("_")
     return folded[:48] or default
+
+
+# a handful of labels come back on every fact validated
+_cached_label = functools.lru_cache(maxsize=1024)(_fold_label)
 
 
 @functools.lru_cache(maxsize=8192)
