@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import operator
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -412,10 +411,7 @@ def apply_fact_ops(
     """
     now = _aware(now) if now is not None else _utcnow()
     current: dict[str, Fact] = dict(facts)
-    # keyed at C speed (no bytecode per fact): this runs over the whole fact set every call
-    by_key: dict[str, str] = dict(
-        zip(map(normalize_content, map(_CONTENT, current.values())), current, strict=True)
-    )
+    by_key: dict[str, str] = {normalize_content(f.content): fid for fid, f in current.items()}
     changed: dict[str, None] = {}
     removed: dict[str, None] = {}
     outcomes: list[OpOutcome] = []
@@ -448,15 +444,11 @@ def apply_fact_ops(
                 outcomes.append(OpOutcome(index, op.op, op.id, "deleted"))
         except ValueError:
             outcomes.append(OpOutcome(index, op.op, op.id, "rejected", "invalid_fields"))
-    expired = (
-        []
-        if set(map(_FACT_EXPIRES_AT, current.values())) <= {None}
-        else [
-            fid
-            for fid, fact in current.items()
-            if fact.expires_at is not None and fact.expires_at <= now
-        ]
-    )
+    expired = [
+        fid
+        for fid, fact in current.items()
+        if fact.expires_at is not None and fact.expires_at <= now
+    ]
     for fid in expired:
         drop(fid)
     return FactsUpdate(
@@ -666,16 +658,9 @@ def merge_facts(left: object, right: object, *, now: datetime | None = None) -> 
             fact = _state_dict(value, key)
             state[fact["id"]] = fact
     flush()
-    if set(map(_EXPIRES_AT, state.values())) <= {None}:  # nothing can expire: no rebuild
-        return state
     return {
         k: v for k, v in state.items() if v.get("expires_at") is None or not _expired_dict(v, now)
     }
-
-
-_CONTENT = operator.attrgetter("content")
-_EXPIRES_AT = operator.methodcaller("get", "expires_at")
-_FACT_EXPIRES_AT = operator.attrgetter("expires_at")
 
 
 def _writes(right: object) -> list[FactOp | tuple[str, object]]:

@@ -41,7 +41,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -563,15 +562,11 @@ class FactExtractionNode(GraphNode):
                 raise StorageError(msg) from exc
             loaded, expired = self._parse_items(items, namespace, now)
         else:
-            loaded = (
-                in_state  # nothing can expire (checked at C speed): no copy
-                if set(map(_EXPIRES_AT, in_state.values())) <= {None}
-                else {
-                    fid: f
-                    for fid, f in in_state.items()
-                    if f.expires_at is None or not f.is_expired(now)
-                }
-            )
+            loaded = {
+                fid: f
+                for fid, f in in_state.items()
+                if f.expires_at is None or not f.is_expired(now)
+            }
             expired = []
         current = loaded
         reports: list[ExtractionReport] = []
@@ -605,7 +600,6 @@ class FactExtractionNode(GraphNode):
 
 
 _PAGE = 500
-_EXPIRES_AT = operator.attrgetter("expires_at")
 
 
 def _search_all(store: BaseStore, namespace: tuple[str, ...]) -> Steps[list[Item]]:
