@@ -809,16 +809,34 @@ def call_with_timeout(call: Callable[[], T], timeout: float | None, *, what: str
     """
     if timeout is None:
         return call()
-    future = submit_to_worker(call)
+    # a bare lock instead of a `Future`: one release wakes the caller, no condition variable
+    done = threading.Lock()
+    done.acquire()
+    outcome: list[tuple[bool, Any]] = []
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            outcome.append((True, context.run(call)))
+        except BaseException as exc:
+            outcome.append((False, exc))
+        finally:
+            done.release()
+
+    _WORKERS.submit(run)
+    if not done.acquire(timeout=max(timeout, 0.0)):
+        if not done.acquire(timeout=_abandon_grace(max(timeout, 0.0))):
+            raise _no_answer(what, timeout, abandoned=False)
+        if not outcome[0][0]:  # ended by an error after the timeout: the request was abandoned
+            raise _no_answer(what, timeout) from None
+        # answered during the grace: billed anyway, so use it
+    ok, value = outcome.pop()
+    if ok:
+        return cast("T", value)
     try:
-        return future.result(timeout)
-    except concurrent.futures.TimeoutError:
-        if future.done():
-            raise
-    concurrent.futures.wait([future], _abandon_grace(timeout))
-    if future.done() and future.exception() is None:
-        return future.result()  # answered during the grace: billed anyway, so use it
-    raise _no_answer(what, timeout, abandoned=future.done()) from None
+        raise value
+    finally:
+        del value  # no cycle through this frame's traceback
 
 
 async def await_with_timeout(

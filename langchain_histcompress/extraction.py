@@ -658,6 +658,7 @@ class FactExtractor:
         self.fact_retriever = fact_retriever
         self._bm25: FactRetriever | None = None
         self._lines: dict[str, tuple[Fact, str]] = {}
+        self._labels: dict[str, str] = {}  # alias -> escaped, as the prompt shows it
 
     # -- shared pieces ---------------------------------------------------------------
 
@@ -703,9 +704,17 @@ class FactExtractor:
         """`build_extraction_prompt`'s ``<current_facts>`` block from the cached lines."""
         if len(self._lines) > 2 * known + 64:  # forget facts that left the set
             self._lines = {}
-        lines = "\n".join(
-            f"{escape_data(str(aliases.alias(f.id)))} {self._fact_line(f)}" for f in shown
-        )
+        labels = self._labels
+        if len(labels) > 2 * known + 64:
+            labels.clear()
+        parts = []
+        for fact in shown:
+            alias = str(aliases.alias(fact.id))
+            label = labels.get(alias)
+            if label is None:
+                label = labels[alias] = escape_data(alias)
+            parts.append(f"{label} {self._fact_line(fact)}")
+        lines = "\n".join(parts)
         return f'<current_facts count="{len(shown)}">\n{lines}\n</current_facts>'
 
     def _prepare(

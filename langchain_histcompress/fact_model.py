@@ -124,8 +124,18 @@ def _parse_datetime(value: object) -> datetime | None:
 
 
 def _label(value: str, *, default: str) -> str:
+    if len(value) > 64:  # not a label a fact set repeats: not worth a cache entry
+        return _fold_label(value, default)
+    return _cached_label(value, default)
+
+
+def _fold_label(value: str, default: str) -> str:
     folded = _LABEL_RE.sub("_", unicodedata.normalize("NFKC", value).casefold()).strip("_")
     return folded[:48] or default
+
+
+# a handful of labels come back on every fact validated
+_cached_label = functools.lru_cache(maxsize=1024)(_fold_label)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -618,9 +628,11 @@ def merge_facts(left: object, right: object, *, now: datetime | None = None) -> 
     """
     now = _aware(now) if now is not None else _utcnow()
     if isinstance(left, Mapping):
-        state: dict[str, Any] = {
-            str(k): (v.to_state() if isinstance(v, Fact) else v) for k, v in left.items()
-        }
+        state: dict[str, Any] = dict(left)
+        # the usual state (str keys, fact dicts) is copied as is, checked at C speed
+        kinds = set(map(type, state.values()))
+        if not set(map(type, state)) <= {str} or any(issubclass(k, Fact) for k in kinds):
+            state = {str(k): (v.to_state() if isinstance(v, Fact) else v) for k, v in left.items()}
     elif left is None:
         state = {}
     else:

@@ -499,10 +499,17 @@ class FactExtractionNode(GraphNode):
         plan: _Plan,
         processed: int,
     ) -> dict[str, Any]:
-        writes: list[dict[str, Any]] = [
-            {"op": "DELETE", "id": fid} for fid in before if fid not in final
-        ]
-        writes.extend(fact.to_state() for fid, fact in final.items() if _changed(before, fid, fact))
+        writes: list[dict[str, Any]] = (
+            []
+            if before.keys() <= final.keys()
+            else [{"op": "DELETE", "id": fid} for fid in before if fid not in final]
+        )
+        get = before.get  # `_changed` inlined: this walks every fact
+        writes.extend(
+            fact.to_state()
+            for fid, fact in final.items()
+            if (old := get(fid)) is not fact and old != fact
+        )
         statuses = [r.status for r in reports]
         if "failed" in statuses:
             status = "failed"

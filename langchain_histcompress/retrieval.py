@@ -47,7 +47,6 @@ from langchain_histcompress.bm25 import (
     STOPWORDS,
     BM25Index,
     _check_k,
-    _FactIndex,
     _numpy,
     stem,
     tokenize,
@@ -111,6 +110,47 @@ def _content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+class _IndexedFacts:
+    """A BM25 index over exactly the facts of the latest call, matched to the last call by identity.
+
+    Facts are frozen, so a fact object seen last call is indexed as it is: only facts that are
+    new objects have their text built, and only a changed text is tokenized again. Facts
+    absent from the call are removed, so scores equal those of a fresh index.
+    """
+
+    def __init__(self, *, k1: float, b: float) -> None:
+        self.index = BM25Index(k1=k1, b=b)
+        self._indexed: dict[str, tuple[Fact, str]] = {}
+        self._previous: list[Fact] = []
+        self._positions: dict[str, int] = {}
+
+    def sync(self, facts: Sequence[Fact]) -> dict[str, int]:
+        """Index ``facts``; return fact id -> first position in ``facts``."""
+        if self._previous == facts:  # the same facts in the same order: one C-level compare
+            return self._positions
+        index = self.index
+        indexed = self._indexed
+        positions: dict[str, int] = {}
+        for position, fact in enumerate(facts):
+            fid = fact.id
+            if fid in positions:
+                continue
+            positions[fid] = position
+            seen = indexed.get(fid)
+            if seen is not None and seen[0] is fact:
+                continue
+            text = _fact_text(fact)
+            if seen is None or seen[1] != text:
+                index.add(fid, text)
+            indexed[fid] = (fact, text)
+        if len(indexed) > len(positions):
+            for key in [key for key in indexed if key not in positions]:
+                index.remove(key)
+                del indexed[key]
+        self._previous, self._positions = list(facts), positions
+        return positions
+
+
 class BM25FactRetriever:
     """Rank facts by BM25 over their content and type (facts with no shared word are left out).
 
@@ -134,7 +174,7 @@ class BM25FactRetriever:
         BM25Index(k1=k1, b=b)
         self.k1 = k1
         self.b = b
-        self._facts = _FactIndex(k1=k1, b=b, text=_fact_text)
+        self._facts = _IndexedFacts(k1=k1, b=b)
         self._lock = threading.Lock()
 
     def retrieve(self, query: str, facts: Sequence[Fact], k: int) -> list[Fact]:
@@ -145,8 +185,10 @@ class BM25FactRetriever:
         with self._lock:
             positions = self._facts.sync(facts)
             scores = self._facts.index.scores(query)
-        ranked = sorted(scores.items(), key=lambda item: (-item[1], positions[item[0]]))
-        return [facts[positions[key]] for key, _ in ranked[:k]]
+        # by score, best first, ties by position: two sorts keyed at C speed (both stable)
+        ranked = sorted(scores, key=positions.__getitem__)
+        ranked.sort(key=scores.__getitem__, reverse=True)
+        return [facts[positions[key]] for key in ranked[:k]]
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:

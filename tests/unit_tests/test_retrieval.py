@@ -781,3 +781,36 @@ def test_evidence_only_before_zero_still_scores_facts_by_their_sources() -> None
     assert [r.item.id for r in none_before] == ["f-2"]
     assert [r.item.id for r in full if r.is_fact] == ["f-2"]
     assert none_before[0].score == full[0].score
+
+
+def test_bm25_fact_retriever_builds_texts_only_for_new_fact_objects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import langchain_histcompress.retrieval as retrieval
+
+    built: list[str] = []
+    real = retrieval._fact_text
+
+    def counting(fact: Fact) -> str:
+        built.append(fact.id)
+        return real(fact)
+
+    monkeypatch.setattr(retrieval, "_fact_text", counting)
+    facts = [Fact(id=f"f-{i}", content=f"topic{i} shared words") for i in range(50)]
+    retriever = BM25FactRetriever()
+    retriever.retrieve("shared topic3", facts, 5)
+    assert len(built) == 50
+    built.clear()
+    # one fact replaced in the middle, one appended: only those two are looked at
+    facts[20] = facts[20].model_copy(update={"content": "topic20 changed words"})
+    facts.append(Fact(id="f-new", content="topic3 appended shared"))
+    got = retriever.retrieve("shared topic3", facts, 5)
+    assert sorted(built) == ["f-20", "f-new"]
+    fresh = BM25FactRetriever().retrieve("shared topic3", facts, 5)
+    assert [f.id for f in got] == [f.id for f in fresh]
+    # a fact dropped from the set leaves the index too
+    del facts[3]
+    assert "f-3" not in [f.id for f in retriever.retrieve("topic3", facts, 5)]
+    assert [f.id for f in retriever.retrieve("topic3 words", facts, 50)] == [
+        f.id for f in BM25FactRetriever().retrieve("topic3 words", facts, 50)
+    ]
