@@ -345,6 +345,8 @@ class ContextBuilder:
         self._empty_cost: int | None = None
         self._prepared: _Prepared | None = None
         self._facts = FactStateCache()
+        self._pool: tuple[int, list[Fact], bool] | None = None
+        """The facts of the last read that pass the static filters, whether any can expire."""
         self._fact_costs: dict[str, tuple[Fact, int]] = {}
         self._turn_costs: dict[int, tuple[BaseMessage, int]] = {}
         self._fact_joins: dict[str, tuple[Fact, _JoinedLine]] = {}
@@ -573,13 +575,22 @@ class ContextBuilder:
         return self._cost([SystemMessage(_LEAD)])
 
     def _fact_pool(self, facts: object, now: datetime) -> list[Fact]:
-        return [
-            f
-            for f in self._facts.read(facts).values()
-            if (f.expires_at is None or not f.is_expired(now))
-            and f.confidence >= self.min_fact_confidence
-            and (self.include_uncertain or f.status != "uncertain")
-        ]
+        read = self._facts.read(facts)
+        memo = self._pool
+        if memo is None or memo[0] != self._facts.generation:
+            # the same facts as last call keep their filtering; only expiry depends on now
+            kept = [
+                f
+                for f in read.values()
+                if f.confidence >= self.min_fact_confidence
+                and (self.include_uncertain or f.status != "uncertain")
+            ]
+            expiring = any(f.expires_at is not None for f in kept)
+            memo = self._pool = (self._facts.generation, kept, expiring)
+        _, kept, expiring = memo
+        if not expiring:
+            return list(kept)
+        return [f for f in kept if f.expires_at is None or not f.is_expired(now)]
 
     def _recent(self, pool: Sequence[Fact], chosen: set[str]) -> list[Fact]:
         return sorted(
