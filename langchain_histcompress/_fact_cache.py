@@ -4,8 +4,9 @@ Graph state holds facts as ``{id: fact dict}``; validating every fact on every t
 pydantic validation per fact, a cost that grows with the fact set. `FactStateCache` keeps
 the `Fact` parsed from each entry and parses an entry again only when its dict is a new
 object or its fields changed (an in-place edit), so an unchanged fact costs one field
-comparison, and a state whose entries are all the same, unchanged dicts as last call is
-recognised at C speed (one comparison of the key, entry and snapshot lists).
+comparison; a state whose first entries are the same, unchanged dicts as last call (a state
+that is unchanged or only grew) is recognised at C speed (comparisons of the key, entry
+and snapshot lists) and only its new entries are read.
 
 Example:
     >>> cache = FactStateCache()
@@ -63,18 +64,26 @@ class FactStateCache:
         keys, raws = list(value), list(value.values())
         with self._lock:
             cache, last = self._entries, self._last
-            if (
+            known = len(last[0]) if last is not None else 0
+            # entries are added at the end: a state that only grew is read from its new end
+            grown = (
                 last is not None
-                and keys == last[0]
+                and keys[:known] == last[0]
                 and all(map(operator.is_, raws, last[1]))
-                and raws == last[2]
-            ):
-                return dict(last[3])
+                and raws[:known] == last[2]
+            )
+            if grown and known == len(keys):
+                return dict(last[3])  # type: ignore[index]
             self.generation += 1
         fresh: dict[str, tuple[object, object, Fact]] = {}
         out: dict[str, Fact] = {}
+        entries = zip(keys, raws, strict=True)
+        if grown:
+            assert last is not None
+            fresh, out = dict(cache), dict(last[3])
+            entries = zip(keys[known:], raws[known:], strict=True)
         get = cache.get
-        for key, raw in value.items():
+        for key, raw in entries:
             hit = get(key)
             # the common case first: the same dict as last call, unchanged
             if hit is not None and hit[0] is raw and hit[1] == raw:

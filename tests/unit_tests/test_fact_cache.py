@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from langchain_histcompress._fact_cache import FactStateCache
 from langchain_histcompress.facts import Fact
 
@@ -53,3 +55,26 @@ def test_other_forms_always_start_a_new_generation() -> None:
     assert set(cache.read(mixed)) == {"f-1", "f-0"}
     assert set(cache.read(mixed)) == {"f-1", "f-0"}
     assert cache.generation == generation + 2  # no whole-state shortcut with Fact entries
+
+
+def test_a_grown_state_reads_only_its_new_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    import langchain_histcompress._fact_cache as module
+
+    cache, state = FactStateCache(), _state(5)
+    first = cache.read(state)
+    parsed: list[object] = []
+    original = module.facts_from_state
+
+    def counting(value: object) -> dict[str, Fact]:
+        parsed.append(value)
+        return original(value)
+
+    monkeypatch.setattr(module, "facts_from_state", counting)
+    state["f-9"] = {"id": "f-9", "content": "new"}
+    grown = cache.read(state)
+    assert len(parsed) == 1
+    assert list(grown) == [*first, "f-9"]
+    assert all(grown[k] is first[k] for k in first)
+    state["f-0"]["content"] = "edited"  # an edit before the new end: read again
+    assert cache.read(state)["f-0"].content == "edited"
+    assert len(parsed) == 2
