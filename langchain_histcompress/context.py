@@ -77,7 +77,6 @@ Example:
 
 from __future__ import annotations
 
-import itertools
 import logging
 import operator
 import threading
@@ -89,7 +88,13 @@ from typing import TYPE_CHECKING, TypeVar
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress._fact_cache import FactStateCache
-from langchain_histcompress._line_tokens import _starts_clean, newline_tokens, word_lower_bound
+from langchain_histcompress._line_tokens import (
+    JoinedLine,
+    joined_parts,
+    newline_tokens,
+    starts_clean,
+    word_lower_bound,
+)
 from langchain_histcompress.context_data import (
     _FACTS_END,
     _LEAD,
@@ -196,9 +201,6 @@ def _check_ratio(name: str, value: object) -> float:
     return float(value)
 
 
-_JoinedLine = tuple[str, int, int | None, bool]
-"""A data message line: text, tokens, tokens with its line break (``None``: not counted
-yet), whether it starts clean (see `_line_tokens`)."""
 _K = TypeVar("_K")
 _T = TypeVar("_T")
 _RECENCY = operator.attrgetter("updated_at", "id")
@@ -349,8 +351,8 @@ class ContextBuilder:
         """The facts of the last read that pass the static filters, whether any can expire."""
         self._fact_costs: dict[str, tuple[Fact, int]] = {}
         self._turn_costs: dict[int, tuple[BaseMessage, int]] = {}
-        self._fact_joins: dict[str, tuple[Fact, _JoinedLine]] = {}
-        self._turn_joins: dict[int, tuple[BaseMessage, _JoinedLine]] = {}
+        self._fact_joins: dict[str, tuple[Fact, JoinedLine]] = {}
+        self._turn_joins: dict[int, tuple[BaseMessage, JoinedLine]] = {}
         self._summary_line: tuple[RunningSummary, str, int] | None = None
         self._empty_costs: dict[type[BaseMessage], int] = {}
         self._newline_costs: dict[str, int] = {}
@@ -395,12 +397,12 @@ class ContextBuilder:
         if self._tiktoken is None or self.data_format != "compact":
             return None
         # (line, T(line), T(line + newline) when known, whether it starts clean)
-        lines: list[_JoinedLine] = []
+        lines: list[JoinedLine] = []
         self._text_line(lines, _LEAD)
         summary = data.summary
         if summary is not None:
             text = _summary_text(summary)
-            lines.append((text, self._summary_cost(summary, text), None, _starts_clean(text)))
+            lines.append((text, self._summary_cost(summary, text), None, starts_clean(text)))
         if data.facts:
             self._text_line(lines, _facts_header(len(data.facts), "compact"))
             joins = self._fact_joins
@@ -420,28 +422,23 @@ class ContextBuilder:
                     found = self._joined(turn_joins, id(message), message, line, self._turn_cost)
                 lines.append(found[1])
             self._text_line(lines, _TURNS_END)
-        total = 0
-        for (line, cost, newline, _), (_, _, _, clean) in itertools.pairwise(lines):
-            if not clean:
-                return None
-            total += self._newline_cost(line, cost) if newline is None else newline
-        return total + lines[-1][1]
+        return joined_parts(lines, self._newline_cost)
 
-    def _text_line(self, lines: list[_JoinedLine], text: str) -> None:
+    def _text_line(self, lines: list[JoinedLine], text: str) -> None:
         """Append a markup line of the data message (its counts are cached by text)."""
-        lines.append((text, self._text_cost(text), None, _starts_clean(text)))
+        lines.append((text, self._text_cost(text), None, starts_clean(text)))
 
     def _joined(
         self,
-        joins: dict[_K, tuple[_T, _JoinedLine]],
+        joins: dict[_K, tuple[_T, JoinedLine]],
         key: _K,
         item: _T,
         line: str,
         cost_of: Callable[[_T], int],
-    ) -> tuple[_T, _JoinedLine]:
+    ) -> tuple[_T, JoinedLine]:
         """Count ``item``'s line and its line break once (a fact or turn line is never last)."""
         cost = cost_of(item)
-        entry = (item, (line, cost, self._newline_cost(line, cost), _starts_clean(line)))
+        entry = (item, (line, cost, self._newline_cost(line, cost), starts_clean(line)))
         with self._lock:
             if len(joins) >= _TEXT_COST_CACHE:
                 joins.clear()
