@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -89,9 +90,14 @@ def newline_tokens(
     return count(text + "\n")
 
 
-def _starts_clean(text: str) -> bool:
+def starts_clean(text: str) -> bool:
     """Whether a piece ending in a newline cannot run on into ``text``."""
     return bool(text) and text[0] != "/" and _kind(text[0]) in "LNPS"
+
+
+JoinedLine = tuple[str, int, int | None, bool]
+r"""A line to join: its text, ``T(text)``, ``T(text + "\n")`` when already known (else
+``None``), and whether it starts clean (`starts_clean`)."""
 
 
 def joined_tokens(
@@ -105,16 +111,22 @@ def joined_tokens(
     or symbol other than ``/`` (the caller then encodes the joined text). ``newline`` gives
     ``T(line + "\n")`` from a pair (default: `newline_tokens`; pass a cached one).
     """
+    parts = [(text, tokens, None, starts_clean(text)) for text, tokens in lines]
+    return joined_parts(parts, newline or functools.partial(newline_tokens, counter))
+
+
+def joined_parts(lines: Sequence[JoinedLine], newline: Callable[[str, int], int]) -> int | None:
+    r"""`joined_tokens` of lines whose line-break counts and starts may be known already.
+
+    ``newline`` gives ``T(line + "\n")`` for a line whose count with its break is ``None``.
+    """
     if not lines:
         return 0
     total = 0
-    for (text, tokens), (following, _) in itertools.pairwise(lines):
-        if not _starts_clean(following):
+    for (text, tokens, with_break, _), (_, _, _, clean) in itertools.pairwise(lines):
+        if not clean:
             return None
-        if newline is None:
-            total += newline_tokens(counter, text, tokens)
-        else:
-            total += newline(text, tokens)
+        total += newline(text, tokens) if with_break is None else with_break
     return total + lines[-1][1]
 
 

@@ -80,21 +80,26 @@ from __future__ import annotations
 import logging
 import operator
 import threading
-from collections.abc import Collection, Container, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress._fact_cache import FactStateCache
-from langchain_histcompress._line_tokens import joined_tokens, newline_tokens, word_lower_bound
+from langchain_histcompress._line_tokens import (
+    JoinedLine,
+    joined_parts,
+    newline_tokens,
+    starts_clean,
+    word_lower_bound,
+)
 from langchain_histcompress.context_data import (
     _FACTS_END,
     _LEAD,
     _TURNS_END,
     DataFormat,
-    _compact_lines,
     _covers,
     _Data,
     _data_messages,
@@ -103,6 +108,8 @@ from langchain_histcompress.context_data import (
     _facts_header,
     _layout_data,
     _prune,
+    _summary_text,
+    _turn_line,
     _turn_text,
     _turns_header,
 )
@@ -194,12 +201,23 @@ def _check_ratio(name: str, value: object) -> float:
     return float(value)
 
 
+_K = TypeVar("_K")
+_T = TypeVar("_T")
 _RECENCY = operator.attrgetter("updated_at", "id")
 _TEXT_COST_CACHE = 65_536
 _PATIENCE = 32
 """Ranked items in a row that may fail to fit before the evidence scan stops."""
 _SMALLEST_ITEM = 4
 """Data room (tokens) below which no fact or message line can fit."""
+
+
+def _rooms(estimate: _Estimate, ceiling: int) -> tuple[int, int, int]:
+    """Room under ``ceiling`` for one more fact's line, one more turn's, and in all."""
+    return (
+        ceiling - estimate.with_fact(0),
+        ceiling - estimate.with_turn(0),
+        ceiling - estimate.total,
+    )
 
 
 class ContextBuilder:
@@ -329,8 +347,12 @@ class ContextBuilder:
         self._empty_cost: int | None = None
         self._prepared: _Prepared | None = None
         self._facts = FactStateCache()
+        self._pool: tuple[int, list[Fact], bool] | None = None
+        """The facts of the last read that pass the static filters, whether any can expire."""
         self._fact_costs: dict[str, tuple[Fact, int]] = {}
         self._turn_costs: dict[int, tuple[BaseMessage, int]] = {}
+        self._fact_joins: dict[str, tuple[Fact, JoinedLine]] = {}
+        self._turn_joins: dict[int, tuple[BaseMessage, JoinedLine]] = {}
         self._summary_line: tuple[RunningSummary, str, int] | None = None
         self._empty_costs: dict[type[BaseMessage], int] = {}
         self._newline_costs: dict[str, int] = {}
@@ -372,21 +394,56 @@ class ContextBuilder:
         Only for a `TiktokenCounter` and the ``"compact"`` format; each line's count is
         cached with what it renders, so a turn encodes only lines it has not seen.
         """
-        counter = self._tiktoken
-        if counter is None or self.data_format != "compact":
+        if self._tiktoken is None or self.data_format != "compact":
             return None
-        lines: list[tuple[str, int]] = []
-        for line, kind, item in _compact_lines(data):
-            if kind == "fact":
-                cost = self._fact_cost(item)
-            elif kind == "turn":
-                cost = self._turn_cost(item)
-            elif kind == "summary":
-                cost = self._summary_cost(item, line)
-            else:
-                cost = self._text_cost(line)
-            lines.append((line, cost))
-        return joined_tokens(counter, lines, self._newline_cost)
+        # (line, T(line), T(line + newline) when known, whether it starts clean)
+        lines: list[JoinedLine] = []
+        self._text_line(lines, _LEAD)
+        summary = data.summary
+        if summary is not None:
+            text = _summary_text(summary)
+            lines.append((text, self._summary_cost(summary, text), None, starts_clean(text)))
+        if data.facts:
+            self._text_line(lines, _facts_header(len(data.facts), "compact"))
+            joins = self._fact_joins
+            for fact in data.facts:
+                hit = joins.get(fact.id)
+                if hit is None or hit[0] is not fact:
+                    hit = self._joined(joins, fact.id, fact, _fact_line(fact), self._fact_cost)
+                lines.append(hit[1])
+            self._text_line(lines, _FACTS_END)
+        if data.turns:
+            self._text_line(lines, _turns_header(len(data.turns), "compact"))
+            turn_joins = self._turn_joins
+            for message in data.ordered_turns():
+                found = turn_joins.get(id(message))
+                if found is None or found[0] is not message:
+                    line = _turn_line(message)
+                    found = self._joined(turn_joins, id(message), message, line, self._turn_cost)
+                lines.append(found[1])
+            self._text_line(lines, _TURNS_END)
+        return joined_parts(lines, self._newline_cost)
+
+    def _text_line(self, lines: list[JoinedLine], text: str) -> None:
+        """Append a markup line of the data message (its counts are cached by text)."""
+        lines.append((text, self._text_cost(text), None, starts_clean(text)))
+
+    def _joined(
+        self,
+        joins: dict[_K, tuple[_T, JoinedLine]],
+        key: _K,
+        item: _T,
+        line: str,
+        cost_of: Callable[[_T], int],
+    ) -> tuple[_T, JoinedLine]:
+        """Count ``item``'s line and its line break once (a fact or turn line is never last)."""
+        cost = cost_of(item)
+        entry = (item, (line, cost, self._newline_cost(line, cost), starts_clean(line)))
+        with self._lock:
+            if len(joins) >= _TEXT_COST_CACHE:
+                joins.clear()
+            joins[key] = entry
+        return entry
 
     def _newline_cost(self, line: str, cost: int) -> int:
         """``line``'s cost followed by a line break, given its own (tiktoken; cached)."""
@@ -515,13 +572,22 @@ class ContextBuilder:
         return self._cost([SystemMessage(_LEAD)])
 
     def _fact_pool(self, facts: object, now: datetime) -> list[Fact]:
-        return [
-            f
-            for f in self._facts.read(facts).values()
-            if (f.expires_at is None or not f.is_expired(now))
-            and f.confidence >= self.min_fact_confidence
-            and (self.include_uncertain or f.status != "uncertain")
-        ]
+        read = self._facts.read(facts)
+        memo = self._pool
+        if memo is None or memo[0] != self._facts.generation:
+            # the same facts as last call keep their filtering; only expiry depends on now
+            kept = [
+                f
+                for f in read.values()
+                if f.confidence >= self.min_fact_confidence
+                and (self.include_uncertain or f.status != "uncertain")
+            ]
+            expiring = any(f.expires_at is not None for f in kept)
+            memo = self._pool = (self._facts.generation, kept, expiring)
+        _, kept, expiring = memo
+        if not expiring:
+            return list(kept)
+        return [f for f in kept if f.expires_at is None or not f.is_expired(now)]
 
     def _recent(self, pool: Sequence[Fact], chosen: set[str]) -> list[Fact]:
         return sorted(
@@ -865,42 +931,59 @@ class ContextBuilder:
             ranking = self.evidence_retriever.iter_rank(
                 query, pool, history, only_before=older if turn_limit else 0
             )
+        # the hot loop: room for one more fact / turn kept in locals, cached costs looked
+        # up inline (most ranked items were costed on an earlier turn)
+        fact_costs = self._fact_costs
+        turn_costs = self._turn_costs
+        top_k = self.top_k_facts
+        facts, turns = data.facts, data.turns
+        covered = shown.issuperset
+        fact_room, turn_room, left = _rooms(estimate, ceiling)
         misses = 0
         for entry in ranking:
-            if misses >= _PATIENCE or ceiling - estimate.total < _SMALLEST_ITEM:
+            if misses >= _PATIENCE or left < _SMALLEST_ITEM:
                 break
             item = entry.item
             if isinstance(item, Fact):
                 sources = item.source_ids
-                if len(data.facts) >= self.top_k_facts or _covers(shown, sources):
+                if len(facts) >= top_k or (sources and covered(sources)):
                     continue
-                cost = self._fact_cost(item)
-                if estimate.with_fact(cost) > ceiling:
+                hit = fact_costs.get(item.id)
+                cost = hit[1] if hit is not None and hit[0] is item else self._fact_cost(item)
+                if cost > fact_room:
                     misses += 1
                     continue
-                data.facts.append(item)
+                facts.append(item)
                 estimate.add_fact(cost)
                 chosen.add(item.id)
                 shown.update(sources)
             else:
                 key = str(item.id)
-                if len(data.turns) >= turn_limit or key in shown:
+                if len(turns) >= turn_limit or key in shown:
                     continue
-                fitting = self._fitting_turn_cost(item, estimate, ceiling)
-                if fitting is None:
+                known = turn_costs.get(id(item))
+                if known is not None and known[0] is item:
+                    fitting: int | None = known[1]
+                else:
+                    fitting = self._fitting_turn_cost(item, estimate, ceiling)
+                if fitting is None or fitting > turn_room:
                     misses += 1
                     continue
-                data.turns.append((entry.position, item))
+                turns.append((entry.position, item))
                 estimate.add_turn(fitting)
                 shown.add(key)
+            fact_room, turn_room, left = _rooms(estimate, ceiling)
             misses = 0
         if self.fill_facts_with_recent and len(data.facts) < self.top_k_facts:
             for fact in self._recent(pool, chosen):
-                if len(data.facts) >= self.top_k_facts or ceiling - estimate.total < 1:
+                if len(facts) >= top_k or left < 1:
                     break
-                if _covers(shown, fact.source_ids):
+                sources = fact.source_ids
+                if sources and covered(sources):
                     continue
-                cost = self._fact_cost(fact)
-                if estimate.with_fact(cost) <= ceiling:
-                    data.facts.append(fact)
+                hit = fact_costs.get(fact.id)
+                cost = hit[1] if hit is not None and hit[0] is fact else self._fact_cost(fact)
+                if cost <= fact_room:
+                    facts.append(fact)
                     estimate.add_fact(cost)
+                    fact_room, turn_room, left = _rooms(estimate, ceiling)

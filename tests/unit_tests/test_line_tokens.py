@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
 
-from langchain_histcompress._line_tokens import joined_tokens, newline_tokens, word_lower_bound
+from langchain_histcompress._line_tokens import (
+    joined_parts,
+    joined_tokens,
+    newline_tokens,
+    starts_clean,
+    word_lower_bound,
+)
 from langchain_histcompress.context_data import _turn_line
 from langchain_histcompress.tokens import TiktokenCounter
 
@@ -87,6 +93,29 @@ def test_joined_tokens_declines_a_line_that_could_merge_with_the_break() -> None
     assert joined_tokens(counter, lines) is None
     assert joined_tokens(counter, [("a", 1), (" b", 1)]) is None
     assert joined_tokens(counter, []) == 0
+
+
+def test_joined_parts_uses_known_break_counts_and_asks_for_the_others() -> None:
+    counter = COUNTERS[0]
+    lines = ["<facts>", "[h1] Lives in Oslo.", "[h2] Likes tea!", "</facts>"]
+    asked: list[str] = []
+
+    def newline(text: str, tokens: int) -> int:
+        asked.append(text)
+        return newline_tokens(counter, text, tokens)
+
+    parts = [
+        (
+            line,
+            counter.count_text(line),
+            counter.count_text(line + "\n") if line.startswith("[") else None,
+            starts_clean(line),
+        )
+        for line in lines
+    ]
+    assert joined_parts(parts, newline) == counter.count_text("\n".join(lines))
+    assert asked == ["<facts>"]  # the items' counts with their breaks were known
+    assert joined_parts([*parts, ("/x", 1, None, starts_clean("/x"))], newline) is None
 
 
 def test_word_lower_bound_declines_text_where_a_piece_spans_words() -> None:

@@ -1,0 +1,80 @@
+"""FactStateCache: facts parsed once per entry, unchanged states recognised whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from langchain_histcompress._fact_cache import FactStateCache
+from langchain_histcompress.facts import Fact
+
+
+def _state(n: int) -> dict[str, dict[str, object]]:
+    return {
+        f"f-{i}": {"id": f"f-{i}", "content": f"fact {i}", "source_ids": ["m1"]} for i in range(n)
+    }
+
+
+def test_an_unchanged_state_returns_the_same_facts_without_a_new_generation() -> None:
+    cache, state = FactStateCache(), _state(3)
+    first = cache.read(state)
+    generation = cache.generation
+    again = cache.read(state)
+    assert again == first
+    assert all(again[k] is first[k] for k in first)
+    assert cache.generation == generation
+    again.clear()  # the caller's copy: the cache is unaffected
+    assert len(cache.read(state)) == 3
+
+
+def test_in_place_edits_added_and_removed_entries_are_seen() -> None:
+    cache, state = FactStateCache(), _state(3)
+    cache.read(state)
+    state["f-1"]["content"] = "edited"
+    assert cache.read(state)["f-1"].content == "edited"
+    state["f-1"]["source_ids"].append("m2")  # type: ignore[union-attr]
+    assert cache.read(state)["f-1"].source_ids == ("m1", "m2")
+    generation = cache.generation
+    state["f-9"] = {"id": "f-9", "content": "new"}
+    assert set(cache.read(state)) == {"f-0", "f-1", "f-2", "f-9"}
+    assert cache.generation > generation
+    del state["f-0"]
+    assert set(cache.read(state)) == {"f-1", "f-2", "f-9"}
+    state["f-2"] = {"id": "f-2", "content": "replaced"}
+    assert cache.read(state)["f-2"].content == "replaced"
+
+
+def test_other_forms_always_start_a_new_generation() -> None:
+    cache = FactStateCache()
+    facts = [Fact(id="f-1", content="x")]
+    cache.read(facts)
+    generation = cache.generation
+    assert list(cache.read(facts)) == ["f-1"]
+    assert cache.generation > generation
+    mixed = {"f-1": Fact(id="f-1", content="x"), **_state(1)}
+    generation = cache.generation
+    assert set(cache.read(mixed)) == {"f-1", "f-0"}
+    assert set(cache.read(mixed)) == {"f-1", "f-0"}
+    assert cache.generation == generation + 2  # no whole-state shortcut with Fact entries
+
+
+def test_a_grown_state_reads_only_its_new_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    import langchain_histcompress._fact_cache as module
+
+    cache, state = FactStateCache(), _state(5)
+    first = cache.read(state)
+    parsed: list[object] = []
+    original = module.facts_from_state
+
+    def counting(value: object) -> dict[str, Fact]:
+        parsed.append(value)
+        return original(value)
+
+    monkeypatch.setattr(module, "facts_from_state", counting)
+    state["f-9"] = {"id": "f-9", "content": "new"}
+    grown = cache.read(state)
+    assert len(parsed) == 1
+    assert list(grown) == [*first, "f-9"]
+    assert all(grown[k] is first[k] for k in first)
+    state["f-0"]["content"] = "edited"  # an edit before the new end: read again
+    assert cache.read(state)["f-0"].content == "edited"
+    assert len(parsed) == 2
