@@ -346,6 +346,9 @@ class ContextBuilder:
         self._text_costs: dict[str, int] = {}
         self._empty_cost: int | None = None
         self._prepared: _Prepared | None = None
+        self._ranked: tuple[Sequence[BaseMessage], int] | None = None
+        # the history list last handed to the evidence retriever, and its length then:
+        # the preparation only appends to its lists, so that much of it is unchanged
         self._facts = FactStateCache()
         self._pool: tuple[int, list[Fact], bool] | None = None
         """The facts of the last read that pass the static filters, whether any can expire."""
@@ -928,9 +931,15 @@ class ContextBuilder:
         turn_limit = self.raw_turn_retrieval
         ranking: Iterator[RankedEvidence] = iter(())
         if query and (pool or (turn_limit and older)):
+            last = self._ranked
             ranking = self.evidence_retriever.iter_rank(
-                query, pool, history, only_before=older if turn_limit else 0
+                query,
+                pool,
+                history,
+                only_before=older if turn_limit else 0,
+                known_prefix=last[1] if last is not None and last[0] is history else 0,
             )
+            self._ranked = (history, len(history))
         # the hot loop: room for one more fact / turn kept in locals, cached costs looked
         # up inline (most ranked items were costed on an earlier turn)
         fact_costs = self._fact_costs

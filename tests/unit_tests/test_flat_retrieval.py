@@ -276,6 +276,52 @@ def test_context_builder_work_per_turn_is_flat(monkeypatch: pytest.MonkeyPatch) 
         assert max(lines) <= 120, size  # fact and message lines costed
 
 
+class _Unvouched(EvidenceRetriever):
+    """Ignores ``known_prefix``: compares the whole previous history on every call."""
+
+    def iter_rank(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["known_prefix"] = 0
+        return super().iter_rank(*args, **kwargs)
+
+
+def test_context_builder_vouches_for_the_history_it_only_appended_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    compared: list[int] = []
+    real = evidence.extends
+
+    def counting(messages: Any, previous: Any) -> bool:
+        compared.append(len(previous))
+        return bool(real(messages, previous))
+
+    monkeypatch.setattr(evidence, "extends", counting)
+    history = grown(LONG)
+    state = facts_to_state(facts_about(history))
+    builders = [
+        ContextBuilder(
+            max_context_tokens=900,
+            token_counter=count_tokens_approximately,
+            top_k_facts=1_000,
+            raw_turn_retrieval=1_000,
+            evidence_retriever=retriever,
+        )
+        for retriever in (EvidenceRetriever(), _Unvouched())
+    ]
+    for builder in builders:
+        builder.build(history[: LONG + 2], facts=state)
+    per_builder: list[list[int]] = [[], []]
+    outputs: list[list[Any]] = [[], []]
+    for end in turn_ends(LONG):
+        for n, builder in enumerate(builders):
+            compared.clear()
+            built = builder.assemble(history[:end], facts=state)
+            outputs[n].append((built.messages, built.tokens, built.retrieved_ids))
+            per_builder[n].append(sum(compared))
+    assert outputs[0] == outputs[1]
+    assert max(per_builder[0]) <= 8  # the newest messages, not the history
+    assert min(per_builder[1]) >= LONG // 2  # the unvouched retriever compares it all
+
+
 def test_context_builder_counts_a_round_once() -> None:
     """A verbatim window over a grown history counts only the rounds it has not seen."""
     history = grown(400)
