@@ -193,7 +193,7 @@ def test_node_without_ids_matches_the_node_on_ensured_ids() -> None:
     assert _node_replay(plain, ends) == _node_replay(ensure_ids(plain), ends)
 
 
-def _counting_identified(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def counting_identified(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the messages given a derived id (copied) from now on."""
     from langchain_histcompress import rounds as rounds_module
 
@@ -234,7 +234,7 @@ def test_node_without_ids_derives_ids_only_for_new_messages(
     }
     node = _plain_node()
     node.invoke({**state, "messages": history[:67]})  # warm: the tail gets its ids
-    made = _counting_identified(monkeypatch)
+    made = counting_identified(monkeypatch)
     for end in range(69, 81, 2):
         made.clear()
         update = node.invoke({**state, "messages": history[:end]})
@@ -267,7 +267,7 @@ def test_middleware_without_ids_derives_ids_only_for_new_messages(
         return middleware.compressed_request(request).messages
 
     turn(66)  # warm: the tail gets its ids
-    made = _counting_identified(monkeypatch)
+    made = counting_identified(monkeypatch)
     for end in range(68, 80, 2):
         made.clear()
         shown = turn(end)

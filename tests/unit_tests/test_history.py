@@ -25,6 +25,7 @@ from langchain_histcompress.history import CompressingChatMessageHistory, Compre
 from langchain_histcompress.rounds import is_summary_message, validate_history
 from langchain_histcompress.storage import HistoryStore, InMemoryHistoryStore, SQLHistoryStore
 from tests.fakes import Control, ScriptedChatModel, controlled_compressor, run_threads
+from tests.unit_tests.test_flat_turns import counting_identified
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::langchain_core._api.deprecation.LangChainDeprecationWarning"
@@ -694,7 +695,6 @@ def test_adapter_derives_ids_only_for_new_messages(monkeypatch: pytest.MonkeyPat
     """Messages written to the wrapped history without ids get ids only once they are new."""
     from langchain_core.messages.utils import count_tokens_approximately
 
-    from langchain_histcompress import rounds as rounds_module
     from langchain_histcompress.compressor import RoundCompressor
     from langchain_histcompress.rounds import ensure_ids
     from langchain_histcompress.summary import RunningSummary
@@ -722,15 +722,7 @@ def test_adapter_derives_ids_only_for_new_messages(monkeypatch: pytest.MonkeyPat
         ),
     )
     adapter._compress_now()  # warm: the tail gets its ids
-    made: list[int] = []
-    original = rounds_module._identified
-
-    def counted(message: BaseMessage, index: int, namespace: str = "") -> BaseMessage:
-        if message.id is None:
-            made.append(index)
-        return original(message, index, namespace)
-
-    monkeypatch.setattr(rounds_module, "_identified", counted)
+    made = counting_identified(monkeypatch)
     for n in range(40, 46):
         inner.add_messages([HumanMessage(f"q{n}"), AIMessage(f"a{n}")])
         made.clear()
