@@ -17,11 +17,8 @@ Everything that stands between the package and a model call is written here once
   callers retry like any other unusable answer;
 * failure accounting: `report_failure` records every internal call that gave up into the
   lists opened by `recording_failures` (the benchmark counts them per strategy);
-* per-call timeouts: `call_with_timeout` (sync, on reused daemon worker threads, see
-  `submit_to_worker`) and `await_with_timeout` (async, ``asyncio.wait_for``), both raising
-  `ModelTimeoutError`;
-* reading answers: `output_text` (strings, messages, content-block lists), `strip_think`,
-  `json_fenced_blocks`, `json_values`, `find_json_object` and `is_refusal`;
+* per-call timeouts: every model call is bounded by `_timeouts.call_with_timeout` (sync)
+  or `_timeouts.await_with_timeout` (async); answers are read with `_answer_text`;
 * sync/async sharing: an operation is written once as a *step generator* that yields
   effects (`ModelCall`, `Pause`, `Twin`) and receives their results (exceptions are thrown
   in at the ``yield``). `run_steps` performs the effects synchronously (``invoke``,
@@ -31,6 +28,7 @@ Everything that stands between the package and a model call is written here once
 Example:
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     >>> from langchain_core.messages import AIMessage
+    >>> from langchain_histcompress._answer_text import find_json_object, output_text
     >>> model = GenericFakeChatModel(messages=iter([AIMessage('Sure: {"answer": 42}')]))
     >>> def ask(question):
     ...     answer = yield ModelCall(model, question, internal_config(None, call="demo"))
@@ -46,10 +44,6 @@ import concurrent.futures
 import contextvars
 import json
 import logging
-import os
-import queue
-import re
-import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from contextlib import closing, contextmanager
@@ -62,6 +56,12 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
 
+from langchain_histcompress._timeouts import (
+    ModelTimeoutError,
+    abandon_grace,
+    await_with_timeout,
+    call_with_timeout,
+)
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 
 __all__ = [
@@ -71,7 +71,6 @@ __all__ = [
     "InternalFailure",
     "MalformedAnswerError",
     "ModelCall",
-    "ModelTimeoutError",
     "Pause",
     "RefusedAnswerError",
     "RetryPolicy",
@@ -80,25 +79,16 @@ __all__ = [
     "Twin",
     "UnusableAnswerError",
     "arun_steps",
-    "await_with_timeout",
-    "call_with_timeout",
     "check_answer",
     "describe_error",
-    "find_json_object",
     "internal_config",
     "internal_model",
-    "is_refusal",
     "is_transient_error",
-    "json_fenced_blocks",
-    "json_values",
     "model_name",
-    "output_text",
     "recording_failures",
     "report_failure",
     "retry_after",
     "run_steps",
-    "strip_think",
-    "submit_to_worker",
 ]
 
 logger = logging.getLogger(__name__)
@@ -227,22 +217,6 @@ TIMEOUT_ERRORS: tuple[type[BaseException], ...] = (
     concurrent.futures.TimeoutError,
 )
 """Every timeout exception class (distinct classes before Python 3.11)."""
-
-
-class ModelTimeoutError(TimeoutError):
-    """A model call gave no answer within its timeout.
-
-    Attributes:
-        abandoned: The request was given up for good (async: cancelled; sync: its worker
-            finished, e.g. the client closed the connection). ``False`` when a sync call is
-            still running on its worker thread: it may yet be answered and billed, so it is
-            never retried (that would send and bill it twice).
-    """
-
-    def __init__(self, message: str, *, abandoned: bool = True) -> None:
-        """Record the message and whether the request was abandoned."""
-        super().__init__(message)
-        self.abandoned = abandoned
 
 
 def _status_code(exc: BaseException) -> int | None:
@@ -586,7 +560,7 @@ def _chat_model_for_internal_call(
     # The client gives up half a grace after the package's own timeout: the package's timeout
     # always fires first (a typed ModelTimeoutError whatever the load), and the client then
     # closes the connection within the grace, which frees the worker thread.
-    client_timeout = None if timeout is None else timeout + _abandon_grace(timeout) / 2
+    client_timeout = None if timeout is None else timeout + abandon_grace(timeout) / 2
     for root, resource in (("root_client", "client"), ("root_async_client", "async_client")):
         if root in fields:
             client = _client_without_retries(getattr(model, root, None), client_timeout)
@@ -686,179 +660,6 @@ def report_failure(call: str, error: str, attempts: int) -> None:
     failure = InternalFailure(call, error, attempts)
     for sink in _FAILURE_SINKS.get():
         sink.append(failure)
-
-
-# --------------------------------------------------------------------------- timeouts
-
-
-class _Workers:
-    """Daemon threads reused across timed model calls.
-
-    Starting a thread per call costs more than the rest of the package's work on a turn. A
-    worker runs one job at a time; a job that hangs keeps its worker, and the next job
-    gets another (idle or new) one. At most ``max_idle`` workers wait for work, each for at
-    most ``idle_seconds``. Forked children start with no workers.
-    """
-
-    def __init__(self, *, max_idle: int = 4, idle_seconds: float = 60.0) -> None:
-        self.max_idle = max_idle
-        self.idle_seconds = idle_seconds
-        self._lock = threading.Lock()
-        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
-        self._generation = 0
-
-    def reset(self) -> None:
-        """Forget every worker (after a fork only the forking thread exists)."""
-        self._lock = threading.Lock()
-        self._idle = []
-        self._generation += 1
-
-    def submit(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on an idle worker, or on a new one."""
-        with self._lock:
-            inbox = self._idle.pop() if self._idle else None
-        if inbox is None:
-            inbox = queue.SimpleQueue()
-            threading.Thread(
-                target=self._serve,
-                args=(inbox, self._generation),
-                name="histcompress-model-call",
-                daemon=True,
-            ).start()
-        inbox.put(job)
-
-    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]], generation: int) -> None:
-        while True:
-            try:
-                job = inbox.get(timeout=self.idle_seconds)
-            except queue.Empty:
-                with self._lock:
-                    if generation != self._generation:  # forgotten by reset
-                        return
-                    if inbox not in self._idle:  # taken by a caller: its job is on the way
-                        continue
-                    self._idle.remove(inbox)
-                return
-            job()  # never raises: jobs report through their future
-            del job
-            with self._lock:
-                if generation != self._generation or len(self._idle) >= self.max_idle:
-                    return
-                self._idle.append(inbox)
-
-
-_WORKERS = _Workers()
-if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
-    os.register_at_fork(after_in_child=_WORKERS.reset)
-
-
-def _abandon_grace(timeout: float) -> float:
-    """Seconds a sync call may take to end after its timeout (at most 1 s)."""
-    return min(timeout, 1.0)
-
-
-def _no_answer(what: str, timeout: float, *, abandoned: bool = True) -> ModelTimeoutError:
-    return ModelTimeoutError(f"{what} gave no answer within {timeout} s", abandoned=abandoned)
-
-
-def submit_to_worker(call: Callable[[], T]) -> concurrent.futures.Future[T]:
-    """Start ``call`` on a reused daemon worker thread and return its future at once.
-
-    The call runs in a copy of the caller's context variables (tracing callbacks, configs).
-    ``future.result()`` returns what ``call`` returned or raises what it raised.
-
-    Example:
-        >>> submit_to_worker(lambda: 6 * 7).result(timeout=5)
-        42
-    """
-    future: concurrent.futures.Future[T] = concurrent.futures.Future()
-    context = contextvars.copy_context()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            result = context.run(call)
-        except BaseException as exc:
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
-
-    _WORKERS.submit(run)
-    return future
-
-
-def call_with_timeout(call: Callable[[], T], timeout: float | None, *, what: str = "model") -> T:
-    """Run ``call`` and wait at most ``timeout`` seconds for it (``None``: no limit).
-
-    With a timeout the call runs on a worker thread (`submit_to_worker`). A thread cannot be
-    stopped from outside, so `ModelCall` also gives OpenAI-style clients the same timeout
-    (`internal_model`): their own read timeout closes the connection and frees the worker.
-    After the timeout the call gets a short grace (at most 1 s) to end: an answer arriving
-    then is used; an error ending it means the request was abandoned; a call still running
-    after it keeps its worker until it returns (its result is discarded) and the
-    `ModelTimeoutError` says so (``abandoned=False``). Exceptions of the call propagate
-    unchanged.
-
-    Raises:
-        ModelTimeoutError: No answer within ``timeout`` (``what`` names the caller).
-
-    Example:
-        >>> call_with_timeout(lambda: 42, 5.0)
-        42
-    """
-    if timeout is None:
-        return call()
-    # a bare lock instead of a `Future`: one release wakes the caller, no condition variable
-    done = threading.Lock()
-    done.acquire()
-    outcome: list[tuple[bool, Any]] = []
-    context = contextvars.copy_context()
-
-    def run() -> None:
-        try:
-            outcome.append((True, context.run(call)))
-        except BaseException as exc:
-            outcome.append((False, exc))
-        finally:
-            done.release()
-
-    _WORKERS.submit(run)
-    if not done.acquire(timeout=max(timeout, 0.0)):
-        if not done.acquire(timeout=_abandon_grace(max(timeout, 0.0))):
-            raise _no_answer(what, timeout, abandoned=False)
-        if not outcome[0][0]:  # ended by an error after the timeout: the request was abandoned
-            raise _no_answer(what, timeout) from None
-        # answered during the grace: billed anyway, so use it
-    ok, value = outcome.pop()
-    if ok:
-        return cast("T", value)
-    try:
-        raise value
-    finally:
-        del value  # no cycle through this frame's traceback
-
-
-async def await_with_timeout(
-    awaitable: Awaitable[T], timeout: float | None, *, what: str = "model"
-) -> T:
-    """Await ``awaitable`` for at most ``timeout`` seconds (``None``: no limit).
-
-    On timeout the awaitable is cancelled. Cancellation of the caller propagates unchanged.
-
-    Raises:
-        ModelTimeoutError: No answer within ``timeout`` (``what`` names the caller).
-
-    Example:
-        >>> asyncio.run(await_with_timeout(asyncio.sleep(0, result="done"), 5.0))
-        'done'
-    """
-    if timeout is None:
-        return await awaitable
-    try:
-        return await asyncio.wait_for(awaitable, timeout)
-    except asyncio.TimeoutError:
-        raise _no_answer(what, timeout) from None
 
 
 # --------------------------------------------------------------------------- effects
@@ -1076,161 +877,3 @@ async def arun_steps(steps: Steps[T]) -> T:
         while not isinstance(step, _Finished):
             step = _advance(steps, *await _aoutcome(step))
         return step.value
-
-
-# --------------------------------------------------------------------------- reading answers
-
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\r?\n?(.*?)```", re.DOTALL)
-_JSON_LANGUAGES = frozenset({"", "json", "jsonc", "json5"})
-_TEXT_BLOCKS = ("text", "output_text")
-_MAX_JSON_FAILURES = 64
-
-_APOLOGY = r"i['’]?m\s+sorry|i\s+am\s+sorry|i\s+apologi[sz]e|as\s+an\s+ai\b"
-_REFUSAL = re.compile(
-    rf"^\W*(?:{_APOLOGY}|sorry\s*[,.!]|"
-    r"i\s+(?:can\s*not|can['’]?t|cannot|won['’]?t|will\s+not|am\s+(?:not\s+able|unable)|"
-    r"['’]?m\s+(?:not\s+able|unable)|do\s+not\s+feel\s+comfortable)\b)",
-    re.IGNORECASE,
-)
-_USER_VOICE_REFUSAL = re.compile(
-    rf"^\W*(?:{_APOLOGY}|sorry,\s*i\b|i\s+(?:can\s*not|can['’]?t|cannot)\s+help\b)",
-    re.IGNORECASE,
-)
-
-
-def output_text(output: object, *, separator: str = "") -> str | None:
-    """The text of a model answer: a string, a message, or a list of content blocks.
-
-    Text blocks (``text`` / ``output_text``) and bare strings are joined with
-    ``separator``; other blocks (images, reasoning, tool use) are skipped.
-
-    Returns:
-        The text, or ``None`` when the answer has no text form (e.g. a dict).
-
-    Example:
-        >>> from langchain_core.messages import AIMessage
-        >>> output_text(AIMessage([{"type": "reasoning", "reasoning": "hmm"},
-        ...                        {"type": "text", "text": "Hi"}, " there"]))
-        'Hi there'
-        >>> output_text({"a": 1}) is None
-        True
-    """
-    content: object = output.content if isinstance(output, BaseMessage) else output
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return None
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, Mapping) and block.get("type") in _TEXT_BLOCKS:
-            parts.append(str(block.get("text", "")))
-    return separator.join(parts)
-
-
-def strip_think(text: str) -> str:
-    """``text`` without ``<think>...</think>`` reasoning blocks.
-
-    Example:
-        >>> strip_think("<think>the user wants JSON</think>[]")
-        '[]'
-    """
-    return _THINK.sub("", text)
-
-
-def json_fenced_blocks(text: str) -> list[str]:
-    r"""Contents of the fenced code blocks of ``text`` tagged JSON (or untagged), in order.
-
-    Example:
-        >>> json_fenced_blocks('x ```json\n[1]\n``` y ```python\nf()\n``` ```{"a": 1}```')
-        ['[1]\n', '{"a": 1}']
-    """
-    return [m.group(2) for m in _FENCE.finditer(text) if m.group(1).lower() in _JSON_LANGUAGES]
-
-
-def _next_opener(text: str, openers: str, pos: int) -> int:
-    found = [i for i in (text.find(c, pos) for c in openers) if i >= 0]
-    return min(found) if found else -1
-
-
-def json_values(text: str, *, openers: str = "[{", strict: bool = False) -> Iterator[Any]:
-    """The JSON values embedded in ``text``, in order, each starting at one of ``openers``.
-
-    After a value, the scan goes on behind it. An opener where no valid JSON value starts
-    (prose in brackets, truncated JSON) is skipped, up to 64 times; with ``strict=True``
-    it raises instead.
-
-    Raises:
-        ValueError: ``strict`` and an opener starts invalid or truncated JSON.
-
-    Example:
-        >>> list(json_values('See [1] and {"a": [2]} but {broken'))
-        [[1], {'a': [2]}]
-    """
-    decoder = json.JSONDecoder()
-    pos = 0
-    failures = 0
-    while (start := _next_opener(text, openers, pos)) >= 0:
-        try:
-            value, end = decoder.raw_decode(text, start)
-        except ValueError as exc:
-            if strict:
-                msg = f"invalid or truncated JSON at character {start}"
-                raise ValueError(msg) from exc
-            failures += 1
-            if failures >= _MAX_JSON_FAILURES:
-                return
-            pos = start + 1
-            continue
-        yield value
-        pos = end
-
-
-def find_json_object(text: str) -> dict[str, Any] | None:
-    r"""The JSON object of a model answer: bare, in a fenced block, or surrounded by text.
-
-    Tried in order: the whole text, each JSON-fenced block, then the first complete object
-    embedded anywhere in the text.
-
-    Returns:
-        The object, or ``None`` when the text holds no complete JSON object.
-
-    Example:
-        >>> find_json_object('Sure!\n```json\n{"a": 1}\n```')
-        {'a': 1}
-        >>> find_json_object('Here: {"a": 1} hope it helps'), find_json_object('{"a": ')
-        ({'a': 1}, None)
-    """
-    for candidate in (text.strip(), *json_fenced_blocks(text)):
-        try:
-            value = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    for value in json_values(text, openers="{"):
-        if isinstance(value, dict):
-            return value
-    return None
-
-
-def is_refusal(text: str, *, user_voice: bool = False) -> bool:
-    """Whether a model answer opens like a refusal ("I'm sorry", "I can't...", "As an AI").
-
-    Args:
-        text: The answer.
-        user_voice: The answer speaks as the user (a rephrased question), where "I cannot
-            log in" is a legitimate start: only apologies, "As an AI" and "I can't help"
-            count then.
-
-    Example:
-        >>> is_refusal("I'm sorry, but I can't help with that."), is_refusal("Ada likes tea.")
-        (True, False)
-        >>> question = "I cannot log in, what now?"
-        >>> is_refusal(question), is_refusal(question, user_voice=True)
-        (True, False)
-    """
-    pattern = _USER_VOICE_REFUSAL if user_voice else _REFUSAL
-    return pattern.match(text) is not None

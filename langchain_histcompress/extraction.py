@@ -27,6 +27,12 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import BaseModel, ConfigDict
 
+from langchain_histcompress._answer_text import (
+    json_fenced_blocks,
+    json_values,
+    output_text,
+    strip_think,
+)
 from langchain_histcompress._model_edge import (
     ModelCall,
     RetryPolicy,
@@ -34,12 +40,8 @@ from langchain_histcompress._model_edge import (
     UnusableAnswerError,
     arun_steps,
     internal_config,
-    json_fenced_blocks,
-    json_values,
-    output_text,
     report_failure,
     run_steps,
-    strip_think,
 )
 from langchain_histcompress.aliases import IdAliases
 from langchain_histcompress.errors import ConfigurationError, SummarizationError

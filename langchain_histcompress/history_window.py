@@ -20,7 +20,7 @@ from langchain_core.messages import (
     convert_to_messages,
 )
 
-from langchain_histcompress._model_edge import output_text
+from langchain_histcompress._answer_text import output_text
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.rounds import _MessageView, is_summary_message, split_units
 

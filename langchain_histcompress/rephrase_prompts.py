@@ -23,7 +23,7 @@ from typing import Literal
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.prompts import ChatPromptTemplate
 
-from langchain_histcompress._model_edge import is_refusal, output_text, strip_think
+from langchain_histcompress._answer_text import is_refusal, output_text, strip_think
 from langchain_histcompress.errors import ConfigurationError
 
 __all__ = [

@@ -55,6 +55,12 @@ from pydantic import (
     model_validator,
 )
 
+from langchain_histcompress._answer_text import (
+    find_json_object,
+    is_refusal,
+    output_text,
+    strip_think,
+)
 from langchain_histcompress._model_edge import (
     INTERNAL_TAGS,
     ModelCall,
@@ -64,16 +70,12 @@ from langchain_histcompress._model_edge import (
     UnusableAnswerError,
     arun_steps,
     describe_error,
-    find_json_object,
     internal_config,
     internal_model,
-    is_refusal,
     is_transient_error,
     model_name,
-    output_text,
     report_failure,
     run_steps,
-    strip_think,
 )
 from langchain_histcompress.aliases import IdAliases
 from langchain_histcompress.coverage import CoveredIds, CoveredIdsField, as_covered_ids

@@ -17,7 +17,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from langchain_histcompress._model_edge import submit_to_worker
+from langchain_histcompress._timeouts import submit_to_worker
 from langchain_histcompress.compressor import CompressionResult, RoundCompressor
 from langchain_histcompress.summary import RunningSummary
 

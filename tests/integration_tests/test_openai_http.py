@@ -29,7 +29,7 @@ from langchain_histcompress import (
     RoundCompressionNode,
     RoundCompressor,
     Summarizer,
-    _model_edge,
+    _timeouts,
     create_history_rephraser,
 )
 from langchain_histcompress.errors import SummarizationError
@@ -202,9 +202,9 @@ def test_sync_timeouts_drop_the_connection_and_free_their_threads(server: OpenAI
     # the client closed every hung request: the provider stops generating (and billing)
     assert server.wait_for_disconnects(9) == 9
     deadline = time.monotonic() + 10
-    while _busy_workers() > _model_edge._WORKERS.max_idle and time.monotonic() < deadline:
+    while _busy_workers() > _timeouts._WORKERS.max_idle and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert _busy_workers() <= _model_edge._WORKERS.max_idle  # no thread left in a model call
+    assert _busy_workers() <= _timeouts._WORKERS.max_idle  # no thread left in a model call
 
 
 async def test_async_timeout_cancels_the_request(server: OpenAIServer) -> None:

@@ -17,29 +17,33 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
-from langchain_histcompress import _model_edge, rephrase, summary
+from langchain_histcompress import _model_edge, _timeouts, rephrase, summary
+from langchain_histcompress._answer_text import (
+    find_json_object,
+    is_refusal,
+    json_fenced_blocks,
+    json_values,
+    output_text,
+    strip_think,
+)
 from langchain_histcompress._model_edge import (
     INTERNAL_TAGS,
     ModelCall,
-    ModelTimeoutError,
     Pause,
     RetryPolicy,
     Steps,
     Twin,
     arun_steps,
-    await_with_timeout,
-    call_with_timeout,
     describe_error,
-    find_json_object,
     internal_config,
-    is_refusal,
     is_transient_error,
-    json_fenced_blocks,
-    json_values,
-    output_text,
     retry_after,
     run_steps,
-    strip_think,
+)
+from langchain_histcompress._timeouts import (
+    ModelTimeoutError,
+    await_with_timeout,
+    call_with_timeout,
     submit_to_worker,
 )
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
@@ -240,7 +244,7 @@ def test_workers_are_reused_and_a_hung_call_keeps_its_own() -> None:
 
 
 def test_workers_retire_when_idle_and_reset_forgets_them() -> None:
-    pool = _model_edge._Workers(max_idle=1, idle_seconds=0.2)
+    pool = _timeouts._Workers(max_idle=1, idle_seconds=0.2)
     done = threading.Event()
     pool.submit(done.set)
     assert done.wait(5)

@@ -408,9 +408,9 @@ def test_a_sync_hang_that_cannot_be_stopped_is_never_sent_twice() -> None:
 
 
 def test_a_sync_answer_just_after_the_timeout_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    from langchain_histcompress import _model_edge
+    from langchain_histcompress import _timeouts
 
-    monkeypatch.setattr(_model_edge, "_abandon_grace", lambda timeout: 30.0)
+    monkeypatch.setattr(_timeouts, "abandon_grace", lambda timeout: 30.0)
     model = ScriptedSummarizer(script=[Hang(0.3, summary_json("late"))])
     summarizer, _ = make(model, timeout=0.05)
     assert summarizer.summarize(CONVERSATION).summary.text == "late"
