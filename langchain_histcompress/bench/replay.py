@@ -175,7 +175,8 @@ class PromptView:
     complete_sessions: frozenset[int]
     """Sessions whose file summary is quoted in the prompt (finished earlier)."""
     shown_as: Mapping[str, str] = field(default_factory=dict)
-    """Turn id -> the id the prompt shows for it, when it shows an alias (``m1``)."""
+    """Turn id -> the id the prompt shows for it, when that differs (an alias ``m1``, or a
+    repetition's fresh id ``D1:3#2``)."""
     operations_format: OperationsFormat = "lines"
     """How a fact-operations prompt wants its answer written."""
 
@@ -223,7 +224,8 @@ def _read_with_index(messages: Sequence[BaseMessage], index: _Index) -> PromptVi
             if turn_id is not None:
                 shown.add(turn_id)
                 last = index.position[turn_id]
-                if found is not None and _base_id(html.unescape(found.group(1))) != turn_id:
+                # an alias (``m1``) or a repetition's fresh id (``D1:3#2``): answer with it
+                if found is not None and html.unescape(found.group(1)) != turn_id:
                     shown_as[turn_id] = html.unescape(found.group(1))
         instructions.append(_PLAIN_ELEMENT.sub("", text))
     normalized = _normalize("\n".join(texts))

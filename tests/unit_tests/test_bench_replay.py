@@ -170,6 +170,20 @@ def test_fact_extractor_end_to_end_keeps_sources(
     assert facts["Ana bought a new bow."].confidence == 0.9
 
 
+def test_facts_from_a_repetition_name_its_fresh_ids(
+    conversation: LocomoConversation, counter: TiktokenCounter
+) -> None:
+    # an extended history repeats the conversation with ids ``<id>#k``: sources must be those
+    model = ReplayChatModel(conversation=conversation, counter=counter)
+    repeated = [
+        m.model_copy(update={"id": f"{m.id}#2"}) for m in _messages(conversation, "D2:2", "D2:3")
+    ]
+    result = FactExtractor(model).extract(repeated)
+    facts = {f.content: f for f in result.facts.values()}
+    assert facts["Ana is moving to Bergen in May."].source_ids == ("D2:3#2",)
+    assert facts["Ana bought a new bow."].source_ids
+
+
 def test_fact_with_a_later_source_waits_for_it(conversation: LocomoConversation) -> None:
     # the observation comes from D2:4 and D2:5: not emitted while D2:5 is in the future
     assert build_fact_operations(conversation, ["D2:4"]) == []
