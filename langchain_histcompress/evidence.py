@@ -576,10 +576,11 @@ class EvidenceRetriever:
         """Validate and store the configuration (see the class docstring)."""
         _check_bm25(k1, b)
         self.max_term_postings = _check_postings(max_term_postings)
-        if isinstance(neighbour_window, bool) or not isinstance(neighbour_window, int):
-            msg = f"neighbour_window must be an int >= 0, got {neighbour_window!r}"
-            raise ConfigurationError(msg)
-        if neighbour_window < 0:
+        if (
+            isinstance(neighbour_window, bool)
+            or not isinstance(neighbour_window, int)
+            or neighbour_window < 0
+        ):
             msg = f"neighbour_window must be an int >= 0, got {neighbour_window!r}"
             raise ConfigurationError(msg)
         for name, value in (
