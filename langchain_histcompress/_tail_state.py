@@ -57,6 +57,9 @@ class _Timing:
     """A message's time."""
     lifetime: float | None
     """Seconds the provider's cache stays warm."""
+    costs: bool = True
+    """Whether the compressor reads the rounds' token costs (a schedule, a token threshold
+    or a trigger): without them new messages are not counted at all."""
     settings: tuple[object, ...] = ()
     """What the recorded figures depend on besides the messages (counter, time reader...):
     a state made under other settings is not used."""
@@ -87,8 +90,8 @@ class _TailState:
     step starts (the only part whose validation can change when messages are appended)."""
     rounds: tuple[Round, ...]
     """The tail split into rounds (all pending: the tail holds no covered id)."""
-    costs: tuple[int, ...]
-    """Tokens of each round."""
+    costs: tuple[int, ...] | None
+    """Tokens of each round (``None`` when the compressor reads no costs)."""
     requests: tuple[int, ...]
     """AI messages of each round."""
     cold: tuple[bool, ...] | None
@@ -100,7 +103,7 @@ class _TailState:
 
 
 def _loads(
-    costs: Sequence[int],
+    costs: Sequence[int] | None,
     requests: Sequence[int],
     cold: Sequence[bool] | None,
     kept: tuple[RoundLoad, ...] | None = None,
@@ -110,7 +113,7 @@ def _loads(
 
     The latest round counts the coming request.
     """
-    if cold is None:
+    if cold is None or costs is None:
         return None
     last = len(costs) - 1
     return (
@@ -179,14 +182,15 @@ def record(
     summary: RunningSummary | None,
     parts: _Parts,
     rounds: Sequence[Round],
-    costs: Sequence[int],
+    costs: Sequence[int] | None,
     timing: _Timing,
     fixed_tokens: int | None,
 ) -> None:
     """Keep ``parts``' tail for ``owner``'s next call, when a later call can grow it.
 
     ``parts`` comes from the full path on a history whose lead and tail broke no rule;
-    ``rounds`` are its pending rounds and ``costs`` their tokens.
+    ``rounds`` are its pending rounds and ``costs`` their tokens (``None`` when
+    ``timing.costs`` is false).
     """
     cursor = parts.cursor
     if summary is None or cursor is None or cursor.tail_covered:
@@ -197,12 +201,16 @@ def record(
         return  # summary messages in the tail: left to the full path
     if any(isinstance(m, SystemMessage) for m in tail):
         return
-    if len(rounds) != len(costs) or sum(len(r.messages) for r in rounds) != len(tail):
+    if (costs is None) == timing.costs or sum(len(r.messages) for r in rounds) != len(tail):
+        return
+    if costs is not None and len(costs) != len(rounds):
         return
     lead = list(messages[: parts.lead_end])
     ids = frozenset(m.id for m in (*lead, *tail) if m.id is not None)
     requests = tuple(_ai_count(r.messages) for r in rounds)
     cold = tuple(_colds(rounds, timing)) if timing.lifetime is not None else None
+    if cold is not None and costs is None:
+        return
     _memo(summary)[_STATE_KEY] = _TailState(
         owner=owner,
         settings=timing.settings,
@@ -212,7 +220,7 @@ def record(
         ids=ids,
         step_from=_step_start(tail),
         rounds=tuple(rounds),
-        costs=tuple(costs),
+        costs=None if costs is None else tuple(costs),
         requests=requests,
         cold=cold,
         loads=_loads(costs, requests, cold),
@@ -280,16 +288,20 @@ def grow(
             return None
         step_from = _step_start(tail)
     rounds = list(state.rounds)
-    costs = list(state.costs)
     requests = list(state.requests)
-    for message, cost in zip(new, _new_costs(counter, new), strict=True):
+    costs = None if state.costs is None else list(state.costs)
+    # new messages are counted only for a compressor that reads costs
+    counts = _new_costs(counter, new) if costs is not None else [0] * len(new)
+    for message, cost in zip(new, counts, strict=True):
         if isinstance(message, HumanMessage) or not rounds:
             rounds.append(Round((message,)))
-            costs.append(cost)
             requests.append(0)
+            if costs is not None:
+                costs.append(cost)
         else:
             rounds[-1] = Round((*rounds[-1].messages, message))
-            costs[-1] += cost
+            if costs is not None:
+                costs[-1] += cost
         if isinstance(message, AIMessage):
             requests[-1] += 1
     grown = state
@@ -307,7 +319,7 @@ def grow(
             ids=seen | fresh,
             step_from=step_from,
             rounds=tuple(rounds),
-            costs=tuple(costs),
+            costs=None if costs is None else tuple(costs),
             requests=tuple(requests),
             cold=cold,
             loads=_loads(costs, requests, cold, state.loads, max(len(state.rounds) - 1, 0)),
@@ -365,7 +377,7 @@ def carry(
         return False
     tail = state.tail[folded_messages:]
     step_from = state.step_from - folded_messages
-    costs = state.costs[folded_rounds:]
+    costs = None if state.costs is None else state.costs[folded_rounds:]
     requests = state.requests[folded_rounds:]
     # the first pending round never counts as cold (nothing before it is pending)
     cold = None if state.cold is None else (False, *state.cold[folded_rounds + 1 :])

@@ -534,11 +534,16 @@ class RoundCompressor:
     def _timing(self) -> _Timing:
         lifetime = self.schedule.pricing.cache_lifetime if self.schedule is not None else None
         getter = self.timestamp_getter
-        settings = (self.token_counter, getter, lifetime)
+        costs = (
+            self.schedule is not None
+            or self.compression_threshold_tokens is not None
+            or self.trigger is not None
+        )
+        settings = (self.token_counter, getter, lifetime, costs)
         made = self._timing_made
         if made is None or made.settings != settings:
             made = self._timing_made = _Timing(
-                lambda m: _to_datetime(getter(m)), lifetime, settings=settings
+                lambda m: _to_datetime(getter(m)), lifetime, costs=costs, settings=settings
             )
         return made
 
@@ -729,12 +734,12 @@ class RoundCompressor:
         costs: list[int] | None = None
         if state is not None:
             pending: list[Round] = list(state.rounds)
-            costs = list(state.costs)
+            costs = None if state.costs is None else list(state.costs)
         else:
             covered = summary.covered_ids if summary is not None else frozenset()
             pending = _pending(parts.tail, covered)
             if clean and summary is not None:
-                costs = self._costs(pending)
+                costs = self._costs(pending) if timing.costs else None
                 fixed = self._fixed_tokens(parts) if self.schedule is not None else None
                 record(self, summary, parts, pending, costs, timing, fixed)
 

@@ -256,6 +256,8 @@ def test_a_turn_reads_only_the_new_messages(
     long = _per_turn(300, monkeypatch, schedule=schedule)
     assert short == long
     assert all(validated <= 4 and counted <= 6 for validated, counted in long)
+    if not schedule:  # no schedule, threshold or trigger reads token costs: none are counted
+        assert all(counted == 0 for _, counted in long)
 
 
 def test_a_replaced_tail_message_is_read_again() -> None:
