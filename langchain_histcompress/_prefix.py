@@ -1,4 +1,12 @@
-"""Whether a message list grew from an earlier one, checked at pointer speed."""
+"""Whether a message list still holds messages seen before, checked at pointer speed.
+
+Faces that keep work between calls (a compressor's covered prefix, a context window's
+messages) must prove that the history they are given still starts with the messages they
+worked on. The proof reads the new list once and never the messages themselves: lists of
+equal length compare identical references as pointers at C speed, so the recorded list is
+completed with the rest of the new one, compared whole and cut back (no slice of the new
+list, which would touch every message object it holds).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +15,49 @@ from collections.abc import Sequence
 from langchain_core.messages import BaseMessage
 
 
+def holds(
+    messages: Sequence[BaseMessage], recorded: list[BaseMessage], stop: int, *, start: int = 0
+) -> bool:
+    """Whether ``messages[start:stop]`` are ``recorded[start:stop]`` (same objects, or equal).
+
+    The ends must be the very recorded objects: equal but distinct messages (a history
+    rebuilt from a checkpoint) fail at once, so callers check those another way. When
+    ``recorded`` ends at ``stop`` and ``messages`` is a list, ``recorded[:start]`` are
+    scratch slots (overwritten with ``messages[:start]``) and ``recorded`` is cut back to
+    ``stop`` items afterwards; callers sharing ``recorded`` between threads hold their lock.
+    A list subclass is compared as a plain list: its own ``__eq__`` (which may read every
+    message) is never called.
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> a, b, c = HumanMessage("a"), HumanMessage("b"), HumanMessage("c")
+        >>> seen = [a, b]
+        >>> holds([a, b, c], seen, 2), holds([c, b, a], seen, 2), seen == [a, b]
+        (True, False, True)
+        >>> holds([c, b], [a, b], 2, start=1)  # only messages[1:2] is checked
+        True
+    """
+    if stop <= start:
+        return True
+    if len(messages) < stop or len(recorded) < stop:
+        return False
+    if messages[start] is not recorded[start] or messages[stop - 1] is not recorded[stop - 1]:
+        return False
+    if isinstance(messages, list) and len(recorded) == stop:
+        recorded[:start] = messages[:start]
+        recorded.extend(messages[stop:])
+        try:
+            return bool(list.__eq__(recorded, messages))
+        finally:
+            del recorded[stop:]
+    part = messages[start:stop]
+    return (part if type(part) is list else list(part)) == recorded[start:stop]
+
+
 def extends(messages: Sequence[BaseMessage], previous: list[BaseMessage]) -> bool:
     """Whether ``messages`` begins with ``previous`` (same objects, or equal values).
 
-    One C-speed comparison of references when the ends match by identity (identical
-    objects compare equal without calling ``__eq__``); equal but distinct messages (a
-    history rebuilt from a checkpoint) fail the identity check on the ends, so callers
-    redo their work from those messages instead. ``previous`` is left as it was.
+    `holds` over the whole of ``previous``, which is left as it was.
 
     Example:
         >>> from langchain_core.messages import HumanMessage
@@ -21,18 +65,4 @@ def extends(messages: Sequence[BaseMessage], previous: list[BaseMessage]) -> boo
         >>> extends([a, b], [a]), extends([b, a], [a]), extends([a], [])
         (True, False, True)
     """
-    known = len(previous)
-    if not known:
-        return True
-    if len(messages) < known:
-        return False
-    if messages[0] is not previous[0] or messages[known - 1] is not previous[-1]:
-        return False
-    if not isinstance(messages, list):
-        return list(messages[:known]) == previous
-    # Lists of equal length compare identical references as pointers, without touching the
-    # objects (a slice of ``messages`` would touch every one of them).
-    previous.extend(messages[known:])
-    same = previous == messages
-    del previous[known:]
-    return same
+    return holds(messages, previous, len(previous))

@@ -4,7 +4,7 @@ Round compression only reads the part of a history its summary does not cover ye
 *tail*, made of whole rounds. `_locate` splits a history into its system lead, the covered
 prefix it skips and the tail. The first call with a summary scans the covered prefix (whole
 chunks of covered ids at C speed); the result is kept as the summary's *cursor* (private, by
-object identity, see `summary._memo`), and later calls on the grown history verify the cursor
+object identity, see `_memos`), and later calls on the grown history verify the cursor
 instead of scanning again.
 
 What a verification checks, exactly:
@@ -37,10 +37,13 @@ from dataclasses import dataclass, field, replace
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from langchain_histcompress._identified import IdentifiedMessages, originals
+from langchain_histcompress._memos import existing_memo, memo
+from langchain_histcompress._prefix import holds
 from langchain_histcompress.coverage import covers_all
 from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.rounds import _IdentifiedMessages, is_pinned, is_summary_message
-from langchain_histcompress.summary import RunningSummary, _existing_memo, _memo
+from langchain_histcompress.rounds import is_pinned, is_summary_message
+from langchain_histcompress.summary import RunningSummary
 
 
 @dataclass(frozen=True)
@@ -183,18 +186,9 @@ def _slice(messages: Sequence[BaseMessage], start: int, stop: int) -> list[BaseM
     return part if type(part) is list else list(part)
 
 
-def _originals(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
-    """The caller's own objects behind ``messages`` (ids given lazily are derived from them).
-
-    The same original object at the same position always gets the same derived id, so a
-    prefix of identical originals proves an identical prefix without identifying it.
-    """
-    return messages.originals if isinstance(messages, _IdentifiedMessages) else messages
-
-
 def _cursor(summary: RunningSummary) -> _Cursor | None:
-    memo = _existing_memo(summary)
-    found = memo.get(_CURSOR_KEY) if memo is not None else None
+    cache = existing_memo(summary)
+    found = cache.get(_CURSOR_KEY) if cache is not None else None
     if isinstance(found, _Cursor) and found.covered is summary.covered_ids:
         return found
     return None
@@ -203,24 +197,13 @@ def _cursor(summary: RunningSummary) -> _Cursor | None:
 def _same_objects(source: Sequence[BaseMessage], cursor: _Cursor) -> bool:
     """Whether ``source[lead_end:start]`` holds the cursor's objects (or equal ones).
 
-    For a list and the newest cursor of its lineage, the shared objects are completed with
-    ``source``'s lead and tail and the two lists compared whole: equal-length lists compare
-    identical references as pointers, so no prefix message is read or copied. Else (another
-    sequence type, an older cursor) the prefix is copied and compared.
+    For a list and the newest cursor of its lineage the shared objects are compared with
+    ``source`` in place (`_prefix.holds`: pointers only, no prefix message read or copied);
+    else (another sequence type, an older cursor) the prefix is copied and compared.
     """
-    lead_end, start, objects = cursor.lead_end, cursor.start, cursor.objects
+    objects = cursor.objects
     with objects.lock:
-        items = objects.items
-        if source[lead_end] is not items[lead_end] or source[start - 1] is not items[start - 1]:
-            return False  # not the same objects: equal copies are checked by id instead
-        if isinstance(source, list) and len(items) == start:
-            items[:lead_end] = source[:lead_end]
-            items.extend(source[start:])
-            try:
-                return bool(list.__eq__(items, source))
-            finally:
-                del items[start:]
-        return _slice(source, lead_end, start) == items[lead_end:start]
+        return holds(source, objects.items, cursor.start, start=cursor.lead_end)
 
 
 def _verified_cursor(
@@ -249,7 +232,7 @@ def _verified_cursor(
         return None
     if spot_check or start == lead_end:
         return cursor
-    source = _originals(messages)
+    source = originals(messages)
     if _same_objects(source, cursor):
         return cursor
     try:
@@ -269,7 +252,7 @@ def _verified_cursor(
     if not matches:
         return None
     refreshed = replace(cursor, objects=_Objects(_slice(source, 0, start)))
-    _memo(summary)[_CURSOR_KEY] = refreshed
+    memo(summary)[_CURSOR_KEY] = refreshed
     return refreshed
 
 
@@ -284,7 +267,7 @@ def _remember(summary: RunningSummary, parts: _Parts, grown_from: _Cursor | None
     start_id = _message_id(messages, start) if start < len(messages) else None
     if start_id is None:
         return None
-    source = _originals(messages)
+    source = originals(messages)
     objects = None
     if grown_from is not None and grown_from.lead_end == lead_end and grown_from.start <= start:
         shared = grown_from.objects
@@ -305,7 +288,7 @@ def _remember(summary: RunningSummary, parts: _Parts, grown_from: _Cursor | None
         objects=objects,
         system_at=parts.system_at,
     )
-    _memo(summary)[_CURSOR_KEY] = cursor
+    memo(summary)[_CURSOR_KEY] = cursor
     return cursor
 
 
@@ -434,7 +417,7 @@ def _with_ids(
         return messages
     if complete:
         return messages
-    identified = _IdentifiedMessages(messages, 0 if lead_too else lead_end, namespace)
+    identified = IdentifiedMessages(messages, 0 if lead_too else lead_end, namespace)
     if summary is not None and summary.covered_ids:
         _carry_copies(identified, summary)
     return identified
@@ -457,7 +440,7 @@ def _tool_call_id_field(kind: type[BaseMessage]) -> bool | None:
     return found
 
 
-def _carry_copies(identified: _IdentifiedMessages, summary: RunningSummary) -> None:
+def _carry_copies(identified: IdentifiedMessages, summary: RunningSummary) -> None:
     """Give ``identified`` the id-bearing copies `_keep_copies` kept for ``summary``.
 
     A copy is reused only for the very original object at the same index whose fields the
@@ -466,11 +449,11 @@ def _carry_copies(identified: _IdentifiedMessages, summary: RunningSummary) -> N
     string (a list could have been edited in place), so the ids are those `rounds.ensure_ids`
     gives; a grown history then derives ids only for its new messages.
     """
-    memo = _existing_memo(summary)
-    kept = memo.get(_IDENTIFIED_KEY) if memo is not None else None
+    cache = existing_memo(summary)
+    kept = cache.get(_IDENTIFIED_KEY) if cache is not None else None
     if not isinstance(kept, dict):
         return
-    now, carried = identified.originals, identified._copies
+    now = identified.originals
     size = len(now)
     for index, (original, copy) in list(kept.items()):
         if index >= size or now[index] is not original:
@@ -482,7 +465,7 @@ def _carry_copies(identified: _IdentifiedMessages, summary: RunningSummary) -> N
                 field and copy.tool_call_id is not original.tool_call_id  # type: ignore[attr-defined]
             ):
                 continue
-            carried[index] = copy
+            identified.adopt(index, copy)
 
 
 def _keep_copies(messages: Sequence[BaseMessage], summary: RunningSummary | None) -> None:
@@ -491,20 +474,20 @@ def _keep_copies(messages: Sequence[BaseMessage], summary: RunningSummary | None
     Only the copies the next turn reads again are kept, with their originals (not the history
     list, which the caller frees), so what is kept is O(uncovered tail).
     """
-    if summary is None or not isinstance(messages, _IdentifiedMessages):
+    if summary is None or not isinstance(messages, IdentifiedMessages):
         return
     cursor = _cursor(summary)
     if cursor is None:
         return
     # the tail, and the two messages the cursor's check reads by id (just before the tail,
     # and the first after the lead)
-    start, lead_end, originals = cursor.start, cursor.lead_end, messages.originals
+    start, lead_end, given = cursor.start, cursor.lead_end, messages.originals
     kept = {
-        index: (originals[index], copy)
-        for index, copy in list(messages._copies.items())
+        index: (given[index], copy)
+        for index, copy in list(messages.copies.items())
         if index >= start - 1 or index == lead_end
     }
-    _memo(summary)[_IDENTIFIED_KEY] = kept
+    memo(summary)[_IDENTIFIED_KEY] = kept
 
 
 def _prefix_ids(parts: _Parts, summary: RunningSummary | None) -> Callable[[str], bool]:

@@ -6,7 +6,7 @@ appended. `_TailState` keeps what the previous call derived from that tail (its 
 token costs, the AI messages and cache state of each, the ids it holds, that it breaks no
 provider rule), so the next call reads only the new messages: O(new messages), not O(tail).
 
-It lives in the summary's private memo (see `summary._memo`) for one compressor, and is used
+It lives in the summary's private memo (see `_memos`) for one compressor, and is used
 only when it provably describes the history at hand:
 
 * the summary's cursor verifies on the history (`_tail._verified_cursor`) and is the very
@@ -35,16 +35,18 @@ from datetime import datetime
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from langchain_histcompress._identified import IdentifiedMessages
+from langchain_histcompress._memos import existing_memo, memo
 from langchain_histcompress._tail import _Cursor, _Parts, _verified_cursor
-from langchain_histcompress.rounds import Round, _IdentifiedMessages, validate_history
+from langchain_histcompress.rounds import Round, validate_history
 from langchain_histcompress.schedule import RoundLoad, starts_cold
-from langchain_histcompress.summary import RunningSummary, _existing_memo, _memo
+from langchain_histcompress.summary import RunningSummary
 from langchain_histcompress.tokens import TiktokenCounter, TokenCounter, message_costs
 
 _STATE_KEY = "tail_state"
 # Histories a state may describe: lists and tuples, and histories given ids lazily, whose tail
 # copies are kept from one turn to the next (`_tail._keep_copies`) so they are the same objects.
-_GROWABLE = (list, tuple, _IdentifiedMessages)
+_GROWABLE = (list, tuple, IdentifiedMessages)
 
 Timestamp = Callable[[BaseMessage], datetime | None]
 
@@ -211,7 +213,7 @@ def record(
     cold = tuple(_colds(rounds, timing)) if timing.lifetime is not None else None
     if cold is not None and costs is None:
         return
-    _memo(summary)[_STATE_KEY] = _TailState(
+    memo(summary)[_STATE_KEY] = _TailState(
         owner=owner,
         settings=timing.settings,
         cursor=cursor,
@@ -243,8 +245,8 @@ def grow(
     """
     if summary is None or not isinstance(messages, _GROWABLE):
         return None
-    memo = _existing_memo(summary)
-    state = memo.get(_STATE_KEY) if memo is not None else None
+    cache = existing_memo(summary)
+    state = cache.get(_STATE_KEY) if cache is not None else None
     if not isinstance(state, _TailState) or state.owner is not owner:
         return None
     if state.settings != timing.settings:
@@ -325,7 +327,7 @@ def grow(
             loads=_loads(costs, requests, cold, state.loads, max(len(state.rounds) - 1, 0)),
             fixed_tokens=state.fixed_tokens,
         )
-        _memo(summary)[_STATE_KEY] = grown
+        memo(summary)[_STATE_KEY] = grown
     parts = _Parts(
         messages,
         lead_end,
@@ -358,8 +360,8 @@ def carry(
     """
     if previous is None or folded_rounds < 1:
         return False
-    memo = _existing_memo(previous)
-    state = memo.get(_STATE_KEY) if memo is not None else None
+    cache = existing_memo(previous)
+    state = cache.get(_STATE_KEY) if cache is not None else None
     if not isinstance(state, _TailState) or state.owner is not owner:
         return False
     cursor = after.cursor
@@ -381,7 +383,7 @@ def carry(
     requests = state.requests[folded_rounds:]
     # the first pending round never counts as cold (nothing before it is pending)
     cold = None if state.cold is None else (False, *state.cold[folded_rounds + 1 :])
-    _memo(final)[_STATE_KEY] = _TailState(
+    memo(final)[_STATE_KEY] = _TailState(
         owner=owner,
         settings=state.settings,
         cursor=cursor,

@@ -82,6 +82,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
+from langchain_histcompress._memos import memo
 from langchain_histcompress._tail import _lead_end, _Parts, _prefix_ids
 from langchain_histcompress._tail import _locate as _locate
 from langchain_histcompress._tail import _summary_detached as _summary_detached
@@ -112,7 +113,6 @@ from langchain_histcompress.summary import (
     Summarizer,
     SummaryProfile,
     SummaryUpdate,
-    _memo,
     build_summary_prompt,
 )
 from langchain_histcompress.tokens import TokenCounter, message_costs
@@ -653,12 +653,12 @@ class RoundCompressor:
     def _summary_tokens(self, summary: RunningSummary) -> int:
         """Tokens of ``summary``'s text as a system message, counted once per summary."""
         counter = self.token_counter
-        memo = _memo(summary)
-        known = memo.get(_SUMMARY_TOKENS_KEY)
+        cache = memo(summary)
+        known = cache.get(_SUMMARY_TOKENS_KEY)
         if known is not None and known[0] is counter:
             return int(known[1])
         tokens = counter([SystemMessage(summary.text)])
-        memo[_SUMMARY_TOKENS_KEY] = (counter, tokens)
+        cache[_SUMMARY_TOKENS_KEY] = (counter, tokens)
         return tokens
 
     def _scheduled(

@@ -58,7 +58,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
 from langchain_core.messages import (
     AIMessage,
@@ -67,6 +67,8 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+
+from langchain_histcompress._identified import IdentifiedMessages, MessageView, identified
 
 __all__ = [
     "ACCEPTED_KINDS",
@@ -539,73 +541,9 @@ def ensure_ids(messages: Sequence[BaseMessage], *, namespace: str = "") -> list[
         >>> original.id is None, first.id == ensure_ids([original])[0].id
         (True, True)
     """
-    return [_identified(message, index, namespace) for index, message in enumerate(messages)]
+    return [identified(message, index, namespace) for index, message in enumerate(messages)]
 
 
-def _identified(message: BaseMessage, index: int, namespace: str = "") -> BaseMessage:
-    """``message`` itself when it has an id, else a copy with the id `ensure_ids` gives it."""
-    if message.id is not None:
-        return message
-    digest = hashlib.sha256(
-        f"{namespace}\x00{index}\x00{message.type}\x00{message.content!r}\x00"
-        f"{getattr(message, 'tool_call_id', '')}".encode()
-    ).hexdigest()[:24]
-    return message.model_copy(update={"id": f"hc-{digest}"})
-
-
-class _MessageView(Sequence[BaseMessage]):
-    """A read-only message sequence that makes each message when it is first read."""
-
-    def __len__(self) -> int:
-        raise NotImplementedError
-
-    def _at(self, index: int) -> BaseMessage:
-        raise NotImplementedError
-
-    @overload
-    def __getitem__(self, index: int) -> BaseMessage: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[BaseMessage]: ...
-
-    def __getitem__(self, index: int | slice) -> BaseMessage | list[BaseMessage]:
-        size = len(self)
-        if isinstance(index, slice):
-            return [self._at(i) for i in range(*index.indices(size))]
-        position = index + size if index < 0 else index
-        if not 0 <= position < size:
-            msg = "message index out of range"
-            raise IndexError(msg)
-        return self._at(position)
-
-
-class _IdentifiedMessages(_MessageView):
-    """``ensure_ids(messages)`` with the preamble kept as given, computed where it is read.
-
-    Reading the last few messages of a long history gives ids to those only, so a face that
-    reads the uncovered tail does work proportional to the tail. Each message is identified
-    once per view (reads return the same copy).
-    """
-
-    def __init__(self, messages: Sequence[BaseMessage], lead_end: int, namespace: str = "") -> None:
-        self._messages = messages
-        self._lead_end = lead_end
-        self._namespace = namespace
-        self._copies: dict[int, BaseMessage] = {}
-
-    def __len__(self) -> int:
-        return len(self._messages)
-
-    @property
-    def originals(self) -> Sequence[BaseMessage]:
-        """The messages as given, before any id was derived."""
-        return self._messages
-
-    def _at(self, index: int) -> BaseMessage:
-        found = self._copies.get(index)
-        if found is None:
-            message = self._messages[index]
-            if index < self._lead_end or not isinstance(message, BaseMessage):
-                return message  # the preamble as given; a non-message is reported by its reader
-            found = self._copies[index] = _identified(message, index, self._namespace)
-        return found
+# Views that make messages where they are read (in `_identified`), under their former names.
+_MessageView = MessageView
+_IdentifiedMessages = IdentifiedMessages

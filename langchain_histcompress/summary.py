@@ -53,6 +53,7 @@ from pydantic import (
     model_validator,
 )
 
+from langchain_histcompress import _memos
 from langchain_histcompress._model_edge import (
     INTERNAL_TAGS,
     ModelCall,
@@ -128,37 +129,11 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-# Private per-summary caches (a history cursor, the sorted covered ids, the summary a new one
-# was built from), keyed by object identity so they never take part in equality,
-# serialization or copies. An entry dies with its summary. Caches only: every reader checks
-# what it reads against the summary itself.
-_MEMOS: dict[int, tuple[weakref.ref[Any], dict[str, Any]]] = {}
+# Private per-summary caches (see `_memos`): a history cursor, the sorted covered ids, the
+# summary a new one was built from.
+_existing_memo = _memos.existing_memo
+_memo = _memos.memo
 _INSORT_LIMIT = 64
-
-
-def _existing_memo(summary: RunningSummary) -> dict[str, Any] | None:
-    """The private cache dict of ``summary``, if it has one."""
-    entry = _MEMOS.get(id(summary))
-    if entry is not None and entry[0]() is summary:
-        return entry[1]
-    return None
-
-
-def _memo(summary: RunningSummary) -> dict[str, Any]:
-    """The private cache dict of ``summary`` (created on first use)."""
-    found = _existing_memo(summary)
-    if found is not None:
-        return found
-    key = id(summary)
-    data: dict[str, Any] = {}
-
-    def forget(ref: weakref.ref[Any], key: int = key) -> None:
-        current = _MEMOS.get(key)
-        if current is not None and current[0] is ref:
-            _MEMOS.pop(key, None)
-
-    _MEMOS[key] = (weakref.ref(summary, forget), data)
-    return data
 
 
 def _seed_sorted_ids(summary: RunningSummary, ids: Sequence[str]) -> None:

@@ -195,17 +195,17 @@ def test_node_without_ids_matches_the_node_on_ensured_ids() -> None:
 
 def counting_identified(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the messages given a derived id (copied) from now on."""
-    from langchain_histcompress import rounds as rounds_module
+    from langchain_histcompress import _identified as identified_module
 
     made: list[int] = []
-    original = rounds_module._identified
+    original = identified_module.identified
 
     def counted(message: BaseMessage, index: int, namespace: str = "") -> BaseMessage:
         if message.id is None:
             made.append(index)
         return original(message, index, namespace)
 
-    monkeypatch.setattr(rounds_module, "_identified", counted)
+    monkeypatch.setattr(identified_module, "identified", counted)
     return made
 
 
@@ -437,7 +437,8 @@ def test_context_builder_reads_only_new_messages(strategy: str) -> None:
     """The retrieval strategies' context assembly reads the same few positions per turn.
 
     The only look at the older history is one pointer comparison of the list with the
-    previous call's (which tells a grown history from another one).
+    previous call's (which tells a grown history from another one), made as a plain list's:
+    the probe's own ``__eq__`` is never called.
     """
     per_size = {}
     for rounds in (SHORT, LONG):
@@ -466,7 +467,7 @@ def test_context_builder_reads_only_new_messages(strategy: str) -> None:
             built = builder.assemble(probe, query=f"question {end % 97}", **options)
             assert built.messages[-1] is history[end - 1]
             assert not probe.iterated
-            assert probe.compared == 1
+            assert probe.compared == 0  # the prefix check compares plain list pointers, in C
             counts.append(len(far_reads(probe, end, 40)))
         per_size[rounds] = counts
     assert per_size[SHORT] == per_size[LONG]
