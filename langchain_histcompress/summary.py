@@ -366,7 +366,7 @@ def _next_summary(
     except TypeError:  # a non-string id: let pydantic explain
         return RunningSummary(covered_ids=frozenset([*base, *new_ids]), **fields)
     added = sorted(covered.added_since(base) or [])
-    summary = RunningSummary(**fields).model_copy(update={"covered_ids": covered})
+    summary = RunningSummary(covered_ids=covered, **fields)  # a `CoveredIds` is taken as is
     memo = _memo(summary)
     if previous is None:
         memo["sorted_ids"] = added

@@ -181,14 +181,33 @@ def _format_instructions(profile: SummaryProfile) -> str:
     return _FORMAT_MODEL.format(schema=schema)
 
 
+_encode_string = json.encoder.py_encode_basestring
+if json.encoder.c_encode_basestring is not None:  # pragma: no branch - CPython
+    _encode_string = json.encoder.c_encode_basestring
+
+
+def _dumps_indented(content: Mapping[str, Any]) -> str:
+    """``json.dumps(content, ensure_ascii=False, sort_keys=True, indent=1)``, byte for byte.
+
+    With an indent the standard encoder runs in Python; a flat object of strings (the
+    conversation profile's summary) is written here with the C string encoder instead.
+
+    Example:
+        >>> content = {"b": 'say "hi"', "a": "é"}
+        >>> _dumps_indented(content) == json.dumps(
+        ...     content, ensure_ascii=False, sort_keys=True, indent=1)
+        True
+    """
+    if content and all(type(k) is str and type(v) is str for k, v in content.items()):
+        lines = [f" {_encode_string(k)}: {_encode_string(v)}" for k, v in sorted(content.items())]
+        return "{\n" + ",\n".join(lines) + "\n}"
+    return json.dumps(content, ensure_ascii=False, sort_keys=True, indent=1)
+
+
 def _previous_block(previous: RunningSummary | None, previous_text: str | None) -> str:
     if previous is not None:
         content = previous.content
-        data = (
-            content
-            if isinstance(content, str)
-            else json.dumps(content, ensure_ascii=False, sort_keys=True, indent=1)
-        )
+        data = content if isinstance(content, str) else _dumps_indented(content)
         return wrap_data("previous_summary", data, {"version": previous.version})
     if previous_text:
         return wrap_data("previous_summary", previous_text, {"version": "imported"})

@@ -7,6 +7,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -687,3 +689,18 @@ def test_bad_messages_are_rejected(messages: list[BaseMessage], match: str) -> N
 def test_model_name_detection() -> None:
     assert make(ScriptedSummarizer())[0].model_name == "scripted-summarizer"
     assert make(GenericFakeChatModel(messages=iter([])))[0].model_name == "GenericFakeChatModel"
+
+
+_JSON_VALUES = st.recursive(
+    st.text() | st.integers() | st.none(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@given(st.dictionaries(st.text(), st.text(), max_size=4) | st.dictionaries(st.text(), _JSON_VALUES))
+def test_previous_summary_is_shown_as_indented_json(content: dict[str, Any]) -> None:
+    from langchain_histcompress.summary_prompt import _dumps_indented
+
+    expected = json.dumps(content, ensure_ascii=False, sort_keys=True, indent=1)
+    assert _dumps_indented(content) == expected
