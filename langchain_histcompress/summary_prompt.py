@@ -181,9 +181,7 @@ def _format_instructions(profile: SummaryProfile) -> str:
     return _FORMAT_MODEL.format(schema=schema)
 
 
-_encode_string = json.encoder.py_encode_basestring
-if json.encoder.c_encode_basestring is not None:  # pragma: no branch - CPython
-    _encode_string = json.encoder.c_encode_basestring
+_encode_string = json.encoder.encode_basestring  # the C one where there is one
 
 
 def _dumps_indented(content: Mapping[str, Any]) -> str:
