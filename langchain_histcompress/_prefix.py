@@ -16,17 +16,23 @@ from langchain_core.messages import BaseMessage
 
 
 def holds(
-    messages: Sequence[BaseMessage], recorded: list[BaseMessage], stop: int, *, start: int = 0
+    messages: Sequence[BaseMessage],
+    recorded: list[BaseMessage],
+    stop: int,
+    *,
+    start: int = 0,
+    by_value: bool = False,
 ) -> bool:
     """Whether ``messages[start:stop]`` are ``recorded[start:stop]`` (same objects, or equal).
 
-    The ends must be the very recorded objects: equal but distinct messages (a history
-    rebuilt from a checkpoint) fail at once, so callers check those another way. When
-    ``recorded`` ends at ``stop`` and ``messages`` is a list, ``recorded[:start]`` are
-    scratch slots (overwritten with ``messages[:start]``) and ``recorded`` is cut back to
-    ``stop`` items afterwards; callers sharing ``recorded`` between threads hold their lock.
-    A list subclass is compared as a plain list: its own ``__eq__`` (which may read every
-    message) is never called.
+    Unless ``by_value``, the ends must be the very recorded objects: equal but distinct
+    messages (a history rebuilt from a checkpoint) fail at once, so callers check those
+    another way; with it, equal messages are accepted anywhere (each one that is not the
+    same object is compared by value). When ``recorded`` ends at ``stop`` and ``messages``
+    is a list, ``recorded[:start]`` are scratch slots (overwritten with
+    ``messages[:start]``) and ``recorded`` is cut back to ``stop`` items afterwards; callers
+    sharing ``recorded`` between threads hold their lock. A list subclass is compared as a
+    plain list: its own ``__eq__`` (which may read every message) is never called.
 
     Example:
         >>> from langchain_core.messages import HumanMessage
@@ -36,20 +42,28 @@ def holds(
         (True, False, True)
         >>> holds([c, b], [a, b], 2, start=1)  # only messages[1:2] is checked
         True
+        >>> holds([HumanMessage("a"), b], seen, 2), holds([HumanMessage("a"), b], seen, 2,
+        ...                                               by_value=True)
+        (False, True)
     """
     if stop <= start:
         return True
     if len(messages) < stop or len(recorded) < stop:
         return False
-    if messages[start] is not recorded[start] or messages[stop - 1] is not recorded[stop - 1]:
+    if not by_value and (
+        messages[start] is not recorded[start] or messages[stop - 1] is not recorded[stop - 1]
+    ):
         return False
-    if isinstance(messages, list) and len(recorded) == stop:
-        recorded[:start] = messages[:start]
-        recorded.extend(messages[stop:])
+    if isinstance(messages, list):
+        shared = len(recorded) == stop
+        mine = recorded if shared else recorded[:stop]  # an older record: one copy
+        mine[:start] = messages[:start]
+        mine.extend(messages[stop:])
         try:
-            return bool(list.__eq__(recorded, messages))
+            return bool(list.__eq__(mine, messages))
         finally:
-            del recorded[stop:]
+            if shared:
+                del mine[stop:]
     part = messages[start:stop]
     return (part if type(part) is list else list(part)) == recorded[start:stop]
 

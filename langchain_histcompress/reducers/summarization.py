@@ -12,6 +12,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from langchain_histcompress._prefix import holds
 from langchain_histcompress.errors import SummarizationError
 from langchain_histcompress.reducers import _units as cut
 from langchain_histcompress.rounds import ensure_ids, is_summary_message
@@ -75,21 +76,15 @@ class _Folded:
         Each position is compared by identity first, by value only for messages that are
         not the same objects (a history reloaded from storage). So a state is reused only
         for a history that holds the very messages it summarized: two conversations never
-        share a summary, whatever their message ids. The comparison is list ordering in C:
-        a pointer comparison per folded message, no slice, no field read. Call it under the
-        reducer's lock (it writes the caller's preamble into the preamble slots).
+        share a summary, whatever their message ids. The comparison is `_prefix.holds`: a
+        pointer comparison per folded message in C, no slice, no field read. Call it under
+        the reducer's lock (it writes the caller's preamble into the preamble slots).
         """
         end = head + self.count
         if head != self.head or len(messages) <= end:
             return False
-        ours = self.originals
-        if len(ours) != end:
-            ours = ours[:end]
-        ours[:head] = messages[:head]  # the preamble is not part of what was folded
-        try:
-            return ours < messages  # a strict prefix, element by element
-        except TypeError:  # two messages differ: messages have no ordering
-            return False
+        # the preamble slots take the caller's preamble: it is not part of what was folded
+        return holds(messages, self.originals, end, start=head, by_value=True)
 
 
 @dataclass(frozen=True)
