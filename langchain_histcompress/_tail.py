@@ -359,7 +359,9 @@ def _locate(
         cursor=cursor,
     )
     if summary is not None and covered and cursor is None:
-        parts = replace(parts, cursor=_remember(summary, parts, grown_from))
+        made = _remember(summary, parts, grown_from)
+        if made is not None:
+            parts = _Parts(messages, lead_end, start, tail, system_at=systems, cursor=made)
     return parts
 
 
