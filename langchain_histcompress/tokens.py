@@ -71,6 +71,7 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
+from langchain_histcompress._prefix import holds
 from langchain_histcompress.errors import ConfigurationError, TokenizerError
 
 __all__ = [
@@ -424,14 +425,7 @@ class _Counted:
         """Whether ``messages[:n]`` holds ``self.messages[:n]``: wholly up to `_FULL_CHECK`."""
         mine = self.messages
         if n <= _FULL_CHECK:
-            if isinstance(messages, list) and len(messages) >= len(mine):
-                # Lists of equal length compare reference by reference, touching no message.
-                known = len(mine)
-                mine.extend(messages[known:])
-                same = mine == messages
-                del mine[known:]
-                return same
-            return _same(messages, mine, 0, n)
+            return holds(messages, mine, n, by_value=True)  # pointers, touching no message
         tail = n - _CHECK_TAIL
         if not (_same(messages, mine, 0, _CHECK_HEAD) and _same(messages, mine, tail, n)):
             return False
