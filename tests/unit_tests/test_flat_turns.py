@@ -558,11 +558,39 @@ def test_benchmark_runs_the_faces_section_when_asked(tmp_path: Any) -> None:
         overhead_turns=2,
         faces=True,
         face_turns=2,
+        face_passes=2,
         counting=False,
     )
     result = run_benchmark(config, progress=io.StringIO())
     assert sorted(f.face for f in result.faces) == sorted(FACES)
     assert all(f.error is None and f.turns == 2 for f in result.faces)
+    assert all(len(f.pass_means_ms) == 2 for f in result.faces)
     assert not BenchConfig(data=(data,)).faces  # opt-in (`make bench` passes --faces)
     written = write_reports(result, Path(tmp_path) / "out", plots=False)
     assert "faces:markdown" in written and "plot:face_overhead" not in written
+
+
+def test_faces_report_the_lowest_of_their_passes() -> None:
+    from langchain_histcompress.bench.faces import measure_faces
+    from langchain_histcompress.errors import ConfigurationError
+
+    base: list[BaseMessage] = [SystemMessage("s", id="s")]
+    for n in range(8):
+        base += [HumanMessage(f"q{n}", id=f"h{n}"), AIMessage(f"a{n}", id=f"a{n}")]
+    seen: list[float] = []
+    figures = measure_faces(
+        base,
+        sizes=(10,),
+        turns=2,
+        faces=["tiktoken_counter", "round_compression"],
+        passes=3,
+        on_figure=lambda f: seen.append(f.mean_ms or 0.0),
+    )
+    assert [f.face for f in figures] == ["tiktoken_counter", "round_compression"]
+    assert len(seen) == 6  # every pass reports its figure
+    for figure in figures:
+        assert len(figure.pass_means_ms) == 3
+        assert figure.mean_ms == min(figure.pass_means_ms)
+        assert figure.mean_ms == pytest.approx(sum(figure.samples_ms) / figure.turns)
+    with pytest.raises(ConfigurationError, match="passes"):
+        measure_faces(base, sizes=(10,), turns=2, faces=["tiktoken_counter"], passes=0)
