@@ -275,6 +275,37 @@ def test_middleware_without_ids_derives_ids_only_for_new_messages(
         assert [m.id for m in shown[1:]] == [m.id for m in ensure_ids(history[:end])[60:]]
 
 
+@pytest.mark.parametrize("ids", [True, False])
+def test_middleware_context_builder_reads_only_new_messages(
+    monkeypatch: pytest.MonkeyPatch, ids: bool
+) -> None:
+    """The request handed to a context builder gives ids only to messages that lack one."""
+    from langchain.agents.middleware import ModelRequest
+
+    from langchain_histcompress import rounds as rounds_module
+    from langchain_histcompress.middleware import RoundCompressionMiddleware
+
+    history = grown(40, ids=ids)[1:]
+    builder = ContextBuilder(max_context_tokens=100_000, token_counter=count_tokens_approximately)
+    middleware = RoundCompressionMiddleware(_plain_node().compressor, context_builder=builder)
+    model = GenericFakeChatModel(messages=iter([]))
+    calls: list[int] = []
+    original = rounds_module._identified
+
+    def counted(message: BaseMessage, index: int, namespace: str = "") -> BaseMessage:
+        calls.append(index)
+        return original(message, index, namespace)
+
+    monkeypatch.setattr(rounds_module, "_identified", counted)
+    for end in range(60, 80, 2):
+        calls.clear()
+        request = ModelRequest(model=model, messages=history[:end], state={"messages": []})  # type: ignore[arg-type]
+        shown = middleware.compressed_request(request).messages
+        # with ids nothing is derived; without, every message is (no summary names a prefix)
+        assert len(calls) == (0 if ids else end)
+        assert [m.id for m in shown] == [m.id for m in ensure_ids(history[:end])]
+
+
 def test_node_without_ids_rederives_a_replaced_message() -> None:
     """A message replaced at the same position gets the id its new content gives."""
     history = grown(40, ids=False)
