@@ -91,7 +91,7 @@ from langchain_histcompress.nodes import (
     summary_from_state,
     summary_to_state,
 )
-from langchain_histcompress.rounds import ensure_ids, repair_history
+from langchain_histcompress.rounds import repair_history
 from langchain_histcompress.summary import RunningSummary
 
 try:  # langchain >= 1.3: keep internal model calls out of the agent's v2 message stream
@@ -310,7 +310,9 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         system = request.system_message
         lead: list[BaseMessage] = [system] if system is not None else []
         if self.context_builder is not None:
-            full = [*lead, *ensure_ids(request.messages)]
+            # ids derived as `ensure_ids` would, only where some are missing (an agent's
+            # messages carry ids: then nothing is read beyond the uncovered tail)
+            full = [*lead, *_with_ids(request.messages, summary, lead_too=True)]
             built = self.context_builder.build(full, summary=summary)
         else:
             assert summary is not None

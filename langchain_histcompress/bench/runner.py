@@ -144,6 +144,9 @@ class BenchConfig:
     face_turns: int = 100
     """Turns timed per face and size (10 when quick): enough that a few slow turns (a thread
     wake-up, a collection) do not decide the mean."""
+    face_passes: int = 3
+    """Passes over every face and size (1 when quick); each figure is its lowest pass mean
+    (see ``bench.faces.measure_faces``)."""
     agent_data: Path | None = None
     """tau-bench folder replayed as the agent workload (``bench.agent``); ``None`` to skip."""
     agent_limit: int | None = None
@@ -157,6 +160,7 @@ class BenchConfig:
         for name in (
             "overhead_turns",
             "face_turns",
+            "face_passes",
             "budget_tokens",
             "keep_messages",
             "summary_tokens",
@@ -618,7 +622,7 @@ def run_benchmark(
     replays = sum(len(REPORTED_PRICINGS) if is_priced(n) else 1 for n in names)
     replay_units = sum(_assistant_turns(c, config.max_turns) for c in conversations) * replays
     overhead_units = len(names) * len(config.sizes) * (config.overhead_turns + 1)
-    face_units = len(FACES) * len(config.sizes) if config.faces else 0
+    face_units = len(FACES) * len(config.sizes) * _face_passes(config) if config.faces else 0
     bar = ProgressBar(replay_units + overhead_units + face_units + 1, progress)
     runs: list[StrategyRun] = []
     encoder = RequestEncoder(counter)
@@ -776,7 +780,12 @@ def _faces(
         model=model,
         counter=counter,
         on_figure=advance,
+        passes=_face_passes(config),
     )
+
+
+def _face_passes(config: BenchConfig) -> int:
+    return 1 if config.quick else config.face_passes
 
 
 def _counting(size: int) -> dict[str, float] | None:

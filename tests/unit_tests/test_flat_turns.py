@@ -275,6 +275,37 @@ def test_middleware_without_ids_derives_ids_only_for_new_messages(
         assert [m.id for m in shown[1:]] == [m.id for m in ensure_ids(history[:end])[60:]]
 
 
+@pytest.mark.parametrize("ids", [True, False])
+def test_middleware_context_builder_reads_only_new_messages(
+    monkeypatch: pytest.MonkeyPatch, ids: bool
+) -> None:
+    """The request handed to a context builder gives ids only to messages that lack one."""
+    from langchain.agents.middleware import ModelRequest
+
+    from langchain_histcompress import rounds as rounds_module
+    from langchain_histcompress.middleware import RoundCompressionMiddleware
+
+    history = grown(40, ids=ids)[1:]
+    builder = ContextBuilder(max_context_tokens=100_000, token_counter=count_tokens_approximately)
+    middleware = RoundCompressionMiddleware(_plain_node().compressor, context_builder=builder)
+    model = GenericFakeChatModel(messages=iter([]))
+    calls: list[int] = []
+    original = rounds_module._identified
+
+    def counted(message: BaseMessage, index: int, namespace: str = "") -> BaseMessage:
+        calls.append(index)
+        return original(message, index, namespace)
+
+    monkeypatch.setattr(rounds_module, "_identified", counted)
+    for end in range(60, 80, 2):
+        calls.clear()
+        request = ModelRequest(model=model, messages=history[:end], state={"messages": []})  # type: ignore[arg-type]
+        shown = middleware.compressed_request(request).messages
+        # with ids nothing is derived; without, every message is (no summary names a prefix)
+        assert len(calls) == (0 if ids else end)
+        assert [m.id for m in shown] == [m.id for m in ensure_ids(history[:end])]
+
+
 def test_node_without_ids_rederives_a_replaced_message() -> None:
     """A message replaced at the same position gets the id its new content gives."""
     history = grown(40, ids=False)
@@ -559,11 +590,39 @@ def test_benchmark_runs_the_faces_section_when_asked(tmp_path: Any) -> None:
         overhead_turns=2,
         faces=True,
         face_turns=2,
+        face_passes=2,
         counting=False,
     )
     result = run_benchmark(config, progress=io.StringIO())
     assert sorted(f.face for f in result.faces) == sorted(FACES)
     assert all(f.error is None and f.turns == 2 for f in result.faces)
+    assert all(len(f.pass_means_ms) == 2 for f in result.faces)
     assert not BenchConfig(data=(data,)).faces  # opt-in (`make bench` passes --faces)
     written = write_reports(result, Path(tmp_path) / "out", plots=False)
     assert "faces:markdown" in written and "plot:face_overhead" not in written
+
+
+def test_faces_report_the_lowest_of_their_passes() -> None:
+    from langchain_histcompress.bench.faces import measure_faces
+    from langchain_histcompress.errors import ConfigurationError
+
+    base: list[BaseMessage] = [SystemMessage("s", id="s")]
+    for n in range(8):
+        base += [HumanMessage(f"q{n}", id=f"h{n}"), AIMessage(f"a{n}", id=f"a{n}")]
+    seen: list[float] = []
+    figures = measure_faces(
+        base,
+        sizes=(10,),
+        turns=2,
+        faces=["tiktoken_counter", "round_compression"],
+        passes=3,
+        on_figure=lambda f: seen.append(f.mean_ms or 0.0),
+    )
+    assert [f.face for f in figures] == ["tiktoken_counter", "round_compression"]
+    assert len(seen) == 6  # every pass reports its figure
+    for figure in figures:
+        assert len(figure.pass_means_ms) == 3
+        assert figure.mean_ms == min(figure.pass_means_ms)
+        assert figure.mean_ms == pytest.approx(sum(figure.samples_ms) / figure.turns)
+    with pytest.raises(ConfigurationError, match="passes"):
+        measure_faces(base, sizes=(10,), turns=2, faces=["tiktoken_counter"], passes=0)
