@@ -282,6 +282,7 @@ def test_middleware_context_builder_reads_only_new_messages(
     """The request handed to a context builder gives ids only to messages that lack one."""
     from langchain.agents.middleware import ModelRequest
 
+    from langchain_histcompress import _identified as identified_module
     from langchain_histcompress import rounds as rounds_module
     from langchain_histcompress.middleware import RoundCompressionMiddleware
 
@@ -290,13 +291,14 @@ def test_middleware_context_builder_reads_only_new_messages(
     middleware = RoundCompressionMiddleware(_plain_node().compressor, context_builder=builder)
     model = GenericFakeChatModel(messages=iter([]))
     calls: list[int] = []
-    original = rounds_module._identified
+    original = identified_module.identified
 
     def counted(message: BaseMessage, index: int, namespace: str = "") -> BaseMessage:
         calls.append(index)
         return original(message, index, namespace)
 
-    monkeypatch.setattr(rounds_module, "_identified", counted)
+    monkeypatch.setattr(identified_module, "identified", counted)
+    monkeypatch.setattr(rounds_module, "identified", counted)  # `ensure_ids`
     for end in range(60, 80, 2):
         calls.clear()
         request = ModelRequest(model=model, messages=history[:end], state={"messages": []})  # type: ignore[arg-type]
