@@ -152,15 +152,20 @@ def _fact_line(fact: Fact) -> str:
     return line
 
 
+def _render_turn_line(message: BaseMessage) -> str:
+    """``message``'s compact line, ``[id role] text`` (not remembered: see `_turn_line`)."""
+    role = ROLE_NAMES.get(message.type, message.type)
+    name = f" {message.name}" if message.name else ""
+    text = _escape(message_text(message)).replace("\n", "\n  ")
+    return f"[{_escape(f'{message.id} {role}{name}')}] {text}"
+
+
 def _turn_line(message: BaseMessage) -> str:
     # the same message object renders the same line (as the retrievers' indexes assume)
     hit = _turn_lines.get(id(message))
     if hit is not None and hit[0] is message:
         return hit[1]
-    role = ROLE_NAMES.get(message.type, message.type)
-    name = f" {message.name}" if message.name else ""
-    text = _escape(message_text(message)).replace("\n", "\n  ")
-    line = f"[{_escape(f'{message.id} {role}{name}')}] {text}"
+    line = _render_turn_line(message)
     if len(_turn_lines) >= _LINES_CACHED:
         _turn_lines.clear()
     _turn_lines[id(message)] = (message, line)
