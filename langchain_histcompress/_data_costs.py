@@ -12,16 +12,15 @@ take no lock of their own.
 
 Example:
     >>> from langchain_core.messages import HumanMessage
-    >>> from langchain_histcompress.context_data import _render_turn_line
     >>> from langchain_histcompress.tokens import TiktokenCounter
     >>> counter = TiktokenCounter()
-    >>> lines = LineCosts(8)
+    >>> costs = DataCosts(counter, "compact")
     >>> history = [HumanMessage("Hi there", id="h1"), HumanMessage("Bye", id="h2")]
-    >>> lines.prime(history, _render_turn_line, counter.count_text, cold=True)
+    >>> costs.prime_turns(history, cold=True)  # lines counted as the messages arrive
     2
-    >>> lines.get(history[0]) == counter.count_text("[h1 user] Hi there")
+    >>> costs.turn_costs.get(history[0]) == counter.count_text("[h1 user] Hi there")
     True
-    >>> lines.get(HumanMessage("Hi there", id="h1")) is None  # another object
+    >>> costs.turn_costs.get(HumanMessage("Hi there", id="h1")) is None  # another object
     True
 """
 
@@ -74,32 +73,34 @@ LINE_COSTS_CACHED = 262_144
 """Retrieved-message lines whose cost `LineCosts` keeps: two 100k-message histories."""
 _CHUNK = 2_048
 """Lines per encoding task when a batch is counted on worker threads."""
-_WORKERS = 4
+_WORKERS = min(4, os.cpu_count() or 1)
+"""Threads encoding a long batch."""
 
 
-def _count_each(count: Callable[[str], int], lines: list[str]) -> list[int]:
-    return [count(line) for line in lines]
+_Measure = Callable[[str], tuple[int, int]]
+"""A line's cost and its cost followed by a line break."""
 
 
-def _count_lines(
-    messages: Sequence[BaseMessage],
-    render: Callable[[BaseMessage], str],
-    count: Callable[[str], int],
-) -> list[int]:
-    """``count(render(m))`` for each message; a long batch is encoded on worker threads.
+def _measure_each(measure: _Measure, lines: list[str]) -> list[tuple[int, int]]:
+    return [measure(line) for line in lines]
+
+
+def _measure_lines(
+    messages: Sequence[BaseMessage], render: Callable[[BaseMessage], str], measure: _Measure
+) -> list[tuple[int, int]]:
+    """``measure(render(m))`` for each message; a long batch is encoded on worker threads.
 
     tiktoken releases the interpreter lock while it encodes, so the lines are rendered here
     (that needs the lock) while the chunks rendered so far are encoded on other cores.
     """
-    workers = min(_WORKERS, os.cpu_count() or 1)
-    if len(messages) <= _CHUNK or workers < 2:
-        return [count(render(m)) for m in messages]
-    with ThreadPoolExecutor(workers, thread_name_prefix="histcompress-lines") as pool:
+    if len(messages) <= _CHUNK or _WORKERS < 2:
+        return [measure(render(m)) for m in messages]
+    with ThreadPoolExecutor(_WORKERS, thread_name_prefix="histcompress-lines") as pool:
         tasks = [
-            pool.submit(_count_each, count, [render(m) for m in messages[i : i + _CHUNK]])
+            pool.submit(_measure_each, measure, [render(m) for m in messages[i : i + _CHUNK]])
             for i in range(0, len(messages), _CHUNK)
         ]
-        return [cost for task in tasks for cost in task.result()]
+        return [costs for task in tasks for costs in task.result()]
 
 
 class LineCosts:
@@ -109,6 +110,8 @@ class LineCosts:
     that object (an identity check, so a builder shared by several conversations never
     mixes them up), and the object's id cannot be reused while it is cached. Messages are
     values, as everywhere in the builder: an in-place edit of a counted message is not seen.
+    Besides the line's cost, an entry holds its cost followed by a line break once known
+    (a retrieved line is never the last of the data message).
 
     Holds up to ``limit`` lines (the builder uses `LINE_COSTS_CACHED`, 262,144: a whole
     100k-message history with room for a second one, about 150 bytes an entry besides the
@@ -120,32 +123,34 @@ class LineCosts:
     def __init__(self, limit: int) -> None:
         """Start empty, holding at most ``limit`` lines."""
         self.limit = limit
-        self.entries: dict[int, tuple[BaseMessage, int]] = {}
-        """``id(message)`` -> (message, cost of its line); read inline by the hot loops."""
+        self.entries: dict[int, tuple[BaseMessage, int, int | None]] = {}
+        """``id(message)`` -> (message, cost of its line, cost with a line break when known);
+        read inline by the hot loops."""
 
     def get(self, message: BaseMessage) -> int | None:
         """The cost of ``message``'s line when counted, else ``None``."""
         hit = self.entries.get(id(message))
         return hit[1] if hit is not None and hit[0] is message else None
 
-    def put(self, message: BaseMessage, cost: int) -> None:
-        """Remember ``cost`` for ``message`` (dropping the older half when full)."""
+    def put(self, message: BaseMessage, cost: int, with_break: int | None = None) -> None:
+        """Remember ``message``'s line costs (dropping the older half when full)."""
         entries = self.entries
-        if len(entries) >= self.limit:
+        if len(entries) >= self.limit and id(message) not in entries:
             for key in list(itertools.islice(entries, max(1, self.limit // 2))):
                 del entries[key]
-        entries[id(message)] = (message, cost)
+        entries[id(message)] = (message, cost, with_break)
 
     def prime(
         self,
         messages: Sequence[BaseMessage],
         render: Callable[[BaseMessage], str],
-        count: Callable[[str], int],
+        measure: _Measure,
         *,
         cold: bool,
     ) -> int:
         """Count the lines of the ``messages`` not counted yet; return how many were counted.
 
+        ``measure`` gives a rendered line's cost and its cost followed by a line break.
         ``cold`` (a history seen for the first time) counts them only when they all fit in
         the room left: a history longer than that is counted as its lines are first needed,
         instead of evicting the lines of the conversations already held.
@@ -158,8 +163,9 @@ class LineCosts:
                 missing.append(message)
         if not missing or (cold and len(missing) > self.limit - len(entries)):
             return 0
-        for message, cost in zip(missing, _count_lines(missing, render, count), strict=True):
-            self.put(message, cost)
+        measured = _measure_lines(missing, render, measure)
+        for message, (cost, with_break) in zip(missing, measured, strict=True):
+            self.put(message, cost, with_break)
         return len(missing)
 
 
@@ -188,7 +194,6 @@ class DataCosts:
         self._text_costs: dict[str, int] = {}
         self._empty_cost: int | None = None
         self._fact_joins: dict[str, tuple[Fact, JoinedLine]] = {}
-        self._turn_joins: dict[int, tuple[BaseMessage, JoinedLine]] = {}
         self._summary_line: tuple[RunningSummary, str, int] | None = None
         self._empty_costs: dict[type[BaseMessage], int] = {}
         self._newline_costs: dict[str, int] = {}
@@ -199,10 +204,14 @@ class DataCosts:
 
     def prime_turns(self, messages: Sequence[BaseMessage], *, cold: bool) -> int:
         """Count the compact lines of ``messages`` ahead of retrieval (see `LineCosts.prime`)."""
-        assert self.tiktoken is not None
-        return self.turn_costs.prime(
-            messages, _render_turn_line, self.tiktoken.count_text, cold=cold
-        )
+        return self.turn_costs.prime(messages, _render_turn_line, self._measure, cold=cold)
+
+    def _measure(self, line: str) -> tuple[int, int]:
+        """``line``'s tokens, and with a line break after it (tiktoken)."""
+        counter = self.tiktoken
+        assert counter is not None
+        cost = counter.count_text(line)
+        return cost, newline_tokens(counter, line, cost)
 
     def data_cost(self, data: _Data) -> int:
         """The cost of ``data``'s data message, 0 when it is empty."""
@@ -247,13 +256,18 @@ class DataCosts:
             self._text_line(lines, _FACTS_END)
         if data.turns:
             self._text_line(lines, _turns_header(len(data.turns), "compact"))
-            turn_joins = self._turn_joins
+            entries = self.turn_costs.entries
             for message in data.ordered_turns():
-                found = turn_joins.get(id(message))
-                if found is None or found[0] is not message:
-                    line = _turn_line(message)
-                    found = self._joined(turn_joins, id(message), message, line, self.turn_cost)
-                lines.append(found[1])
+                known = entries.get(id(message))
+                if known is not None and known[0] is message and known[2] is not None:
+                    cost, with_break = known[1], known[2]
+                else:
+                    cost = self.turn_cost(message)
+                    with_break = self.newline_cost(_turn_line(message), cost)
+                    self.turn_costs.put(message, cost, with_break)
+                # a compact message line starts with its bracket, so it starts clean; its
+                # text is needed only for a count with a line break not known
+                lines.append(("", cost, with_break, True))
             self._text_line(lines, _TURNS_END)
         return joined_parts(lines, self.newline_cost)
 
