@@ -27,9 +27,7 @@ Example:
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -71,36 +69,10 @@ TEXT_COSTS_CACHED = 65_536
 """Entries of each text, fact and line-break cache (each is dropped whole when full)."""
 LINE_COSTS_CACHED = 262_144
 """Retrieved-message lines whose cost `LineCosts` keeps: two 100k-message histories."""
-_CHUNK = 2_048
-"""Lines per encoding task when a batch is counted on worker threads."""
-_WORKERS = min(4, os.cpu_count() or 1)
-"""Threads encoding a long batch."""
 
 
 _Measure = Callable[[str], tuple[int, int]]
 """A line's cost and its cost followed by a line break."""
-
-
-def _measure_each(measure: _Measure, lines: list[str]) -> list[tuple[int, int]]:
-    return [measure(line) for line in lines]
-
-
-def _measure_lines(
-    messages: Sequence[BaseMessage], render: Callable[[BaseMessage], str], measure: _Measure
-) -> list[tuple[int, int]]:
-    """``measure(render(m))`` for each message; a long batch is encoded on worker threads.
-
-    tiktoken releases the interpreter lock while it encodes, so the lines are rendered here
-    (that needs the lock) while the chunks rendered so far are encoded on other cores.
-    """
-    if len(messages) <= _CHUNK or _WORKERS < 2:
-        return [measure(render(m)) for m in messages]
-    with ThreadPoolExecutor(_WORKERS, thread_name_prefix="histcompress-lines") as pool:
-        tasks = [
-            pool.submit(_measure_each, measure, [render(m) for m in messages[i : i + _CHUNK]])
-            for i in range(0, len(messages), _CHUNK)
-        ]
-        return [costs for task in tasks for costs in task.result()]
 
 
 class LineCosts:
@@ -163,9 +135,10 @@ class LineCosts:
                 missing.append(message)
         if not missing or (cold and len(missing) > self.limit - len(entries)):
             return 0
-        measured = _measure_lines(missing, render, measure)
-        for message, (cost, with_break) in zip(missing, measured, strict=True):
-            self.put(message, cost, with_break)
+        # one by one: tiktoken releases the interpreter lock while encoding, but worker
+        # threads were slower than this loop on a busy two-core machine
+        for message in missing:
+            self.put(message, *measure(render(message)))
         return len(missing)
 
 
