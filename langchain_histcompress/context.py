@@ -43,12 +43,16 @@ tool results answering no call, such as those at the head of a trimmed history, 
 out). System messages inside the conversation are pinned: those of older rounds left out
 are still sent, right after the data message. The result never exceeds
 ``max_context_tokens`` as counted by the token counter (also checked on the final list).
-Work per call grows with what is sent, not with the length of the history (plus linear
-scans to split rounds and to look up each message in the retrievers' incremental indexes;
-each fact and message line is tokenized once, when first considered, and a line whose
-lower bound cannot fit is not tokenized at all). With a `TiktokenCounter` the data message
-and the returned list are counted from the cached counts of their lines and messages,
-exactly (see `_line_tokens`), never encoded whole; other counters count the final list.
+Work per call grows with what is sent and with the messages added since the last call,
+not with the length of the history (a first call on a history, or one that does not extend
+the last, splits it whole). Each fact and message line is tokenized once: with evidence
+retrieval of raw turns, a `TiktokenCounter` and compact lines, a message's line is counted
+when the message first reaches the builder (the whole history on a first call, see
+`_data_costs`), so ranking only looks costs up; otherwise a line is counted when first
+considered, and not at all when a lower bound of its cost cannot fit. With a
+`TiktokenCounter` the data message and the returned list are counted from the cached
+counts of their lines and messages, exactly (see `_line_tokens`), never encoded whole;
+other counters count the final list.
 
 Example:
     >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -203,7 +207,10 @@ class ContextBuilder:
 
     A builder keeps what it derived from its last input: when the next input extends it
     (a growing conversation), only the new messages are checked and split, so a turn's work
-    does not grow with the history. Calls on one builder therefore run one at a time.
+    does not grow with the history. Calls on one builder therefore run one at a time. The
+    token costs of fact and message lines are kept too, by object (so a builder shared by
+    several conversations never mixes them up), bounded: up to 262,144 message lines, two
+    100k-message histories (see `~langchain_histcompress._data_costs.LineCosts`).
 
     In ``"compact"`` format (the default) each fact is one line, ``[source ids] content``
     (``(uncertain)`` before the content when its status is not ``confirmed``), and each
