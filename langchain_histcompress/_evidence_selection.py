@@ -11,7 +11,7 @@ Example:
     >>> from langchain_histcompress.facts import Fact
     >>> old = Fact(id="a", content="x", updated_at="2024-01-01T00:00:00Z")
     >>> new = Fact(id="b", content="y", updated_at="2024-06-01T00:00:00Z")
-    >>> [f.id for f in recent_facts([old, new], chosen=set())]
+    >>> [f.id for f in by_recency([old, new])]
     ['b', 'a']
 """
 
@@ -33,9 +33,9 @@ SMALLEST_ITEM = 4
 _RECENCY = operator.attrgetter("updated_at", "id")
 
 
-def recent_facts(pool: Sequence[Fact], chosen: set[str]) -> list[Fact]:
-    """The facts of ``pool`` not in ``chosen`` (ids), most recently updated first."""
-    return sorted((f for f in pool if f.id not in chosen), key=_RECENCY, reverse=True)
+def by_recency(facts: Iterable[Fact]) -> list[Fact]:
+    """``facts``, most recently updated first (ties: greater id first)."""
+    return sorted(facts, key=_RECENCY, reverse=True)
 
 
 def _rooms(estimate: _Estimate, ceiling: int) -> tuple[int, int, int]:
@@ -54,19 +54,21 @@ def select_evidence(
     estimate: _Estimate,
     ceiling: int,
     shown: set[str],
-    pool: Sequence[Fact],
+    recent: Sequence[Fact],
     *,
     top_k: int,
     turn_limit: int,
     fill_with_recent: bool,
 ) -> None:
-    """Fill ``data`` (and ``estimate``) from ``ranking``, then with recent facts.
+    """Fill ``data`` (and ``estimate``) from ``ranking``, then with ``recent`` facts.
 
     Items are taken in ranked order while the estimate stays within ``ceiling``; the scan
     stops once the data budget is nearly spent or after `PATIENCE` items in a row did not
     fit. A fact whose source messages are all shown (``shown``, updated in place with what
     is chosen) is skipped, and so is a message already shown or that a chosen fact was
-    extracted from. At most ``top_k`` facts and ``turn_limit`` messages are taken.
+    extracted from. At most ``top_k`` facts and ``turn_limit`` messages are taken; with
+    ``fill_with_recent``, the facts of ``recent`` (the pool, most recently updated first,
+    see `by_recency`) not taken yet fill up the room left.
     """
     # the hot loop: room for one more fact / turn kept in locals, cached costs looked up
     # inline (most ranked items were costed on an earlier turn or as they arrived)
@@ -112,11 +114,11 @@ def select_evidence(
         fact_room, turn_room, left = _rooms(estimate, ceiling)
         misses = 0
     if fill_with_recent and len(facts) < top_k:
-        for fact in recent_facts(pool, chosen):
+        for fact in recent:
             if len(facts) >= top_k or left < 1:
                 break
             sources = fact.source_ids
-            if sources and covered(sources):
+            if fact.id in chosen or (sources and covered(sources)):
                 continue
             hit = fact_costs.get(fact.id)
             cost = hit[1] if hit is not None and hit[0] is fact else costs.fact_cost(fact)

@@ -82,6 +82,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections.abc import Collection, Container, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -91,7 +92,7 @@ from typing import TYPE_CHECKING
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress._data_costs import TEXT_COSTS_CACHED, DataCosts
-from langchain_histcompress._evidence_selection import recent_facts, select_evidence
+from langchain_histcompress._evidence_selection import by_recency, select_evidence
 from langchain_histcompress._fact_cache import FactStateCache
 from langchain_histcompress.context_data import (
     DataFormat,
@@ -328,6 +329,8 @@ class ContextBuilder:
         self._facts = FactStateCache()
         self._pool: tuple[int, list[Fact], bool] | None = None
         """The facts of the last read that pass the static filters, whether any can expire."""
+        self._recency: tuple[list[Fact], list[Fact]] | None = None
+        """The last fact pool ranked by recency, and that ranking."""
         self._round_costs = _RoundCosts(self._costs.cost, TEXT_COSTS_CACHED)
         self._assembling = threading.Lock()
         """Held by `assemble`: calls on one builder share the growing preparation."""
@@ -374,6 +377,15 @@ class ContextBuilder:
             return list(kept)
         return [f for f in kept if f.expires_at is None or not f.is_expired(now)]
 
+    def _by_recency(self, pool: Sequence[Fact]) -> list[Fact]:
+        """``pool``, most recently updated first (sorted again only when the pool changed)."""
+        memo = self._recency
+        if memo is not None and len(memo[0]) == len(pool) and all(map(operator.is_, memo[0], pool)):
+            return memo[1]
+        ordered = by_recency(pool)
+        self._recency = (list(pool), ordered)
+        return ordered
+
     def _rank_facts(self, pool: Sequence[Fact], query: str, shown: Container[str]) -> list[Fact]:
         """The best ``top_k_facts`` of ``pool`` for ``query``, leaving out what ``shown`` shows.
 
@@ -387,7 +399,8 @@ class ContextBuilder:
         ranked = list(self.fact_retriever.retrieve(query, pool, k))[:k] if query else []
         ranked = [f for f in ranked if f.id not in skip][: self.top_k_facts]
         if self.fill_facts_with_recent and len(ranked) < self.top_k_facts:
-            rest = recent_facts(pool, {f.id for f in ranked} | skip)
+            taken = {f.id for f in ranked} | skip
+            rest = [f for f in self._by_recency(pool) if f.id not in taken]
             ranked.extend(rest[: self.top_k_facts - len(ranked)])
         return ranked
 
@@ -718,7 +731,7 @@ class ContextBuilder:
             estimate,
             ceiling,
             set(shown),
-            pool,
+            self._by_recency(pool) if self.fill_facts_with_recent else (),
             top_k=self.top_k_facts,
             turn_limit=turn_limit,
             fill_with_recent=self.fill_facts_with_recent,
