@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import re
-from collections.abc import Collection, Container, Iterator, Sequence
+from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -216,34 +216,25 @@ def _render_turns(turns: Sequence[BaseMessage], data_format: DataFormat) -> str:
     return "\n".join(lines)
 
 
-_Line = tuple[str, Literal["text", "summary", "fact", "turn"], Any]
-
-
-def _compact_lines(data: _Data) -> Iterator[_Line]:
-    """The lines of a ``"compact"`` data message, each with what it renders.
-
-    The content is these lines joined with line breaks; ``"text"`` lines are fixed
-    markup, the others render ``data.summary``, a fact or a retrieved message.
-    """
-    yield _LEAD, "text", None
+def _compact_lines(data: _Data) -> list[str]:
+    """The lines of a ``"compact"`` data message (its content joined with line breaks)."""
+    lines = [_LEAD]
     if data.summary is not None:
-        yield _summary_text(data.summary), "summary", data.summary
+        lines.append(_summary_text(data.summary))
     if data.facts:
-        yield _facts_header(len(data.facts), "compact"), "text", None
-        for fact in data.facts:
-            yield _fact_line(fact), "fact", fact
-        yield _FACTS_END, "text", None
+        lines.append(_facts_header(len(data.facts), "compact"))
+        lines.extend(map(_fact_line, data.facts))
+        lines.append(_FACTS_END)
     if data.turns:
-        turns = data.ordered_turns()
-        yield _turns_header(len(turns), "compact"), "text", None
-        for message in turns:
-            yield _turn_line(message), "turn", message
-        yield _TURNS_END, "text", None
+        lines.append(_turns_header(len(data.turns), "compact"))
+        lines.extend(map(_turn_line, data.ordered_turns()))
+        lines.append(_TURNS_END)
+    return lines
 
 
 def _content(data: _Data, data_format: DataFormat) -> str:
     if data_format == "compact":
-        return "\n".join(line for line, _, _ in _compact_lines(data))
+        return "\n".join(_compact_lines(data))
     sections = [_LEAD]
     if data.summary is not None:
         sections.append(_summary_text(data.summary))
