@@ -184,6 +184,9 @@ class DataCosts:
         counter = self.tiktoken
         assert counter is not None
         cost = counter.count_text(line)
+        last = line[-1]  # a message line is never empty
+        if last.isascii() and last.isalnum():  # a letter or a digit: see `newline_tokens`
+            return cost, cost + 1
         return cost, newline_tokens(counter, line, cost)
 
     def data_cost(self, data: _Data) -> int:
