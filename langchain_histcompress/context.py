@@ -43,12 +43,16 @@ tool results answering no call, such as those at the head of a trimmed history, 
 out). System messages inside the conversation are pinned: those of older rounds left out
 are still sent, right after the data message. The result never exceeds
 ``max_context_tokens`` as counted by the token counter (also checked on the final list).
-Work per call grows with what is sent, not with the length of the history (plus linear
-scans to split rounds and to look up each message in the retrievers' incremental indexes;
-each fact and message line is tokenized once, when first considered, and a line whose
-lower bound cannot fit is not tokenized at all). With a `TiktokenCounter` the data message
-and the returned list are counted from the cached counts of their lines and messages,
-exactly (see `_line_tokens`), never encoded whole; other counters count the final list.
+Work per call grows with what is sent and with the messages added since the last call,
+not with the length of the history (a first call on a history, or one that does not extend
+the last, splits it whole). Each fact and message line is tokenized once: with evidence
+retrieval of raw turns, a `TiktokenCounter` and compact lines, a message's line is counted
+when the message first reaches the builder (the whole history on a first call, see
+`_data_costs`), so ranking only looks costs up; otherwise a line is counted when first
+considered, and not at all when a lower bound of its cost cannot fit. With a
+`TiktokenCounter` the data message and the returned list are counted from the cached
+counts of their lines and messages, exactly (see `_line_tokens`), never encoded whole;
+other counters count the final list.
 
 Example:
     >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -80,38 +84,23 @@ from __future__ import annotations
 import logging
 import operator
 import threading
-from collections.abc import Callable, Collection, Container, Iterator, Sequence
+from collections.abc import Collection, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from langchain_histcompress._data_costs import TEXT_COSTS_CACHED, DataCosts
+from langchain_histcompress._evidence_selection import by_recency, select_evidence
 from langchain_histcompress._fact_cache import FactStateCache
-from langchain_histcompress._line_tokens import (
-    JoinedLine,
-    joined_parts,
-    newline_tokens,
-    starts_clean,
-    word_lower_bound,
-)
 from langchain_histcompress.context_data import (
-    _FACTS_END,
-    _LEAD,
-    _TURNS_END,
     DataFormat,
     _covers,
     _Data,
     _data_messages,
-    _fact_block,
-    _fact_line,
-    _facts_header,
     _layout_data,
     _prune,
-    _summary_text,
-    _turn_line,
-    _turn_text,
-    _turns_header,
 )
 from langchain_histcompress.context_window import (
     CONTEXT_KIND,
@@ -142,9 +131,7 @@ from langchain_histcompress.rounds import (
 )
 from langchain_histcompress.tokens import (
     REPLY_PRIMING_TOKENS,
-    TiktokenCounter,
     TokenCounter,
-    message_costs,
     resolve_counter,
 )
 
@@ -201,25 +188,6 @@ def _check_ratio(name: str, value: object) -> float:
     return float(value)
 
 
-_K = TypeVar("_K")
-_T = TypeVar("_T")
-_RECENCY = operator.attrgetter("updated_at", "id")
-_TEXT_COST_CACHE = 65_536
-_PATIENCE = 32
-"""Ranked items in a row that may fail to fit before the evidence scan stops."""
-_SMALLEST_ITEM = 4
-"""Data room (tokens) below which no fact or message line can fit."""
-
-
-def _rooms(estimate: _Estimate, ceiling: int) -> tuple[int, int, int]:
-    """Room under ``ceiling`` for one more fact's line, one more turn's, and in all."""
-    return (
-        ceiling - estimate.with_fact(0),
-        ceiling - estimate.with_turn(0),
-        ceiling - estimate.total,
-    )
-
-
 class ContextBuilder:
     """Build the model's context: preamble + data (summary, facts, turns) + newest rounds.
 
@@ -240,7 +208,10 @@ class ContextBuilder:
 
     A builder keeps what it derived from its last input: when the next input extends it
     (a growing conversation), only the new messages are checked and split, so a turn's work
-    does not grow with the history. Calls on one builder therefore run one at a time.
+    does not grow with the history. Calls on one builder therefore run one at a time. The
+    token costs of fact and message lines are kept too, by object (so a builder shared by
+    several conversations never mixes them up), bounded: up to 262,144 message lines, two
+    100k-message histories (see `~langchain_histcompress._data_costs.LineCosts`).
 
     In ``"compact"`` format (the default) each fact is one line, ``[source ids] content``
     (``(uncertain)`` before the content when its status is not ``confirmed``), and each
@@ -343,236 +314,50 @@ class ContextBuilder:
         self.fill_facts_with_recent = fill_facts_with_recent
         self.include_uncertain = include_uncertain
         self.include_summary = include_summary
-        self._text_costs: dict[str, int] = {}
-        self._empty_cost: int | None = None
+        self._costs = DataCosts(self.token_counter, data_format)
+        """Cached costs of data lines, kept across calls."""
+        self._eager = bool(
+            evidence_retriever is not None and raw_turn_retrieval and self._costs.lines_exact
+        )
+        """Whether each message's line is counted as the message arrives (see `_prepare`)."""
         self._prepared: _Prepared | None = None
+        self._costed = 0
+        """How many of the preparation's ``body`` messages had their lines counted."""
         self._ranked: tuple[Sequence[BaseMessage], int] | None = None
         # the history list last handed to the evidence retriever, and its length then:
         # the preparation only appends to its lists, so that much of it is unchanged
         self._facts = FactStateCache()
         self._pool: tuple[int, list[Fact], bool] | None = None
         """The facts of the last read that pass the static filters, whether any can expire."""
-        self._fact_costs: dict[str, tuple[Fact, int]] = {}
-        self._turn_costs: dict[int, tuple[BaseMessage, int]] = {}
-        self._fact_joins: dict[str, tuple[Fact, JoinedLine]] = {}
-        self._turn_joins: dict[int, tuple[BaseMessage, JoinedLine]] = {}
-        self._summary_line: tuple[RunningSummary, str, int] | None = None
-        self._empty_costs: dict[type[BaseMessage], int] = {}
-        self._newline_costs: dict[str, int] = {}
-        self._round_costs = _RoundCosts(self._cost, _TEXT_COST_CACHE)
-        counter = self.token_counter
-        self._tiktoken = counter if type(counter) is TiktokenCounter else None
-        """The counter when it is a `TiktokenCounter`: its counts of a message list are sums
-        of per-message counts, text is counted exactly, so the data message can be counted
-        from its lines and the prompt from its parts."""
-        self._lock = threading.Lock()
+        self._recency: tuple[list[Fact], list[Fact]] | None = None
+        """The last fact pool ranked by recency, and that ranking."""
+        self._round_costs = _RoundCosts(self._costs.cost, TEXT_COSTS_CACHED)
         self._assembling = threading.Lock()
         """Held by `assemble`: calls on one builder share the growing preparation."""
 
     # -- helpers -----------------------------------------------------------------------
 
-    def _cost(self, messages: Sequence[BaseMessage]) -> int:
-        return sum(message_costs(self.token_counter, messages)) if messages else 0
-
-    def _data_cost(self, data: _Data) -> int:
-        """The cost of ``data``'s data message, 0 when it is empty."""
-        if data.empty():
-            return 0
-        content = self._content_tokens(data)
-        if content is not None:
-            return self._empty_message_cost(SystemMessage) + content
-        message, _ = _data_messages(data, self.data_format, "data_first")
-        return self._cost([message]) if message is not None else 0
-
-    def _empty_message_cost(self, kind: type[BaseMessage]) -> int:
-        """A message's framing and role: what it costs beyond its content (tiktoken)."""
-        cost = self._empty_costs.get(kind)
-        if cost is None:
-            cost = self._empty_costs[kind] = self._cost([kind("")])
-        return cost
-
-    def _content_tokens(self, data: _Data) -> int | None:
-        """Exact tokens of ``data``'s content from its lines' counts (``None``: not provable).
-
-        Only for a `TiktokenCounter` and the ``"compact"`` format; each line's count is
-        cached with what it renders, so a turn encodes only lines it has not seen.
-        """
-        if self._tiktoken is None or self.data_format != "compact":
-            return None
-        # (line, T(line), T(line + newline) when known, whether it starts clean)
-        lines: list[JoinedLine] = []
-        self._text_line(lines, _LEAD)
-        summary = data.summary
-        if summary is not None:
-            text = _summary_text(summary)
-            lines.append((text, self._summary_cost(summary, text), None, starts_clean(text)))
-        if data.facts:
-            self._text_line(lines, _facts_header(len(data.facts), "compact"))
-            joins = self._fact_joins
-            for fact in data.facts:
-                hit = joins.get(fact.id)
-                if hit is None or hit[0] is not fact:
-                    hit = self._joined(joins, fact.id, fact, _fact_line(fact), self._fact_cost)
-                lines.append(hit[1])
-            self._text_line(lines, _FACTS_END)
-        if data.turns:
-            self._text_line(lines, _turns_header(len(data.turns), "compact"))
-            turn_joins = self._turn_joins
-            for message in data.ordered_turns():
-                found = turn_joins.get(id(message))
-                if found is None or found[0] is not message:
-                    line = _turn_line(message)
-                    found = self._joined(turn_joins, id(message), message, line, self._turn_cost)
-                lines.append(found[1])
-            self._text_line(lines, _TURNS_END)
-        return joined_parts(lines, self._newline_cost)
-
-    def _text_line(self, lines: list[JoinedLine], text: str) -> None:
-        """Append a markup line of the data message (its counts are cached by text)."""
-        lines.append((text, self._text_cost(text), None, starts_clean(text)))
-
-    def _joined(
-        self,
-        joins: dict[_K, tuple[_T, JoinedLine]],
-        key: _K,
-        item: _T,
-        line: str,
-        cost_of: Callable[[_T], int],
-    ) -> tuple[_T, JoinedLine]:
-        """Count ``item``'s line and its line break once (a fact or turn line is never last)."""
-        cost = cost_of(item)
-        entry = (item, (line, cost, self._newline_cost(line, cost), starts_clean(line)))
-        with self._lock:
-            if len(joins) >= _TEXT_COST_CACHE:
-                joins.clear()
-            joins[key] = entry
-        return entry
-
-    def _newline_cost(self, line: str, cost: int) -> int:
-        """``line``'s cost followed by a line break, given its own (tiktoken; cached)."""
-        known = self._newline_costs.get(line)
-        if known is None:
-            assert self._tiktoken is not None
-            known = newline_tokens(self._tiktoken, line, cost, self._text_cost)
-            with self._lock:
-                if len(self._newline_costs) >= _TEXT_COST_CACHE:
-                    self._newline_costs.clear()
-                self._newline_costs[line] = known
-        return known
-
-    def _summary_cost(self, summary: RunningSummary, line: str) -> int:
-        memo = self._summary_line
-        if memo is not None and memo[0] is summary and memo[1] == line:
-            return memo[2]
-        cost = self._text_cost(line)
-        self._summary_line = (summary, line, cost)
-        return cost
-
     def _prepare(self, messages: Sequence[BaseMessage]) -> _Prepared:
         """Split ``messages``, incrementally when they extend the previous call's input.
 
-        Call while holding ``_assembling``: the preparation is grown in place.
+        Call while holding ``_assembling``: the preparation is grown in place. With
+        evidence retrieval of raw turns counted exactly, the lines of the messages it grew
+        by are counted now, so that ranking only looks costs up (a first call on a
+        history counts all of them at once, see `DataCosts.prime_turns`).
         """
         prepared = self._prepared
-        if prepared is None or not prepared.extend(messages):
+        cold = prepared is None or not prepared.extend(messages)
+        if cold:
             prepared = self._prepared = _Prepared(messages)
+            self._costed = 0
+        assert prepared is not None
+        # a preparation with id-less or repaired input is rebuilt on every call: no priming
+        if self._eager and prepared.by_object is None and prepared.valid:
+            body = prepared.body
+            if self._costed < len(body):
+                self._costs.prime_turns(body[self._costed :], cold=cold)
+                self._costed = len(body)
         return prepared
-
-    def _text_cost(self, text: str) -> int:
-        """Tokens ``text`` adds inside a message (cached; exact for tiktoken counters)."""
-        with self._lock:
-            cached = self._text_costs.get(text)
-        if cached is not None:
-            return cached
-        count_text = getattr(self.token_counter, "count_text", None)
-        if callable(count_text):
-            cost = int(count_text(text))
-        else:
-            if self._empty_cost is None:
-                self._empty_cost = self._cost([SystemMessage("")])
-            cost = max(0, self._cost([SystemMessage(text)]) - self._empty_cost)
-        with self._lock:
-            if len(self._text_costs) >= _TEXT_COST_CACHE:
-                self._text_costs.clear()
-            self._text_costs[text] = cost
-        return cost
-
-    def _fact_cost(self, fact: Fact) -> int:
-        # keyed by id, valid for the same (frozen) object: no re-rendering per turn
-        hit = self._fact_costs.get(fact.id)
-        if hit is not None and hit[0] is fact:
-            return hit[1]
-        line = _fact_line(fact) if self.data_format == "compact" else _fact_block(fact)
-        cost = self._text_cost(line)
-        if len(self._fact_costs) >= _TEXT_COST_CACHE:
-            self._fact_costs.clear()
-        self._fact_costs[fact.id] = (fact, cost)
-        return cost
-
-    def _turn_cost(self, message: BaseMessage) -> int:
-        # kept per message object across calls: a message is rendered and counted once
-        hit = self._turn_costs.get(id(message))
-        if hit is not None and hit[0] is message:
-            return hit[1]
-        text = _turn_text(message, self.data_format)
-        cost = self._tiktoken.count_text(text) if self._tiktoken else self._text_cost(text)
-        with self._lock:
-            if len(self._turn_costs) >= _TEXT_COST_CACHE:
-                self._turn_costs.clear()
-            self._turn_costs[id(message)] = (message, cost)
-        return cost
-
-    def _fitting_turn_cost(
-        self, message: BaseMessage, estimate: _Estimate, ceiling: int
-    ) -> int | None:
-        """The cost of ``message``'s line when it fits under ``ceiling``, else ``None``.
-
-        A line not counted yet is not rendered nor encoded when a lower bound of its cost
-        already exceeds the room: a compact line ``[id role] text`` has at least one token
-        for its bracket and one per word of a string content (see `word_lower_bound`).
-        """
-        hit = self._turn_costs.get(id(message))
-        if hit is not None and hit[0] is message:
-            cost = hit[1]
-        else:
-            content = message.content
-            if self._tiktoken is not None and self.data_format == "compact":
-                room = ceiling - estimate.with_turn(0)
-                if room < 1:
-                    return None
-                # words are at most every other character: split only when that could reject
-                if (
-                    isinstance(content, str)
-                    and 1 + (len(content) + 1) // 2 > room
-                    and 1 + word_lower_bound(content) > room
-                ):
-                    return None
-            cost = self._turn_cost(message)
-        return cost if estimate.with_turn(cost) <= ceiling else None
-
-    def _estimate(self, data: _Data) -> _Estimate:
-        if data.summary is not None:
-            fixed = self._data_cost(_Data(summary=data.summary))
-        else:
-            fixed = self._lead_cost()
-        fmt = self.data_format
-        # sections are charged as if empty with a three-digit count
-        fact_section = self._text_cost(f"{_facts_header(999, fmt)}\n\n{_FACTS_END}")
-        turn_section = self._text_cost(f"{_turns_header(999, fmt)}\n\n{_TURNS_END}")
-        estimate = _Estimate(
-            fixed, fact_section + 1, turn_section + 1, summary=data.summary is not None
-        )
-        for fact in data.facts:
-            estimate.add_fact(self._fact_cost(fact))
-        for _, message in data.turns:
-            estimate.add_turn(self._turn_cost(message))
-        return estimate
-
-    def _lead_cost(self) -> int:
-        """Cost of a data message holding only the lead line."""
-        if self._tiktoken is not None:
-            return self._empty_message_cost(SystemMessage) + self._text_cost(_LEAD)
-        return self._cost([SystemMessage(_LEAD)])
 
     def _fact_pool(self, facts: object, now: datetime) -> list[Fact]:
         read = self._facts.read(facts)
@@ -592,12 +377,14 @@ class ContextBuilder:
             return list(kept)
         return [f for f in kept if f.expires_at is None or not f.is_expired(now)]
 
-    def _recent(self, pool: Sequence[Fact], chosen: set[str]) -> list[Fact]:
-        return sorted(
-            (f for f in pool if f.id not in chosen),
-            key=_RECENCY,
-            reverse=True,
-        )
+    def _by_recency(self, pool: Sequence[Fact]) -> list[Fact]:
+        """``pool``, most recently updated first (sorted again only when the pool changed)."""
+        memo = self._recency
+        if memo is not None and len(memo[0]) == len(pool) and all(map(operator.is_, memo[0], pool)):
+            return memo[1]
+        ordered = by_recency(pool)
+        self._recency = (list(pool), ordered)
+        return ordered
 
     def _rank_facts(self, pool: Sequence[Fact], query: str, shown: Container[str]) -> list[Fact]:
         """The best ``top_k_facts`` of ``pool`` for ``query``, leaving out what ``shown`` shows.
@@ -612,7 +399,8 @@ class ContextBuilder:
         ranked = list(self.fact_retriever.retrieve(query, pool, k))[:k] if query else []
         ranked = [f for f in ranked if f.id not in skip][: self.top_k_facts]
         if self.fill_facts_with_recent and len(ranked) < self.top_k_facts:
-            rest = self._recent(pool, {f.id for f in ranked} | skip)
+            taken = {f.id for f in ranked} | skip
+            rest = [f for f in self._by_recency(pool) if f.id not in taken]
             ranked.extend(rest[: self.top_k_facts - len(ranked)])
         return ranked
 
@@ -673,6 +461,7 @@ class ContextBuilder:
         shown_ids: Collection[str] = (),
     ) -> BuiltContext:
         now = now or datetime.now(timezone.utc)
+        costs = self._costs
         prepared = self._prepare(messages)
         ided = prepared.ided if prepared.by_object is not None else _same
         preamble = list(prepared.preamble)
@@ -709,7 +498,7 @@ class ContextBuilder:
         complete = True
         if current is not None:
             for unit in reversed(split_units(current.messages[1:])):
-                unit_cost = self._cost(unit)
+                unit_cost = costs.cost(unit)
                 if unit_cost > avail:
                     notes.append("current round truncated")
                     complete = False
@@ -724,7 +513,7 @@ class ContextBuilder:
         win = _Window(self._round_costs, rounds, count, older, current_ids)
 
         candidate = summary if self.include_summary else None
-        candidate_cost = self._data_cost(_Data(summary=candidate)) if candidate is not None else 0
+        candidate_cost = costs.data_cost(_Data(summary=candidate)) if candidate is not None else 0
         if candidate_cost > avail:
             notes.append("summary did not fit")
             candidate, candidate_cost = None, 0
@@ -746,20 +535,20 @@ class ContextBuilder:
 
         def parts_total(data: _Data, kept: int) -> int | None:
             """``token_counter(out)`` from the parts' cached counts (tiktoken counters)."""
-            if self._tiktoken is None:
+            if costs.tiktoken is None:
                 return None
             stable_data, volatile_data = _layout_data(data, self.layout)
             total = 0
             for part, kind in ((stable_data, SystemMessage), (volatile_data, HumanMessage)):
                 if part is None or part.empty():
                     continue
-                content = self._content_tokens(part)
+                content = costs.content_tokens(part)
                 if content is None:
                     return None
-                total += self._empty_message_cost(kind) + content
+                total += costs.empty_message_cost(kind) + content
             omitted = count - kept
             # pinned messages of kept rounds are counted in ``base`` and in their rounds
-            twice = self._cost([m for i, m in pinned if omitted <= i])
+            twice = costs.cost([m for i, m in pinned if omitted <= i])
             fixed_cost = base - REPLY_PRIMING_TOKENS if fixed else 0
             total += fixed_cost - twice + win.cost(kept) + sum(tail_costs)
             return total + REPLY_PRIMING_TOKENS
@@ -855,6 +644,7 @@ class ContextBuilder:
         Returns:
             The data chosen, the part of it still needed, and the number of rounds kept.
         """
+        costs = self._costs
         shown = win.shown(floor)
         data = _Data()
         if candidate is not None:
@@ -862,15 +652,15 @@ class ContextBuilder:
                 notes.append("summary left out: every message it covers is shown verbatim")
             else:
                 data.summary = candidate
-        ceiling = self._ceiling(avail, self._data_cost(data))
-        estimate = self._estimate(data)
+        ceiling = self._ceiling(avail, costs.data_cost(data))
+        estimate = costs.estimate(data)
         if self.evidence_retriever is not None:
             self._select_evidence(data, estimate, ceiling, win, floor, shown, pool, query)
             kept = win.fit(avail - estimate.total)
         else:
             # facts, best first; a fact that does not fit is skipped.
             for fact in self._rank_facts(pool, query, shown):
-                cost = self._fact_cost(fact)
+                cost = costs.fact_cost(fact)
                 if estimate.with_fact(cost) <= ceiling:
                     data.facts.append(fact)
                     estimate.add_fact(cost)
@@ -884,7 +674,7 @@ class ContextBuilder:
                     position = positions.get(id(hit))
                     if position is None:
                         continue
-                    fitting = self._fitting_turn_cost(hit, estimate, ceiling)
+                    fitting = costs.fitting_turn_cost(hit, estimate, ceiling)
                     if fitting is not None:
                         data.turns.append((position, hit))
                         estimate.add_turn(fitting)
@@ -896,7 +686,7 @@ class ContextBuilder:
             if needed.size() == data.size():
                 break
             data = needed
-            grown = win.fit(avail - self._estimate(data).total)
+            grown = win.fit(avail - costs.estimate(data).total)
             if grown <= kept:
                 break
             kept = grown
@@ -917,17 +707,11 @@ class ContextBuilder:
 
         The newest ``floor`` rounds stay verbatim whatever is retrieved; messages of older
         rounds are the retrieval candidates (every earlier message is indexed and lends its
-        score to neighbours and facts). Items are taken in ranked order while the data
-        estimate stays within ``ceiling``; the scan stops once the data budget is nearly
-        spent or after `_PATIENCE` items in a row did not fit. A fact whose source messages
-        are all shown (``shown``, or retrieved) is skipped, and so is a message already
-        shown or that a chosen fact was extracted from.
+        score to neighbours and facts). See `select_evidence` for the order and the stops.
         """
         assert self.evidence_retriever is not None
         history = win.body
         older = win.start(floor)
-        shown = set(shown)
-        chosen: set[str] = set()
         turn_limit = self.raw_turn_retrieval
         ranking: Iterator[RankedEvidence] = iter(())
         if query and (pool or (turn_limit and older)):
@@ -940,59 +724,15 @@ class ContextBuilder:
                 known_prefix=last[1] if last is not None and last[0] is history else 0,
             )
             self._ranked = (history, len(history))
-        # the hot loop: room for one more fact / turn kept in locals, cached costs looked
-        # up inline (most ranked items were costed on an earlier turn)
-        fact_costs = self._fact_costs
-        turn_costs = self._turn_costs
-        top_k = self.top_k_facts
-        facts, turns = data.facts, data.turns
-        covered = shown.issuperset
-        fact_room, turn_room, left = _rooms(estimate, ceiling)
-        misses = 0
-        for entry in ranking:
-            if misses >= _PATIENCE or left < _SMALLEST_ITEM:
-                break
-            item = entry.item
-            if isinstance(item, Fact):
-                sources = item.source_ids
-                if len(facts) >= top_k or (sources and covered(sources)):
-                    continue
-                hit = fact_costs.get(item.id)
-                cost = hit[1] if hit is not None and hit[0] is item else self._fact_cost(item)
-                if cost > fact_room:
-                    misses += 1
-                    continue
-                facts.append(item)
-                estimate.add_fact(cost)
-                chosen.add(item.id)
-                shown.update(sources)
-            else:
-                key = str(item.id)
-                if len(turns) >= turn_limit or key in shown:
-                    continue
-                known = turn_costs.get(id(item))
-                if known is not None and known[0] is item:
-                    fitting: int | None = known[1]
-                else:
-                    fitting = self._fitting_turn_cost(item, estimate, ceiling)
-                if fitting is None or fitting > turn_room:
-                    misses += 1
-                    continue
-                turns.append((entry.position, item))
-                estimate.add_turn(fitting)
-                shown.add(key)
-            fact_room, turn_room, left = _rooms(estimate, ceiling)
-            misses = 0
-        if self.fill_facts_with_recent and len(data.facts) < self.top_k_facts:
-            for fact in self._recent(pool, chosen):
-                if len(facts) >= top_k or left < 1:
-                    break
-                sources = fact.source_ids
-                if sources and covered(sources):
-                    continue
-                hit = fact_costs.get(fact.id)
-                cost = hit[1] if hit is not None and hit[0] is fact else self._fact_cost(fact)
-                if cost <= fact_room:
-                    facts.append(fact)
-                    estimate.add_fact(cost)
-                    fact_room, turn_room, left = _rooms(estimate, ceiling)
+        select_evidence(
+            ranking,
+            self._costs,
+            data,
+            estimate,
+            ceiling,
+            set(shown),
+            self._by_recency(pool) if self.fill_facts_with_recent else (),
+            top_k=self.top_k_facts,
+            turn_limit=turn_limit,
+            fill_with_recent=self.fill_facts_with_recent,
+        )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import re
-from collections.abc import Collection, Container, Iterator, Sequence
+from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -152,15 +152,20 @@ def _fact_line(fact: Fact) -> str:
     return line
 
 
+def _render_turn_line(message: BaseMessage) -> str:
+    """``message``'s compact line, ``[id role] text`` (not remembered: see `_turn_line`)."""
+    role = ROLE_NAMES.get(message.type, message.type)
+    name = f" {message.name}" if message.name else ""
+    text = _escape(message_text(message)).replace("\n", "\n  ")
+    return f"[{_escape(f'{message.id} {role}{name}')}] {text}"
+
+
 def _turn_line(message: BaseMessage) -> str:
     # the same message object renders the same line (as the retrievers' indexes assume)
     hit = _turn_lines.get(id(message))
     if hit is not None and hit[0] is message:
         return hit[1]
-    role = ROLE_NAMES.get(message.type, message.type)
-    name = f" {message.name}" if message.name else ""
-    text = _escape(message_text(message)).replace("\n", "\n  ")
-    line = f"[{_escape(f'{message.id} {role}{name}')}] {text}"
+    line = _render_turn_line(message)
     if len(_turn_lines) >= _LINES_CACHED:
         _turn_lines.clear()
     _turn_lines[id(message)] = (message, line)
@@ -211,34 +216,25 @@ def _render_turns(turns: Sequence[BaseMessage], data_format: DataFormat) -> str:
     return "\n".join(lines)
 
 
-_Line = tuple[str, Literal["text", "summary", "fact", "turn"], Any]
-
-
-def _compact_lines(data: _Data) -> Iterator[_Line]:
-    """The lines of a ``"compact"`` data message, each with what it renders.
-
-    The content is these lines joined with line breaks; ``"text"`` lines are fixed
-    markup, the others render ``data.summary``, a fact or a retrieved message.
-    """
-    yield _LEAD, "text", None
+def _compact_lines(data: _Data) -> list[str]:
+    """The lines of a ``"compact"`` data message (its content joined with line breaks)."""
+    lines = [_LEAD]
     if data.summary is not None:
-        yield _summary_text(data.summary), "summary", data.summary
+        lines.append(_summary_text(data.summary))
     if data.facts:
-        yield _facts_header(len(data.facts), "compact"), "text", None
-        for fact in data.facts:
-            yield _fact_line(fact), "fact", fact
-        yield _FACTS_END, "text", None
+        lines.append(_facts_header(len(data.facts), "compact"))
+        lines.extend(map(_fact_line, data.facts))
+        lines.append(_FACTS_END)
     if data.turns:
-        turns = data.ordered_turns()
-        yield _turns_header(len(turns), "compact"), "text", None
-        for message in turns:
-            yield _turn_line(message), "turn", message
-        yield _TURNS_END, "text", None
+        lines.append(_turns_header(len(data.turns), "compact"))
+        lines.extend(map(_turn_line, data.ordered_turns()))
+        lines.append(_TURNS_END)
+    return lines
 
 
 def _content(data: _Data, data_format: DataFormat) -> str:
     if data_format == "compact":
-        return "\n".join(line for line, _, _ in _compact_lines(data))
+        return "\n".join(_compact_lines(data))
     sections = [_LEAD]
     if data.summary is not None:
         sections.append(_summary_text(data.summary))

@@ -1,8 +1,9 @@
 """Per-turn tiktoken work of `ContextBuilder` on a grown history, counted (no timing).
 
-Every line of the data message (a fact, a retrieved message) is encoded once, when first
-considered; the prompt's total comes from cached counts of its parts, so the data message
-is never encoded whole and a turn encodes its new messages plus the lines it has not seen.
+Every line of the data message (a fact, a retrieved message) is encoded once (a message's
+line when the message arrives, a fact's when first considered); the prompt's total comes
+from cached counts of its parts, so the data message is never encoded whole and a turn
+encodes its new messages plus the lines it has not seen.
 """
 
 from __future__ import annotations

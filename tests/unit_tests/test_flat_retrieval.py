@@ -248,13 +248,13 @@ def test_context_builder_work_per_turn_is_flat(monkeypatch: pytest.MonkeyPatch) 
             raw_turn_retrieval=1_000,
             evidence_retriever=EvidenceRetriever(max_term_postings=60),
         )
-        original_cost = builder._text_cost
+        original_cost = builder._costs.text_cost
 
         def counting_cost(text: str, original: Any = original_cost) -> int:
             costed.append(text)
             return int(original(text))
 
-        monkeypatch.setattr(builder, "_text_cost", counting_cost)
+        monkeypatch.setattr(builder._costs, "text_cost", counting_cost)
         builder.build(history[: size + 2], facts=state)
         counts.take()
         seen = []
