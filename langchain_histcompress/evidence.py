@@ -20,7 +20,7 @@ import heapq
 import itertools
 import threading
 from array import array
-from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,14 +55,15 @@ __all__ = [
 
 
 class _TurnIndex:
-    """An incremental BM25 index over conversation messages, shared across calls.
+    """An incremental BM25 index over one conversation's messages, kept across calls.
 
     A message is keyed by its id and tokenized once: a later call passing the same message
     object costs one dictionary lookup; an equal-id message with another text is
     re-indexed. When a call's messages start with the previous call's messages (a growing
     history), only the new tail is looked at: the prefix is confirmed by one comparison of
     references at C speed (see `extends`). Messages without an id are keyed by position and
-    dropped when the history changes.
+    dropped when the history changes. Ids are only unique within a conversation, so each
+    conversation has its own index (see `_Conversations`).
     """
 
     def __init__(
@@ -100,6 +101,34 @@ class _TurnIndex:
         self._source: Sequence[BaseMessage] | None = None
         # the list object the previous call indexed: a ``known_prefix`` is honoured only for
         # that same list, so a call by another caller in between cannot be vouched for
+        self._extended: Sequence[BaseMessage] | None = None
+        # the list `continues` found to extend ``_previous``: `sync` does not compare it again
+
+    def indexed(self, messages: Sequence[BaseMessage]) -> bool:
+        """Whether ``messages`` is the list object the latest `sync` indexed."""
+        return self._source is messages
+
+    @property
+    def pristine(self) -> bool:
+        """Whether nothing was ever indexed (any conversation may start here)."""
+        return not self._previous and not len(self.index)
+
+    def continues(self, messages: Sequence[BaseMessage], known_prefix: int = 0) -> bool:
+        """Whether ``messages`` extend this index's messages (a later call of its conversation).
+
+        The first messages are compared before anything else, so telling conversations
+        apart costs a pointer comparison each; the answer is kept for the `sync` that
+        follows, which then does not compare the messages again.
+        """
+        previous, self._extended = self._previous, None
+        if not previous or not messages or messages[0] is not previous[0]:
+            return False
+        if not self.trusted:
+            known_prefix, self.trusted = 0, True
+        if len(messages) >= len(previous) and self._grew(messages, known_prefix):
+            self._extended = messages
+            return True
+        return False
 
     def eligible(self, message: BaseMessage) -> bool:
         if message.type == "system":
@@ -146,12 +175,13 @@ class _TurnIndex:
         messages are compared (see `_grew`).
         """
         known = len(self._previous)
+        extended, self._extended = self._extended is messages, None
         if not self.trusted:
             known_prefix, self.trusted = 0, True
         if not (
             known
             and len(messages) >= known
-            and self._grew(messages, known_prefix)
+            and (extended or self._grew(messages, known_prefix))
             and len(self._seen) <= self.max_cached
         ):
             self._restart()
@@ -215,6 +245,90 @@ class _TurnIndex:
             return view[at]
         finally:
             del view  # a live view would pin the column's buffer (it must stay growable)
+
+
+class _Conversation:
+    """What one conversation's rankings depend on, kept between its calls."""
+
+    __slots__ = ("facts", "source_slots", "turns")
+
+    def __init__(self, turns: _TurnIndex, facts: _FactIndex) -> None:
+        self.turns = turns
+        """Its messages' index (BM25 statistics, ids seen, slots)."""
+        self.facts = facts
+        """Its facts' index (the facts of its latest call)."""
+        self.source_slots: _SourceSlots | None = None
+        """Its facts' source messages as slots of ``turns`` (see `_SourceSlots`)."""
+
+
+class _Conversations:
+    """One index state per conversation, the least recently used dropped past ``limit``.
+
+    Message ids are only unique within a conversation (``"1"``, ``"h1"`` and derived ids
+    recur across users), so a call is matched to a state by its messages, never by id: it
+    continues the state whose recorded messages its messages extend (first messages
+    compared by reference, then the rest at C speed, see `_TurnIndex.continues`), else it
+    starts a fresh state. With one conversation this is one pointer comparison more than a
+    single shared index.
+    """
+
+    def __init__(self, limit: int, new: Callable[[], _Conversation]) -> None:
+        self.limit = limit
+        self._new = new
+        self.states: list[_Conversation] = [new()]
+        """Least recently used first."""
+
+    def pick(self, messages: Sequence[BaseMessage], known_prefix: int) -> _Conversation:
+        """The state of the conversation ``messages`` belong to, now the most recent."""
+        states = self.states
+        if states[-1].turns.continues(messages, known_prefix):
+            return states[-1]
+        for at in range(len(states) - 2, -1, -1):
+            if states[at].turns.continues(messages, known_prefix):
+                states.append(states.pop(at))
+                return states[-1]
+        # a new conversation, or a history that changed: an index that never saw another
+        # conversation's messages (the state of the list this call replaces is dropped)
+        for at, state in enumerate(states):
+            if state.turns.pristine:
+                states.append(states.pop(at))
+                return state
+        for at, state in enumerate(states):
+            if state.turns.indexed(messages):
+                del states[at]
+                break
+        states.append(self._new())
+        if len(states) > self.limit:
+            del states[0]
+        return states[-1]
+
+    def untrust(self, messages: Sequence[BaseMessage]) -> None:
+        """A call passing ``messages`` was not indexed: the next one vouches for nothing."""
+        for state in self.states:
+            if state.turns.indexed(messages):
+                state.turns.trusted = False
+
+
+def _conversations(
+    limit: int,
+    *,
+    k1: float,
+    b: float,
+    max_cached: int,
+    include_tool_results: bool,
+    speaker_names: Mapping[str, str],
+) -> _Conversations:
+    def new() -> _Conversation:
+        turns = _TurnIndex(
+            k1=k1,
+            b=b,
+            max_cached=max_cached,
+            include_tool_results=include_tool_results,
+            speaker_names=speaker_names,
+        )
+        return _Conversation(turns, _FactIndex(k1=k1, b=b, text=_content_only))
+
+    return _Conversations(limit, new)
 
 
 DEFAULT_MAX_TERM_POSTINGS = 2_000
@@ -388,6 +502,17 @@ def _check_max_cached(max_cached: object) -> int:
     return max_cached
 
 
+def _check_max_conversations(max_conversations: object) -> int:
+    if (
+        isinstance(max_conversations, bool)
+        or not isinstance(max_conversations, int)
+        or max_conversations < 1
+    ):
+        msg = f"max_conversations must be an int >= 1, got {max_conversations!r}"
+        raise ConfigurationError(msg)
+    return max_conversations
+
+
 def _check_names(speaker_names: object) -> dict[str, str]:
     if speaker_names is None:
         return {}
@@ -412,9 +537,18 @@ class BM25TurnRetriever:
     on a growing history cost little. Messages without an id are keyed by position while the
     history only grows.
 
+    One retriever may serve many conversations (users): the index, its BM25 statistics and
+    the ids seen are kept per conversation, so a ranking never depends on another
+    conversation's messages, whose ids may be the same. A call continues the conversation
+    whose last indexed messages its messages begin with, else it starts a new one (a history
+    rebuilt from new message objects, or edited, is indexed afresh).
+
     Args:
-        max_cached: When the cache holds more messages than this, it is rebuilt from the
-            messages of the current call.
+        max_cached: When a conversation's cache holds more messages than this, it is rebuilt
+            from the messages of the current call.
+        max_conversations: Conversations whose index is kept; the least recently used is
+            dropped past it (and indexed afresh if it comes back). Each keeps an index of
+            its messages, roughly the size of their text again.
         include_tool_results: Also rank tool results.
         speaker_names: Message type -> speaker name (``{"human": "Ann", "ai": "Bob"}``),
             indexed with each message's text so questions naming a speaker find that
@@ -436,6 +570,7 @@ class BM25TurnRetriever:
         self,
         *,
         max_cached: int = 200_000,
+        max_conversations: int = 8,
         include_tool_results: bool = True,
         speaker_names: Mapping[str, str] | None = None,
         max_term_postings: int | None = DEFAULT_MAX_TERM_POSTINGS,
@@ -446,14 +581,17 @@ class BM25TurnRetriever:
         _check_bm25(k1, b)
         self.max_term_postings = _check_postings(max_term_postings)
         self.max_cached = _check_max_cached(max_cached)
+        self.max_conversations = _check_max_conversations(max_conversations)
         self.include_tool_results = include_tool_results
-        self._turns = _TurnIndex(
+        self._conversations = _conversations(
+            self.max_conversations,
             k1=k1,
             b=b,
             max_cached=self.max_cached,
             include_tool_results=include_tool_results,
             speaker_names=_check_names(speaker_names),
         )
+        self._turns = self._conversations.states[-1].turns
         self._lock = threading.Lock()
 
     def retrieve(self, query: str, messages: Sequence[BaseMessage], k: int) -> list[BaseMessage]:
@@ -462,7 +600,7 @@ class BM25TurnRetriever:
         if not k or not messages:
             return []
         with self._lock:
-            turns = self._turns
+            turns = self._turns = self._conversations.pick(messages, 0).turns
             turns.sync(messages)
             scores = turns.index.scores(
                 query, allowed=turns.allowed(), max_postings=self.max_term_postings
@@ -526,7 +664,10 @@ class EvidenceRetriever:
        before a turn on equal scores), so neither list's raw score scale dominates.
 
     Items sharing no word with the query, directly or through a neighbour or source, are
-    left out. Indexes are incremental and kept between calls (see `BM25TurnRetriever`); on
+    left out. Indexes are incremental and kept between calls, one message index and one
+    fact index per conversation (see `BM25TurnRetriever`): the facts passed with a
+    conversation's messages are indexed with that conversation, so one retriever serves
+    many users without one's messages or facts changing another's ranking. On
     very long histories the work per query stays bounded: query words found in more than
     ``max_term_postings`` texts are skipped, the best 2,048 matching messages are kept and
     the best 512 spread their score to neighbours.
@@ -538,7 +679,9 @@ class EvidenceRetriever:
         rrf_k: Reciprocal rank fusion constant.
         speaker_names: Message type -> speaker name, indexed with the messages.
         include_tool_results: Also rank tool results.
-        max_cached: Cache bound of the message index (see `BM25TurnRetriever`).
+        max_cached: Cache bound of a conversation's message index (see `BM25TurnRetriever`).
+        max_conversations: Conversations whose indexes (messages, facts) are kept; the least
+            recently used is dropped past it (see `BM25TurnRetriever`).
         max_term_postings: Query words found in more texts than this are ignored (see
             `BM25Index.scores`), which bounds the work per query on very long histories;
             ``None`` scores every word.
@@ -569,6 +712,7 @@ class EvidenceRetriever:
         speaker_names: Mapping[str, str] | None = None,
         include_tool_results: bool = True,
         max_cached: int = 200_000,
+        max_conversations: int = 8,
         max_term_postings: int | None = DEFAULT_MAX_TERM_POSTINGS,
         k1: float = 1.5,
         b: float = 0.75,
@@ -596,17 +740,27 @@ class EvidenceRetriever:
         self.source_weight = float(source_weight)
         self.rrf_k = float(rrf_k)
         self.max_cached = _check_max_cached(max_cached)
-        self._turns = _TurnIndex(
+        self.max_conversations = _check_max_conversations(max_conversations)
+        self._conversations = _conversations(
+            self.max_conversations,
             k1=k1,
             b=b,
             max_cached=self.max_cached,
             include_tool_results=include_tool_results,
             speaker_names=_check_names(speaker_names),
         )
-        self._facts = _FactIndex(k1=k1, b=b, text=_content_only)
+        # the state of the call in progress (set under the lock, see `_use`)
+        self._turns = self._conversations.states[-1].turns
+        self._facts = self._conversations.states[-1].facts
         self._source_slots: _SourceSlots | None = None
         self._work: WorkArrays | None = None
         self._lock = threading.Lock()
+
+    def _use(self, messages: Sequence[BaseMessage], known_prefix: int) -> _Conversation:
+        """Make the state of the conversation of ``messages`` the current one (under the lock)."""
+        state = self._conversations.pick(messages, known_prefix)
+        self._turns, self._facts, self._source_slots = state.turns, state.facts, state.source_slots
+        return state
 
     def _turn_scores(
         self,
@@ -795,9 +949,10 @@ class EvidenceRetriever:
         _check_known_prefix(known_prefix)
         if not query.strip() or (not facts and not messages):
             with self._lock:  # these messages are not indexed: the next call vouches for them
-                self._turns.trusted = False
+                self._conversations.untrust(messages)
             return iter(())
         with self._lock:
+            state = self._use(messages, known_prefix)
             np = _numpy()
             turns: Iterator[tuple[int, BaseMessage]]
             best_source: list[tuple[str, float]]
@@ -829,6 +984,7 @@ class EvidenceRetriever:
             fact_scores = self._facts.index.scores(query, max_postings=self.max_term_postings)
             for fact_id, best in best_source:
                 fact_scores[fact_id] = fact_scores.get(fact_id, 0.0) + self.source_weight * best
+            state.source_slots = self._source_slots
         # best score first, then earliest (positions are distinct)
         ranked_facts = sorted((-score, positions[key]) for key, score in fact_scores.items())
         return self._fuse([(at, facts[at]) for _, at in ranked_facts], turns)
