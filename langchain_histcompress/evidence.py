@@ -33,7 +33,7 @@ from langchain_histcompress._evidence_arrays import (
     nth,
     sum_by_row,
 )
-from langchain_histcompress._prefix import extends
+from langchain_histcompress._prefix import extends, holds
 from langchain_histcompress.bm25 import (
     BM25Index,
     _check_k,
@@ -103,6 +103,20 @@ class _TurnIndex:
         # that same list, so a call by another caller in between cannot be vouched for
         self._extended: Sequence[BaseMessage] | None = None
         # the list `continues` found to extend ``_previous``: `sync` does not compare it again
+
+    def rebuilt(self, messages: Sequence[BaseMessage]) -> bool:
+        """Whether ``messages`` begin with copies of this index's messages (equal values).
+
+        Read only when no conversation continues by reference: the first messages are
+        compared first, so another conversation costs one comparison.
+        """
+        previous = self._previous
+        return (
+            bool(previous)
+            and len(messages) >= len(previous)
+            and messages[0] == previous[0]
+            and holds(messages, previous, len(previous), by_value=True)
+        )
 
     def indexed(self, messages: Sequence[BaseMessage]) -> bool:
         """Whether ``messages`` is the list object the latest `sync` indexed."""
@@ -267,9 +281,10 @@ class _Conversations:
     Message ids are only unique within a conversation (``"1"``, ``"h1"`` and derived ids
     recur across users), so a call is matched to a state by its messages, never by id: it
     continues the state whose recorded messages its messages extend (first messages
-    compared by reference, then the rest at C speed, see `_TurnIndex.continues`), else it
-    starts a fresh state. With one conversation this is one pointer comparison more than a
-    single shared index.
+    compared by reference, then the rest at C speed, see `_TurnIndex.continues`), or, when
+    none does, whose recorded messages it begins with equal copies of (a history read back
+    from a checkpoint); else it starts a fresh state. With one conversation this is one
+    pointer comparison more than a single shared index.
     """
 
     def __init__(self, limit: int, new: Callable[[], _Conversation]) -> None:
@@ -285,6 +300,12 @@ class _Conversations:
             return states[-1]
         for at in range(len(states) - 2, -1, -1):
             if states[at].turns.continues(messages, known_prefix):
+                states.append(states.pop(at))
+                return states[-1]
+        # a history read back as equal copies (a checkpoint): indexed again in its state,
+        # which keeps the texts it tokenized (see `_TurnIndex.sync`)
+        for at in range(len(states) - 1, -1, -1):
+            if states[at].turns.rebuilt(messages):
                 states.append(states.pop(at))
                 return states[-1]
         # a new conversation, or a history that changed: an index that never saw another
