@@ -20,12 +20,13 @@ import heapq
 import itertools
 import threading
 from array import array
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from langchain_histcompress._conversations import Conversation, Conversations
 from langchain_histcompress._evidence_arrays import (
     WorkArrays,
     best_n,
@@ -63,7 +64,7 @@ class _TurnIndex:
     history), only the new tail is looked at: the prefix is confirmed by one comparison of
     references at C speed (see `extends`). Messages without an id are keyed by position and
     dropped when the history changes. Ids are only unique within a conversation, so each
-    conversation has its own index (see `_Conversations`).
+    conversation has its own index (see `Conversations`).
     """
 
     def __init__(
@@ -137,9 +138,9 @@ class _TurnIndex:
         previous, self._extended = self._previous, None
         if not previous or not messages or messages[0] is not previous[0]:
             return False
-        if not self.trusted:
-            known_prefix, self.trusted = 0, True
-        if len(messages) >= len(previous) and self._grew(messages, known_prefix):
+        if len(messages) >= len(previous) and self._grew(
+            messages, known_prefix if self.trusted else 0
+        ):
             self._extended = messages
             return True
         return False
@@ -261,75 +262,6 @@ class _TurnIndex:
             del view  # a live view would pin the column's buffer (it must stay growable)
 
 
-class _Conversation:
-    """What one conversation's rankings depend on, kept between its calls."""
-
-    __slots__ = ("facts", "source_slots", "turns")
-
-    def __init__(self, turns: _TurnIndex, facts: _FactIndex) -> None:
-        self.turns = turns
-        """Its messages' index (BM25 statistics, ids seen, slots)."""
-        self.facts = facts
-        """Its facts' index (the facts of its latest call)."""
-        self.source_slots: _SourceSlots | None = None
-        """Its facts' source messages as slots of ``turns`` (see `_SourceSlots`)."""
-
-
-class _Conversations:
-    """One index state per conversation, the least recently used dropped past ``limit``.
-
-    Message ids are only unique within a conversation (``"1"``, ``"h1"`` and derived ids
-    recur across users), so a call is matched to a state by its messages, never by id: it
-    continues the state whose recorded messages its messages extend (first messages
-    compared by reference, then the rest at C speed, see `_TurnIndex.continues`), or, when
-    none does, whose recorded messages it begins with equal copies of (a history read back
-    from a checkpoint); else it starts a fresh state. With one conversation this is one
-    pointer comparison more than a single shared index.
-    """
-
-    def __init__(self, limit: int, new: Callable[[], _Conversation]) -> None:
-        self.limit = limit
-        self._new = new
-        self.states: list[_Conversation] = [new()]
-        """Least recently used first."""
-
-    def pick(self, messages: Sequence[BaseMessage], known_prefix: int) -> _Conversation:
-        """The state of the conversation ``messages`` belong to, now the most recent."""
-        states = self.states
-        if states[-1].turns.continues(messages, known_prefix):
-            return states[-1]
-        for at in range(len(states) - 2, -1, -1):
-            if states[at].turns.continues(messages, known_prefix):
-                states.append(states.pop(at))
-                return states[-1]
-        # a history read back as equal copies (a checkpoint): indexed again in its state,
-        # which keeps the texts it tokenized (see `_TurnIndex.sync`)
-        for at in range(len(states) - 1, -1, -1):
-            if states[at].turns.rebuilt(messages):
-                states.append(states.pop(at))
-                return states[-1]
-        # a new conversation, or a history that changed: an index that never saw another
-        # conversation's messages (the state of the list this call replaces is dropped)
-        for at, state in enumerate(states):
-            if state.turns.pristine:
-                states.append(states.pop(at))
-                return state
-        for at, state in enumerate(states):
-            if state.turns.indexed(messages):
-                del states[at]
-                break
-        states.append(self._new())
-        if len(states) > self.limit:
-            del states[0]
-        return states[-1]
-
-    def untrust(self, messages: Sequence[BaseMessage]) -> None:
-        """A call passing ``messages`` was not indexed: the next one vouches for nothing."""
-        for state in self.states:
-            if state.turns.indexed(messages):
-                state.turns.trusted = False
-
-
 def _conversations(
     limit: int,
     *,
@@ -338,8 +270,8 @@ def _conversations(
     max_cached: int,
     include_tool_results: bool,
     speaker_names: Mapping[str, str],
-) -> _Conversations:
-    def new() -> _Conversation:
+) -> Conversations:
+    def new() -> Conversation:
         turns = _TurnIndex(
             k1=k1,
             b=b,
@@ -347,9 +279,9 @@ def _conversations(
             include_tool_results=include_tool_results,
             speaker_names=speaker_names,
         )
-        return _Conversation(turns, _FactIndex(k1=k1, b=b, text=_content_only))
+        return Conversation(turns, _FactIndex(k1=k1, b=b, text=_content_only))
 
-    return _Conversations(limit, new)
+    return Conversations(limit, new)
 
 
 DEFAULT_MAX_TERM_POSTINGS = 2_000
@@ -516,22 +448,11 @@ def _check_known_prefix(known_prefix: object) -> None:
         raise ConfigurationError(msg)
 
 
-def _check_max_cached(max_cached: object) -> int:
-    if isinstance(max_cached, bool) or not isinstance(max_cached, int) or max_cached < 1:
-        msg = f"max_cached must be an int >= 1, got {max_cached!r}"
+def _check_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"{name} must be an int >= 1, got {value!r}"
         raise ConfigurationError(msg)
-    return max_cached
-
-
-def _check_max_conversations(max_conversations: object) -> int:
-    if (
-        isinstance(max_conversations, bool)
-        or not isinstance(max_conversations, int)
-        or max_conversations < 1
-    ):
-        msg = f"max_conversations must be an int >= 1, got {max_conversations!r}"
-        raise ConfigurationError(msg)
-    return max_conversations
+    return value
 
 
 def _check_names(speaker_names: object) -> dict[str, str]:
@@ -561,15 +482,16 @@ class BM25TurnRetriever:
     One retriever may serve many conversations (users): the index, its BM25 statistics and
     the ids seen are kept per conversation, so a ranking never depends on another
     conversation's messages, whose ids may be the same. A call continues the conversation
-    whose last indexed messages its messages begin with, else it starts a new one (a history
-    rebuilt from new message objects, or edited, is indexed afresh).
+    whose last indexed messages its messages begin with (the same objects, or equal copies
+    read back from a checkpoint), else it starts a new one (an edited or cut history is
+    indexed afresh).
 
     Args:
         max_cached: When a conversation's cache holds more messages than this, it is rebuilt
             from the messages of the current call.
         max_conversations: Conversations whose index is kept; the least recently used is
-            dropped past it (and indexed afresh if it comes back). Each keeps an index of
-            its messages, roughly the size of their text again.
+            dropped past it (and indexed afresh if it comes back). Each index takes about
+            1.3 KB per chat message (13 MB for a conversation of 10,000 messages).
         include_tool_results: Also rank tool results.
         speaker_names: Message type -> speaker name (``{"human": "Ann", "ai": "Bob"}``),
             indexed with each message's text so questions naming a speaker find that
@@ -601,8 +523,8 @@ class BM25TurnRetriever:
         """Validate and store the configuration."""
         _check_bm25(k1, b)
         self.max_term_postings = _check_postings(max_term_postings)
-        self.max_cached = _check_max_cached(max_cached)
-        self.max_conversations = _check_max_conversations(max_conversations)
+        self.max_cached = _check_count("max_cached", max_cached)
+        self.max_conversations = _check_count("max_conversations", max_conversations)
         self.include_tool_results = include_tool_results
         self._conversations = _conversations(
             self.max_conversations,
@@ -760,8 +682,8 @@ class EvidenceRetriever:
         self.neighbour_weight = float(neighbour_weight)
         self.source_weight = float(source_weight)
         self.rrf_k = float(rrf_k)
-        self.max_cached = _check_max_cached(max_cached)
-        self.max_conversations = _check_max_conversations(max_conversations)
+        self.max_cached = _check_count("max_cached", max_cached)
+        self.max_conversations = _check_count("max_conversations", max_conversations)
         self._conversations = _conversations(
             self.max_conversations,
             k1=k1,
@@ -777,7 +699,7 @@ class EvidenceRetriever:
         self._work: WorkArrays | None = None
         self._lock = threading.Lock()
 
-    def _use(self, messages: Sequence[BaseMessage], known_prefix: int) -> _Conversation:
+    def _use(self, messages: Sequence[BaseMessage], known_prefix: int) -> Conversation:
         """Make the state of the conversation of ``messages`` the current one (under the lock)."""
         state = self._conversations.pick(messages, known_prefix)
         self._turns, self._facts, self._source_slots = state.turns, state.facts, state.source_slots
