@@ -699,12 +699,6 @@ class EvidenceRetriever:
         self._work: WorkArrays | None = None
         self._lock = threading.Lock()
 
-    def _use(self, messages: Sequence[BaseMessage], known_prefix: int) -> Conversation:
-        """Make the state of the conversation of ``messages`` the current one (under the lock)."""
-        state = self._conversations.pick(messages, known_prefix)
-        self._turns, self._facts, self._source_slots = state.turns, state.facts, state.source_slots
-        return state
-
     def _turn_scores(
         self,
         query: str,
@@ -931,6 +925,12 @@ class EvidenceRetriever:
         # best score first, then earliest (positions are distinct)
         ranked_facts = sorted((-score, positions[key]) for key, score in fact_scores.items())
         return self._fuse([(at, facts[at]) for _, at in ranked_facts], turns)
+
+    def _use(self, messages: Sequence[BaseMessage], known_prefix: int) -> Conversation:
+        """Make the state of the conversation of ``messages`` the current one (under the lock)."""
+        state = self._conversations.pick(messages, known_prefix)
+        self._turns, self._facts, self._source_slots = state.turns, state.facts, state.source_slots
+        return state
 
     def _fuse(
         self,
