@@ -5,7 +5,8 @@ raw turns). `EvidenceRetriever` ranks facts and raw turns *together* for a quest
 long conversation: BM25 over facts and over turns, each turn also scored by its nearest
 neighbours (an answer often sits next to the turn that names the topic), each fact by the
 turn it was extracted from, the two lists merged by reciprocal rank fusion. Both keep their
-message index between calls and read only the messages a growing history added.
+message index between calls and read only the messages a growing history added; one
+retriever serves many conversations, each with indexes of its own.
 
 Example:
     >>> from langchain_core.messages import AIMessage, HumanMessage
