@@ -45,19 +45,16 @@ def distinct(np: Any, owner: Any, values: Any) -> Any:
     return values[owner[values] == order]
 
 
-def sum_by_row(np: Any, work: WorkArrays, rows: Any, values: Any, counts: list[int]) -> Any:
+def sum_by_row(np: Any, work: WorkArrays, rows: Any, values: Any) -> tuple[Any, Any]:
     """Distinct ``rows`` (in no fixed order) and the sum of each one's ``values``.
 
-    ``rows`` and ``values`` are runs of ``counts`` entries, distinct rows within a run;
-    each run is added to ``work.score`` at once, so a row's values are added in array
-    order from 0.0, as a Python loop would (and as `_sum_by_slot` does, without sorting:
-    numpy's sorts are slow next to a few scattered passes). ``work.score`` is left zero.
+    The values are added to ``work.score`` in array order (``ufunc.at`` is unbuffered), so
+    a row's values are added in array order from 0.0, as a Python loop would (and as
+    `_sum_by_slot` does, without sorting: numpy's sorts are slow next to one scattered
+    pass). ``work.score`` is left zero.
     """
-    total, start = work.score, 0
-    for count in counts:
-        end = start + count
-        total[rows[start:end]] += values[start:end]
-        start = end
+    total = work.score
+    np.add.at(total, rows, values)
     found = distinct(np, work.owner, rows)
     sums = total[found]
     total[found] = 0.0

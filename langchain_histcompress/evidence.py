@@ -332,26 +332,47 @@ class _SourceSlots:
     """The facts' source messages as index slots, for scoring facts by their sources.
 
     Rebuilt when the facts change (a new ``sources`` mapping), the message index is replaced
-    or one of its texts is replaced (a slot may then be stale); sources not indexed yet are
-    looked up again on each call (normally none).
+    or one of its texts is replaced (a slot may then be stale). A rebuild for the same index
+    reuses the slots already looked up: the index's key table is as large as the history,
+    and mostly out of the CPU caches on a long one. Sources not indexed yet are looked up
+    again on each call (normally none).
     """
 
-    def __init__(self, np: Any, sources: Mapping[str, Sequence[str]], index: BM25Index) -> None:
+    def __init__(
+        self,
+        np: Any,
+        sources: Mapping[str, Sequence[str]],
+        index: BM25Index,
+        previous: _SourceSlots | None = None,
+    ) -> None:
         self.sources, self.index, self.removed = sources, index, index.removed
+        reuse = previous is not None and previous.index is index
+        known = previous.known if reuse and previous.removed == index.removed else {}
+        self.known: dict[str, int] = {}
+        """Source key -> slot, for the indexed source keys."""
         self.fact_ids = list(sources)
         slots: list[int] = []
         owners: list[int] = []
         self.pending: list[tuple[int, str]] = []
         for owner, keys in enumerate(sources.values()):
             for key in keys:
-                slot = index.slot_of(key)
+                slot = known.get(key)
+                if slot is None:
+                    slot = index.slot_of(key)
                 if slot is None:
                     self.pending.append((owner, key))
                 else:
+                    self.known[key] = slot
                     slots.append(slot)
                     owners.append(owner)
         self.slots = np.array(slots, dtype=np.int64)
         self.owners = np.array(owners, dtype=np.int64)
+        """The fact (index in ``fact_ids``) of each slot, ascending."""
+        starts = [n for n in range(len(owners)) if not n or owners[n] != owners[n - 1]]
+        self.starts = np.array(starts, dtype=np.int64)
+        """Where each fact's run of slots begins."""
+        self.facts_with_slots = [self.fact_ids[owners[n]] for n in starts]
+        """The facts with at least one indexed source, one per run."""
 
     def valid(self, sources: Mapping[str, Sequence[str]], index: BM25Index) -> bool:
         return (
@@ -689,7 +710,7 @@ class EvidenceRetriever:
         # breaks ties at a limit (the earliest indexed is kept); a turn when ``identity``
         identity = turns.identity and index.slots == len(turns.keys)
         if identity and len(counts) > 1:  # a slot is a turn: sum into the work arrays
-            at, scores = sum_by_row(np, work, slots + pad, scores, counts)
+            at, scores = sum_by_row(np, work, slots + pad, scores)
             slots = at
         else:
             if len(counts) > 1:
@@ -714,7 +735,9 @@ class EvidenceRetriever:
         by_turn = work.score
         by_turn[at] = scores
         try:
-            best_source = self._best_sources(np, by_turn, pad) if self.source_weight else []
+            best_source = (
+                self._best_sources(np, by_turn, pad, identity) if self.source_weight else []
+            )
             if only_before is not None and only_before <= 0:  # positions are >= 0
                 return best_source, iter(())
             if self.neighbour_window and self.neighbour_weight and len(at):
@@ -747,32 +770,33 @@ class EvidenceRetriever:
             turn_ids,
         )
 
-    def _best_sources(self, np: Any, by_turn: Any, pad: int) -> list[tuple[str, float]]:
+    def _best_sources(
+        self, np: Any, by_turn: Any, pad: int, identity: bool
+    ) -> list[tuple[str, float]]:
         """`_best_sources` over arrays: each fact's best source among the raw scores.
 
         ``by_turn`` holds the raw score of each kept match at its padded turn index, and
-        zero elsewhere.
+        zero elsewhere. With ``identity``, every slot is the turn of the same index.
         """
         sources, index = self._facts.sources, self._turns.index
         if not any(sources.values()):  # no fact names a source message
             return []
         cached = self._source_slots
         if cached is None or not cached.valid(sources, index):
-            cached = self._source_slots = _SourceSlots(np, sources, index)
+            cached = self._source_slots = _SourceSlots(np, sources, index, cached)
         if not len(cached.slots):
             return []
-        at = self._turns.gather(np, self._turns.slot_turns, cached.slots)
-        mine = at >= 0
-        best = np.zeros(len(cached.fact_ids))
-        np.maximum.at(best, cached.owners[mine], by_turn[at[mine] + pad])
+        if identity:  # max of each fact's run of sources
+            best = np.maximum.reduceat(by_turn[cached.slots + pad], cached.starts)
+            fact_ids = cached.facts_with_slots
+        else:
+            at = self._turns.gather(np, self._turns.slot_turns, cached.slots)
+            mine = at >= 0
+            best = np.zeros(len(cached.fact_ids))
+            np.maximum.at(best, cached.owners[mine], by_turn[at[mine] + pad])
+            fact_ids = cached.fact_ids
         found = np.flatnonzero(best)
-        return list(
-            zip(
-                [cached.fact_ids[i] for i in found.tolist()],
-                best[found].tolist(),
-                strict=True,
-            )
-        )
+        return list(zip([fact_ids[i] for i in found.tolist()], best[found].tolist(), strict=True))
 
     def iter_rank(
         self,
