@@ -48,8 +48,13 @@ _VOWELS = frozenset("aeiouy")
 _KEEP_DOUBLE = frozenset("lsz")
 
 
+@functools.cache
 def _numpy() -> Any:
-    """The numpy module, or ``None`` when it is not installed (it is optional)."""
+    """The numpy module, or ``None`` when it is not installed (it is optional).
+
+    Remembered: asked on every ranking, and an import, even of a loaded module, goes
+    through the import machinery's locks.
+    """
     try:
         return importlib.import_module("numpy")
     except ImportError:  # pragma: no cover - numpy ships with the bench extra

@@ -744,17 +744,20 @@ class EvidenceRetriever:
                 seeds = best_n(np, scores, _SPREAD_LIMIT, slots)
                 seed_at, seed_scores = (at, scores) if seeds is None else (at[seeds], scores[seeds])
                 offsets = work.offsets
-                near = (seed_at[:, None] + offsets).ravel()
+                # offset-major: one row of seeds per offset (few, long broadcast rows)
+                near = (offsets[:, None] + seed_at).ravel()
                 best = work.best
-                np.maximum.at(best, near, np.repeat(seed_scores, len(offsets)))
+                np.maximum.at(best, near, np.concatenate([seed_scores] * len(offsets)))
                 near = distinct(np, work.owner, near)
                 share = best[near]
                 best[near] = 0.0
                 if seed_at.min() < 2 * pad or seed_at.max() >= len(turns.keys):  # in padding
                     inside = (near >= pad) & (near < len(turns.keys) + pad)
                     near, share = near[inside], share[inside]
-                fresh = near[by_turn[near] == 0.0]  # not a kept match
-                by_turn[near] += self.neighbour_weight * share  # distinct: added once each
+                expanded = by_turn[near]
+                fresh = near[expanded == 0.0]  # not a kept match
+                expanded += self.neighbour_weight * share  # distinct: added once each
+                by_turn[near] = expanded
                 at = np.concatenate([at, fresh])
             scores = by_turn[at]
         finally:
@@ -864,13 +867,20 @@ class EvidenceRetriever:
     ) -> Iterator[RankedEvidence]:
         # With one weight per list, reciprocal rank fusion interleaves the two rankings:
         # fact 1, turn 1, fact 2, turn 2... (a fact first on equal fused scores).
+        # `_ranked` inlined in the loop over messages: it runs once or twice per item taken
         rrf_k, rank, count = self.rrf_k, 0, len(ranked_facts)
         for at, message in turns:
             score = 1.0 / (rrf_k + rank + 1)
             if rank < count:
                 fact_at, fact = ranked_facts[rank]
-                yield _ranked(fact, score, fact_at)
-            yield _ranked(message, score, at)
+                entry: RankedEvidence = _new(RankedEvidence)
+                fields = entry.__dict__
+                fields["item"], fields["score"], fields["position"] = fact, score, fact_at
+                yield entry
+            entry = _new(RankedEvidence)
+            fields = entry.__dict__
+            fields["item"], fields["score"], fields["position"] = message, score, at
+            yield entry
             rank += 1
         for fact_at, fact in ranked_facts[rank:]:
             yield _ranked(fact, 1.0 / (rrf_k + rank + 1), fact_at)
