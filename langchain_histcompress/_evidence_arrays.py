@@ -11,6 +11,7 @@ score, then the neighbour share), so the scores are identical.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -61,17 +62,45 @@ def sum_by_row(np: Any, work: WorkArrays, rows: Any, values: Any) -> tuple[Any, 
     return found, sums
 
 
-def best_n(np: Any, scores: Any, n: int, rank: Any) -> Any:
+def largest(np: Any, values: Any, counts: Sequence[int]) -> list[Any]:
+    """For each ``n`` of ``counts``, the ``n``-th largest of ``values``, found in one pass.
+
+    ``None`` for an ``n`` that needs no cut (``n <= 0`` or ``n >= len(values)``). One
+    selection places every wanted position at once, always with the last one among them
+    (see `nth`).
+
+    Example:
+        >>> import numpy as np
+        >>> cuts = largest(np, np.array([5.0, 1.0, 4.0, 2.0, 3.0]), [2, 4, 9])
+        >>> [None if cut is None else float(cut) for cut in cuts]
+        [4.0, 2.0, None]
+    """
+    size = len(values)
+    positions = sorted({size - n for n in counts if 0 < n < size})
+    if not positions:
+        return [None] * len(counts)
+    last = size - 1
+    if positions == [last]:
+        found = {last: values.max()}
+    else:
+        selected = np.partition(values, positions if positions[-1] == last else [*positions, last])
+        found = {k: selected[k] for k in positions}
+    return [found[size - n] if 0 < n < size else None for n in counts]
+
+
+def best_n(np: Any, scores: Any, n: int, rank: Any, cut: Any = None) -> Any:
     """Indexes (ascending) of the ``n`` best ``scores``, ties at the cut by lowest ``rank``.
 
     ``rank`` holds distinct values, one per score. ``None`` when every entry is kept.
+    ``cut``, when known, is the ``n``-th largest score (see `largest`).
     """
     size = len(scores)
     if size <= n:
         return None
     if n <= 0:
         return np.zeros(0, dtype=np.int64)
-    cut = nth(np, scores, size - n)
+    if cut is None:
+        cut = nth(np, scores, size - n)
     keep = scores > cut
     need = n - int(np.count_nonzero(keep))
     if need:

@@ -30,6 +30,7 @@ from langchain_histcompress._evidence_arrays import (
     WorkArrays,
     best_n,
     distinct,
+    largest,
     nth,
     sum_by_row,
 )
@@ -727,7 +728,10 @@ class EvidenceRetriever:
         if not positive.all():
             at, scores = at[positive], scores[positive]
             slots = at if identity else slots[positive]
-        kept = best_n(np, scores, _MATCH_LIMIT, slots)
+        # the seeds' cut, taken among the kept matches, is the same taken among them all:
+        # both cuts in one selection
+        kept_cut, seed_cut = largest(np, scores, (_MATCH_LIMIT, _SPREAD_LIMIT))
+        kept = best_n(np, scores, _MATCH_LIMIT, slots, kept_cut)
         if kept is not None:
             at, scores = at[kept], scores[kept]
             slots = at if identity else slots[kept]
@@ -741,7 +745,7 @@ class EvidenceRetriever:
             if only_before is not None and only_before <= 0:  # positions are >= 0
                 return best_source, iter(())
             if self.neighbour_window and self.neighbour_weight and len(at):
-                seeds = best_n(np, scores, _SPREAD_LIMIT, slots)
+                seeds = best_n(np, scores, _SPREAD_LIMIT, slots, seed_cut)
                 seed_at, seed_scores = (at, scores) if seeds is None else (at[seeds], scores[seeds])
                 offsets = work.offsets
                 # offset-major: one row of seeds per offset (few, long broadcast rows)

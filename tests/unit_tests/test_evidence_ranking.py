@@ -320,3 +320,13 @@ def test_array_ranking_equals_python_on_random_conversations(
         got = ranked(fast, question, pool[: 10 + step * 5], calls, **kwargs)
         monkeypatch.setattr(evidence, "_numpy", lambda: None)
         assert got == ranked(slow, question, pool[: 10 + step * 5], calls, **kwargs), step
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 50, 3_000])
+def test_largest_finds_each_cut_of_a_full_sort(size: int) -> None:
+    rng = np.random.default_rng(size)
+    values = rng.integers(0, 7, size) / 3  # ties
+    counts = [0, 1, 2, size - 1, size, size + 5, 40, 2_048]
+    got = _evidence_arrays.largest(np, values, counts)
+    ordered = sorted(values.tolist(), reverse=True)
+    assert got == [ordered[n - 1] if 0 < n < size else None for n in counts]
