@@ -347,8 +347,13 @@ class _SourceSlots:
         previous: _SourceSlots | None = None,
     ) -> None:
         self.sources, self.index, self.removed = sources, index, index.removed
-        reuse = previous is not None and previous.index is index
-        known = previous.known if reuse and previous.removed == index.removed else {}
+        known = (
+            previous.known
+            if previous is not None
+            and previous.index is index
+            and previous.removed == index.removed
+            else {}
+        )
         self.known: dict[str, int] = {}
         """Source key -> slot, for the indexed source keys."""
         self.fact_ids = list(sources)
