@@ -6,7 +6,8 @@ per question; done with arrays indexed by turn, each is a few passes over the en
 arrays are all zero between calls: a call writes only the entries it touches and clears
 exactly those before returning, so its work stays proportional to the matches, not to the
 history. Every sum adds the same values in the same order as the pure-Python path (the raw
-score, then the neighbour share), so the scores are identical.
+score, then the neighbour share), so the scores are identical. Array methods are called
+rather than numpy's same-named functions, which reach them through layers of Python.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ def nth(np: Any, values: Any, k: int) -> Any:
     last = len(values) - 1
     if k == last:
         return values.max()
-    return np.partition(values, (k, last))[k]
+    selected = values.copy()
+    selected.partition((k, last))
+    return selected[k]
 
 
 def distinct(np: Any, owner: Any, values: Any) -> Any:
@@ -83,7 +86,8 @@ def largest(np: Any, values: Any, counts: Sequence[int]) -> list[Any]:
     if positions == [last]:
         found = {last: values.max()}
     else:
-        selected = np.partition(values, positions if positions[-1] == last else [*positions, last])
+        selected = values.copy()
+        selected.partition(positions if positions[-1] == last else [*positions, last])
         found = {k: selected[k] for k in positions}
     return [found[size - n] if 0 < n < size else None for n in counts]
 
@@ -104,12 +108,12 @@ def best_n(np: Any, scores: Any, n: int, rank: Any, cut: Any = None) -> Any:
     keep = scores > cut
     need = n - int(np.count_nonzero(keep))
     if need:
-        tied = np.flatnonzero(scores == cut)
+        tied = (scores == cut).nonzero()[0]
         if need < len(tied):
             ranks = rank[tied]
             tied = tied[ranks <= nth(np, ranks, need - 1)]
         keep[tied] = True
-    return np.flatnonzero(keep)
+    return keep.nonzero()[0]
 
 
 class WorkArrays:

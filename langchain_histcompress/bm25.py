@@ -395,7 +395,7 @@ class BM25Index:
         tfs = np.frombuffer(b"".join([c[1] for c in columns]), dtype=np.float64)
         lengths = np.frombuffer(b"".join([c[2] for c in columns]), dtype=np.float64)
         counts = [len(c[0]) for c in columns]
-        weight = np.repeat(weights, counts) if len(terms) > 1 else weights[0]
+        weight = np.array(weights).repeat(counts) if len(terms) > 1 else weights[0]
         # weight * tf / (tf + fixed + scale * length), in that order
         divisor = tfs + fixed
         divisor += scale * lengths
@@ -506,9 +506,9 @@ def _sum_by_slot(np: Any, slots: Any, values: Any) -> tuple[Any, Any]:
     """
     if not len(slots):
         return slots, values
-    order = np.argsort(slots, kind="stable")
+    order = slots.argsort(kind="stable")
     slots, values = slots[order], values[order]
     first = np.empty(len(slots), dtype=bool)
     first[0] = True
     np.not_equal(slots[1:], slots[:-1], out=first[1:])
-    return slots[first], np.bincount(np.cumsum(first) - 1, weights=values)
+    return slots[first], np.bincount(first.cumsum() - 1, weights=values)

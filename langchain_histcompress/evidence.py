@@ -301,9 +301,9 @@ def _ranked_order(np: Any, scores: Any, turns: Any) -> Iterator[Any]:
     size = len(scores)
     if size > _FIRST_RANKED:
         cut = nth(np, scores, size - _FIRST_RANKED)
-        head = np.flatnonzero(scores >= cut)
+        head = (scores >= cut).nonzero()[0]
         yield head[np.lexsort((turns[head], -scores[head]))]
-        rest = np.flatnonzero(scores < cut)
+        rest = (scores < cut).nonzero()[0]
         if len(rest):
             yield rest[np.lexsort((turns[rest], -scores[rest]))]
     elif size:
@@ -807,7 +807,7 @@ class EvidenceRetriever:
             best = np.zeros(len(cached.fact_ids))
             np.maximum.at(best, cached.owners[mine], by_turn[at[mine] + pad])
             fact_ids = cached.fact_ids
-        found = np.flatnonzero(best)
+        found = best.nonzero()[0]
         return list(zip([fact_ids[i] for i in found.tolist()], best[found].tolist(), strict=True))
 
     def iter_rank(
