@@ -6,11 +6,13 @@ per question; done with arrays indexed by turn, each is a few passes over the en
 arrays are all zero between calls: a call writes only the entries it touches and clears
 exactly those before returning, so its work stays proportional to the matches, not to the
 history. Every sum adds the same values in the same order as the pure-Python path (the raw
-score, then the neighbour share), so the scores are identical.
+score, then the neighbour share), so the scores are identical. Array methods are called
+rather than numpy's same-named functions, which reach them through layers of Python.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -30,7 +32,9 @@ def nth(np: Any, values: Any, k: int) -> Any:
     last = len(values) - 1
     if k == last:
         return values.max()
-    return np.partition(values, (k, last))[k]
+    selected = values.copy()
+    selected.partition((k, last))
+    return selected[k]
 
 
 def distinct(np: Any, owner: Any, values: Any) -> Any:
@@ -45,45 +49,71 @@ def distinct(np: Any, owner: Any, values: Any) -> Any:
     return values[owner[values] == order]
 
 
-def sum_by_row(np: Any, work: WorkArrays, rows: Any, values: Any, counts: list[int]) -> Any:
+def sum_by_row(np: Any, work: WorkArrays, rows: Any, values: Any) -> tuple[Any, Any]:
     """Distinct ``rows`` (in no fixed order) and the sum of each one's ``values``.
 
-    ``rows`` and ``values`` are runs of ``counts`` entries, distinct rows within a run;
-    each run is added to ``work.score`` at once, so a row's values are added in array
-    order from 0.0, as a Python loop would (and as `_sum_by_slot` does, without sorting:
-    numpy's sorts are slow next to a few scattered passes). ``work.score`` is left zero.
+    The values are added to ``work.score`` in array order (``ufunc.at`` is unbuffered), so
+    a row's values are added in array order from 0.0, as a Python loop would (and as
+    `_sum_by_slot` does, without sorting: numpy's sorts are slow next to one scattered
+    pass). ``work.score`` is left zero.
     """
-    total, start = work.score, 0
-    for count in counts:
-        end = start + count
-        total[rows[start:end]] += values[start:end]
-        start = end
+    total = work.score
+    np.add.at(total, rows, values)
     found = distinct(np, work.owner, rows)
     sums = total[found]
     total[found] = 0.0
     return found, sums
 
 
-def best_n(np: Any, scores: Any, n: int, rank: Any) -> Any:
+def largest(np: Any, values: Any, counts: Sequence[int]) -> list[Any]:
+    """For each ``n`` of ``counts``, the ``n``-th largest of ``values``, found in one pass.
+
+    ``None`` for an ``n`` that needs no cut (``n <= 0`` or ``n >= len(values)``). One
+    selection places every wanted position at once, always with the last one among them
+    (see `nth`).
+
+    Example:
+        >>> import numpy as np
+        >>> cuts = largest(np, np.array([5.0, 1.0, 4.0, 2.0, 3.0]), [2, 4, 9])
+        >>> [None if cut is None else float(cut) for cut in cuts]
+        [4.0, 2.0, None]
+    """
+    size = len(values)
+    positions = sorted({size - n for n in counts if 0 < n < size})
+    if not positions:
+        return [None] * len(counts)
+    last = size - 1
+    if positions == [last]:
+        found = {last: values.max()}
+    else:
+        selected = values.copy()
+        selected.partition(positions if positions[-1] == last else [*positions, last])
+        found = {k: selected[k] for k in positions}
+    return [found[size - n] if 0 < n < size else None for n in counts]
+
+
+def best_n(np: Any, scores: Any, n: int, rank: Any, cut: Any = None) -> Any:
     """Indexes (ascending) of the ``n`` best ``scores``, ties at the cut by lowest ``rank``.
 
     ``rank`` holds distinct values, one per score. ``None`` when every entry is kept.
+    ``cut``, when known, is the ``n``-th largest score (see `largest`).
     """
     size = len(scores)
     if size <= n:
         return None
     if n <= 0:
         return np.zeros(0, dtype=np.int64)
-    cut = nth(np, scores, size - n)
+    if cut is None:
+        cut = nth(np, scores, size - n)
     keep = scores > cut
     need = n - int(np.count_nonzero(keep))
     if need:
-        tied = np.flatnonzero(scores == cut)
+        tied = (scores == cut).nonzero()[0]
         if need < len(tied):
             ranks = rank[tied]
             tied = tied[ranks <= nth(np, ranks, need - 1)]
         keep[tied] = True
-    return np.flatnonzero(keep)
+    return keep.nonzero()[0]
 
 
 class WorkArrays:

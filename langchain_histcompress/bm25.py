@@ -48,8 +48,13 @@ _VOWELS = frozenset("aeiouy")
 _KEEP_DOUBLE = frozenset("lsz")
 
 
+@functools.cache
 def _numpy() -> Any:
-    """The numpy module, or ``None`` when it is not installed (it is optional)."""
+    """The numpy module, or ``None`` when it is not installed (it is optional).
+
+    Remembered: asked on every ranking, and an import, even of a loaded module, goes
+    through the import machinery's locks.
+    """
     try:
         return importlib.import_module("numpy")
     except ImportError:  # pragma: no cover - numpy ships with the bench extra
@@ -390,7 +395,7 @@ class BM25Index:
         tfs = np.frombuffer(b"".join([c[1] for c in columns]), dtype=np.float64)
         lengths = np.frombuffer(b"".join([c[2] for c in columns]), dtype=np.float64)
         counts = [len(c[0]) for c in columns]
-        weight = np.repeat(weights, counts) if len(terms) > 1 else weights[0]
+        weight = np.array(weights).repeat(counts) if len(terms) > 1 else weights[0]
         # weight * tf / (tf + fixed + scale * length), in that order
         divisor = tfs + fixed
         divisor += scale * lengths
@@ -501,9 +506,9 @@ def _sum_by_slot(np: Any, slots: Any, values: Any) -> tuple[Any, Any]:
     """
     if not len(slots):
         return slots, values
-    order = np.argsort(slots, kind="stable")
+    order = slots.argsort(kind="stable")
     slots, values = slots[order], values[order]
     first = np.empty(len(slots), dtype=bool)
     first[0] = True
     np.not_equal(slots[1:], slots[:-1], out=first[1:])
-    return slots[first], np.bincount(np.cumsum(first) - 1, weights=values)
+    return slots[first], np.bincount(first.cumsum() - 1, weights=values)

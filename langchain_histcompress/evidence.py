@@ -32,6 +32,7 @@ from langchain_histcompress._evidence_arrays import (
     WorkArrays,
     best_n,
     distinct,
+    largest,
     nth,
     sum_by_row,
 )
@@ -368,9 +369,9 @@ def _ranked_order(np: Any, scores: Any, turns: Any) -> Iterator[Any]:
     size = len(scores)
     if size > _FIRST_RANKED:
         cut = nth(np, scores, size - _FIRST_RANKED)
-        head = np.flatnonzero(scores >= cut)
+        head = (scores >= cut).nonzero()[0]
         yield head[np.lexsort((turns[head], -scores[head]))]
-        rest = np.flatnonzero(scores < cut)
+        rest = (scores < cut).nonzero()[0]
         if len(rest):
             yield rest[np.lexsort((turns[rest], -scores[rest]))]
     elif size:
@@ -400,26 +401,52 @@ class _SourceSlots:
     """The facts' source messages as index slots, for scoring facts by their sources.
 
     Rebuilt when the facts change (a new ``sources`` mapping), the message index is replaced
-    or one of its texts is replaced (a slot may then be stale); sources not indexed yet are
-    looked up again on each call (normally none).
+    or one of its texts is replaced (a slot may then be stale). A rebuild for the same index
+    reuses the slots already looked up: the index's key table is as large as the history,
+    and mostly out of the CPU caches on a long one. Sources not indexed yet are looked up
+    again on each call (normally none).
     """
 
-    def __init__(self, np: Any, sources: Mapping[str, Sequence[str]], index: BM25Index) -> None:
+    def __init__(
+        self,
+        np: Any,
+        sources: Mapping[str, Sequence[str]],
+        index: BM25Index,
+        previous: _SourceSlots | None = None,
+    ) -> None:
         self.sources, self.index, self.removed = sources, index, index.removed
+        known = (
+            previous.known
+            if previous is not None
+            and previous.index is index
+            and previous.removed == index.removed
+            else {}
+        )
+        self.known: dict[str, int] = {}
+        """Source key -> slot, for the indexed source keys."""
         self.fact_ids = list(sources)
         slots: list[int] = []
         owners: list[int] = []
         self.pending: list[tuple[int, str]] = []
         for owner, keys in enumerate(sources.values()):
             for key in keys:
-                slot = index.slot_of(key)
+                slot = known.get(key)
+                if slot is None:
+                    slot = index.slot_of(key)
                 if slot is None:
                     self.pending.append((owner, key))
                 else:
+                    self.known[key] = slot
                     slots.append(slot)
                     owners.append(owner)
         self.slots = np.array(slots, dtype=np.int64)
         self.owners = np.array(owners, dtype=np.int64)
+        """The fact (index in ``fact_ids``) of each slot, ascending."""
+        starts = [n for n in range(len(owners)) if not n or owners[n] != owners[n - 1]]
+        self.starts = np.array(starts, dtype=np.int64)
+        """Where each fact's run of slots begins."""
+        self.facts_with_slots = [self.fact_ids[owners[n]] for n in starts]
+        """The facts with at least one indexed source, one per run."""
 
     def valid(self, sources: Mapping[str, Sequence[str]], index: BM25Index) -> bool:
         return (
@@ -781,7 +808,7 @@ class EvidenceRetriever:
         # breaks ties at a limit (the earliest indexed is kept); a turn when ``identity``
         identity = turns.identity and index.slots == len(turns.keys)
         if identity and len(counts) > 1:  # a slot is a turn: sum into the work arrays
-            at, scores = sum_by_row(np, work, slots + pad, scores, counts)
+            at, scores = sum_by_row(np, work, slots + pad, scores)
             slots = at
         else:
             if len(counts) > 1:
@@ -798,7 +825,10 @@ class EvidenceRetriever:
         if not positive.all():
             at, scores = at[positive], scores[positive]
             slots = at if identity else slots[positive]
-        kept = best_n(np, scores, _MATCH_LIMIT, slots)
+        # the seeds' cut, taken among the kept matches, is the same taken among them all:
+        # both cuts in one selection
+        kept_cut, seed_cut = largest(np, scores, (_MATCH_LIMIT, _SPREAD_LIMIT))
+        kept = best_n(np, scores, _MATCH_LIMIT, slots, kept_cut)
         if kept is not None:
             at, scores = at[kept], scores[kept]
             slots = at if identity else slots[kept]
@@ -806,24 +836,29 @@ class EvidenceRetriever:
         by_turn = work.score
         by_turn[at] = scores
         try:
-            best_source = self._best_sources(np, by_turn, pad) if self.source_weight else []
+            best_source = (
+                self._best_sources(np, by_turn, pad, identity) if self.source_weight else []
+            )
             if only_before is not None and only_before <= 0:  # positions are >= 0
                 return best_source, iter(())
             if self.neighbour_window and self.neighbour_weight and len(at):
-                seeds = best_n(np, scores, _SPREAD_LIMIT, slots)
+                seeds = best_n(np, scores, _SPREAD_LIMIT, slots, seed_cut)
                 seed_at, seed_scores = (at, scores) if seeds is None else (at[seeds], scores[seeds])
                 offsets = work.offsets
-                near = (seed_at[:, None] + offsets).ravel()
+                # offset-major: one row of seeds per offset (few, long broadcast rows)
+                near = (offsets[:, None] + seed_at).ravel()
                 best = work.best
-                np.maximum.at(best, near, np.repeat(seed_scores, len(offsets)))
+                np.maximum.at(best, near, np.concatenate([seed_scores] * len(offsets)))
                 near = distinct(np, work.owner, near)
                 share = best[near]
                 best[near] = 0.0
                 if seed_at.min() < 2 * pad or seed_at.max() >= len(turns.keys):  # in padding
                     inside = (near >= pad) & (near < len(turns.keys) + pad)
                     near, share = near[inside], share[inside]
-                fresh = near[by_turn[near] == 0.0]  # not a kept match
-                by_turn[near] += self.neighbour_weight * share  # distinct: added once each
+                expanded = by_turn[near]
+                fresh = near[expanded == 0.0]  # not a kept match
+                expanded += self.neighbour_weight * share  # distinct: added once each
+                by_turn[near] = expanded
                 at = np.concatenate([at, fresh])
             scores = by_turn[at]
         finally:
@@ -839,32 +874,33 @@ class EvidenceRetriever:
             turn_ids,
         )
 
-    def _best_sources(self, np: Any, by_turn: Any, pad: int) -> list[tuple[str, float]]:
+    def _best_sources(
+        self, np: Any, by_turn: Any, pad: int, identity: bool
+    ) -> list[tuple[str, float]]:
         """`_best_sources` over arrays: each fact's best source among the raw scores.
 
         ``by_turn`` holds the raw score of each kept match at its padded turn index, and
-        zero elsewhere.
+        zero elsewhere. With ``identity``, every slot is the turn of the same index.
         """
         sources, index = self._facts.sources, self._turns.index
         if not any(sources.values()):  # no fact names a source message
             return []
         cached = self._source_slots
         if cached is None or not cached.valid(sources, index):
-            cached = self._source_slots = _SourceSlots(np, sources, index)
+            cached = self._source_slots = _SourceSlots(np, sources, index, cached)
         if not len(cached.slots):
             return []
-        at = self._turns.gather(np, self._turns.slot_turns, cached.slots)
-        mine = at >= 0
-        best = np.zeros(len(cached.fact_ids))
-        np.maximum.at(best, cached.owners[mine], by_turn[at[mine] + pad])
-        found = np.flatnonzero(best)
-        return list(
-            zip(
-                [cached.fact_ids[i] for i in found.tolist()],
-                best[found].tolist(),
-                strict=True,
-            )
-        )
+        if identity:  # max of each fact's run of sources
+            best = np.maximum.reduceat(by_turn[cached.slots + pad], cached.starts)
+            fact_ids = cached.facts_with_slots
+        else:
+            at = self._turns.gather(np, self._turns.slot_turns, cached.slots)
+            mine = at >= 0
+            best = np.zeros(len(cached.fact_ids))
+            np.maximum.at(best, cached.owners[mine], by_turn[at[mine] + pad])
+            fact_ids = cached.fact_ids
+        found = best.nonzero()[0]
+        return list(zip([fact_ids[i] for i in found.tolist()], best[found].tolist(), strict=True))
 
     def iter_rank(
         self,
@@ -940,13 +976,20 @@ class EvidenceRetriever:
     ) -> Iterator[RankedEvidence]:
         # With one weight per list, reciprocal rank fusion interleaves the two rankings:
         # fact 1, turn 1, fact 2, turn 2... (a fact first on equal fused scores).
+        # `_ranked` inlined in the loop over messages: it runs once or twice per item taken
         rrf_k, rank, count = self.rrf_k, 0, len(ranked_facts)
         for at, message in turns:
             score = 1.0 / (rrf_k + rank + 1)
             if rank < count:
                 fact_at, fact = ranked_facts[rank]
-                yield _ranked(fact, score, fact_at)
-            yield _ranked(message, score, at)
+                entry: RankedEvidence = _new(RankedEvidence)
+                fields = entry.__dict__
+                fields["item"], fields["score"], fields["position"] = fact, score, fact_at
+                yield entry
+            entry = _new(RankedEvidence)
+            fields = entry.__dict__
+            fields["item"], fields["score"], fields["position"] = message, score, at
+            yield entry
             rank += 1
         for fact_at, fact in ranked_facts[rank:]:
             yield _ranked(fact, 1.0 / (rrf_k + rank + 1), fact_at)

@@ -241,7 +241,7 @@ def test_sum_by_row_equals_the_sorted_sum_and_leaves_the_arrays_zero() -> None:
     counts = [40, 300, 1, 120]
     rows = np.concatenate([np.sort(rng.choice(500, c, replace=False)) + 2 for c in counts])
     values = rng.random(len(rows)) / 3
-    found, sums = _evidence_arrays.sum_by_row(np, work, rows, values, counts)
+    found, sums = _evidence_arrays.sum_by_row(np, work, rows, values)
     order = np.argsort(found)
     expected_rows, expected_sums = _sum_by_slot(np, rows, values)
     assert found[order].tolist() == expected_rows.tolist()
@@ -270,3 +270,63 @@ def test_facts_only_ranking_scores_no_message_when_no_fact_names_a_source(
     # with sources, messages are scored (for the facts), still none returned
     sourced = ranked(retriever, "kitten lake", facts(6), messages, only_before=0)
     assert scored and all(r[0] for r in sourced)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_array_ranking_equals_python_on_random_conversations(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Random words, lengths, settings, edits and restrictions: both paths rank alike.
+
+    Few distinct words make many equal scores (ties at the match and spread limits, at
+    the lazy ordering's cut and between neighbours); small limits make the cuts bite.
+    """
+    rng = np.random.default_rng(seed)
+    vocabulary = [f"w{n}" for n in range(int(rng.integers(6, 40)))]
+
+    def text() -> str:
+        return " ".join(rng.choice(vocabulary, int(rng.integers(1, 9))).tolist())
+
+    messages: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
+    for n in range(int(rng.integers(300, 1_500))):
+        kind = HumanMessage if n % 2 else AIMessage
+        messages.append(kind(text(), id=None if rng.random() < 0.02 else f"m{n}"))
+    pool = [
+        Fact(id=f"f{n}", content=text(), source_ids=[f"m{k}" for k in rng.integers(0, 900, 3)])
+        for n in range(int(rng.integers(0, 40)))
+    ]
+    options = {
+        "neighbour_window": int(rng.integers(0, 4)),
+        "neighbour_weight": float(rng.choice([0.0, 0.6, 1.0])),
+        "source_weight": float(rng.choice([0.0, 0.3])),
+        "max_term_postings": [None, 20, 200][int(rng.integers(0, 3))],
+    }
+    monkeypatch.setattr(evidence, "_MATCH_LIMIT", int(rng.integers(8, 400)))
+    monkeypatch.setattr(evidence, "_SPREAD_LIMIT", int(rng.integers(2, 100)))
+    monkeypatch.setattr(evidence, "_FIRST_RANKED", int(rng.integers(1, 60)))
+    fast, slow = EvidenceRetriever(**options), EvidenceRetriever(**options)
+    numpy_module = evidence._numpy
+    ends = sorted(rng.integers(len(messages) // 3, len(messages), 6).tolist())
+    for step, end in enumerate(ends):
+        calls = messages[:end]
+        if step == 3:  # a message's text replaced under the same id
+            calls[5] = HumanMessage(text(), id=calls[5].id)
+        question = " ".join(rng.choice(vocabulary, int(rng.integers(1, 6))).tolist())
+        kwargs: dict[str, Any] = {
+            "only_before": [None, end - 3, 0][step % 3],
+            "turn_ids": None if step % 2 else {f"m{k}" for k in range(0, end, 3)},
+        }
+        monkeypatch.setattr(evidence, "_numpy", numpy_module)
+        got = ranked(fast, question, pool[: 10 + step * 5], calls, **kwargs)
+        monkeypatch.setattr(evidence, "_numpy", lambda: None)
+        assert got == ranked(slow, question, pool[: 10 + step * 5], calls, **kwargs), step
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 50, 3_000])
+def test_largest_finds_each_cut_of_a_full_sort(size: int) -> None:
+    rng = np.random.default_rng(size)
+    values = rng.integers(0, 7, size) / 3  # ties
+    counts = [0, 1, 2, size - 1, size, size + 5, 40, 2_048]
+    got = _evidence_arrays.largest(np, values, counts)
+    ordered = sorted(values.tolist(), reverse=True)
+    assert got == [ordered[n - 1] if 0 < n < size else None for n in counts]
