@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 from langchain_core.messages import BaseMessage
 
 if TYPE_CHECKING:
+    from langchain_histcompress._turn_index import _TurnIndex
     from langchain_histcompress.bm25 import _FactIndex
-    from langchain_histcompress.evidence import _SourceSlots, _TurnIndex
+    from langchain_histcompress.evidence import _SourceSlots
 
 __all__ = ["Conversation", "Conversations"]
 
