@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress import evidence
+from langchain_histcompress import _turn_index, evidence
 from langchain_histcompress.bm25 import BM25Index
 from langchain_histcompress.context import ContextBuilder
 from langchain_histcompress.errors import ConfigurationError
@@ -127,14 +127,14 @@ class _Indexed:
             add(index, key, text)
 
         monkeypatch.setattr(BM25Index, "add", counting)
-        extends = evidence.extends
+        extends = _turn_index.extends
 
         def counting_extends(messages: Any, previous: Any) -> bool:
             self.compared += 1
             return extends(messages, previous)
 
         self.compared = 0
-        monkeypatch.setattr(evidence, "extends", counting_extends)
+        monkeypatch.setattr(_turn_index, "extends", counting_extends)
 
     def take(self) -> tuple[int, int]:
         out = (self.count, self.compared)

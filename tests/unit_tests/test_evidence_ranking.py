@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress import _evidence_arrays, evidence
+from langchain_histcompress import _evidence_arrays, _turn_index, evidence
 from langchain_histcompress.bm25 import BM25Index, _FactIndex
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
@@ -145,13 +145,13 @@ def test_known_prefix_skips_comparing_the_vouched_messages(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     compared: list[int] = []
-    real = evidence.extends
+    real = _turn_index.extends
 
     def counting(messages: Any, previous: list[BaseMessage]) -> bool:
         compared.append(len(previous))
         return real(messages, previous)
 
-    monkeypatch.setattr(evidence, "extends", counting)
+    monkeypatch.setattr(_turn_index, "extends", counting)
     messages = history(400)
     vouched, plain = EvidenceRetriever(), EvidenceRetriever()
     grown: list[BaseMessage] = []  # one list, appended to, as a caller vouching keeps it

@@ -18,7 +18,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress import _evidence_arrays, evidence
+from langchain_histcompress import _evidence_arrays, _turn_index, evidence
 from langchain_histcompress.bm25 import BM25Index
 from langchain_histcompress.context import ContextBuilder
 from langchain_histcompress.facts import Fact, FactExtractor, facts_to_state
@@ -288,13 +288,13 @@ def test_context_builder_vouches_for_the_history_it_only_appended_to(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     compared: list[int] = []
-    real = evidence.extends
+    real = _turn_index.extends
 
     def counting(messages: Any, previous: Any) -> bool:
         compared.append(len(previous))
         return bool(real(messages, previous))
 
-    monkeypatch.setattr(evidence, "extends", counting)
+    monkeypatch.setattr(_turn_index, "extends", counting)
     history = grown(LONG)
     state = facts_to_state(facts_about(history))
     builders = [
