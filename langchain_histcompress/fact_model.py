@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import re
 import threading
 import unicodedata
@@ -94,6 +95,9 @@ _OP_ALIASES = {
     "FORGET": "DELETE",
 }
 _OP_FIELDS = frozenset({"type", "content", "confidence", "status", "source_ids", "expires_at"})
+_CONTENT = operator.attrgetter("content")
+_EXPIRES_AT = operator.attrgetter("expires_at")
+_EXPIRES_KEY = operator.methodcaller("get", "expires_at")
 _LABEL_RE = re.compile(r"[^a-z0-9]+")
 _CONTENT_FOLD_RE = re.compile(r"[\W_]+")
 
@@ -468,7 +472,10 @@ def apply_fact_ops(
     """
     now = _aware(now) if now is not None else _utcnow()
     current: dict[str, Fact] = dict(facts)
-    by_key: dict[str, str] = {normalize_content(f.content): fid for fid, f in current.items()}
+    # C-speed passes over the whole set: only the operations' facts are visited in Python
+    by_key: dict[str, str] = dict(
+        zip(map(normalize_content, map(_CONTENT, current.values())), current)
+    )
     changed: dict[str, None] = {}
     removed: dict[str, None] = {}
     outcomes: list[OpOutcome] = []
@@ -501,11 +508,15 @@ def apply_fact_ops(
                 outcomes.append(OpOutcome(index, op.op, op.id, "deleted"))
         except ValueError:
             outcomes.append(OpOutcome(index, op.op, op.id, "rejected", "invalid_fields"))
-    expired = [
-        fid
-        for fid, fact in current.items()
-        if fact.expires_at is not None and fact.expires_at <= now
-    ]
+    expired = (
+        [
+            fid
+            for fid, fact in current.items()
+            if fact.expires_at is not None and fact.expires_at <= now
+        ]
+        if any(map(_EXPIRES_AT, current.values()))
+        else []
+    )
     for fid in expired:
         drop(fid)
     return FactsUpdate(
@@ -722,6 +733,8 @@ def merge_facts(left: object, right: object, *, now: datetime | None = None) -> 
             fact = _state_dict(value, key)
             state[fact["id"]] = fact
     flush()
+    if not any(map(_EXPIRES_KEY, state.values())):  # C speed: usually no fact expires
+        return state
     return {
         k: v for k, v in state.items() if v.get("expires_at") is None or not _expired_dict(v, now)
     }
