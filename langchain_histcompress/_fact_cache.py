@@ -111,8 +111,8 @@ class FactStateCache:
             if not misses and keys == last.keys:
                 fact_of, snapshot_of = last.fact_of, last.snapshot_of
             else:  # in state order, without the entries that left it
-                fact_of = dict(zip(keys, map(last.fact_of.get, keys)))  # type: ignore[arg-type]
-                snapshot_of = dict(zip(keys, map(last.snapshot_of.get, keys)))
+                fact_of = dict(zip(keys, map(last.fact_of.get, keys), strict=True))  # type: ignore[arg-type]
+                snapshot_of = dict(zip(keys, map(last.snapshot_of.get, keys), strict=True))
         cached = not any(map(isinstance, raws, itertools.repeat(Fact)))
         for index in misses:
             key, raw = keys[index], raws[index]

@@ -474,7 +474,7 @@ def apply_fact_ops(
     current: dict[str, Fact] = dict(facts)
     # C-speed passes over the whole set: only the operations' facts are visited in Python
     by_key: dict[str, str] = dict(
-        zip(map(normalize_content, map(_CONTENT, current.values())), current)
+        zip(map(normalize_content, map(_CONTENT, current.values())), current, strict=True)
     )
     changed: dict[str, None] = {}
     removed: dict[str, None] = {}

@@ -136,9 +136,9 @@ class _IndexedFacts:
         if len(previous) == len(facts) and all(map(operator.is_, previous, facts)):
             return self._positions  # the same facts in the same order
         ids = list(map(_FACT_ID, facts))
-        positions = dict(zip(ids, range(len(ids))))
+        positions = dict(zip(ids, range(len(ids)), strict=True))
         if len(positions) < len(ids):  # a repeated id: its first position counts
-            positions = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1)))
+            positions = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))
             positions = {fid: positions[fid] for fid in dict.fromkeys(ids)}
         index, indexed, objects = self.index, self._indexed, self._objects
         # only the facts that are new objects are visited (found at C speed)

@@ -61,7 +61,7 @@ def test_entries_are_matched_by_identity_then_by_fields(monkeypatch: pytest.Monk
             compared.append(self)
             return super().__eq__(other)
 
-        __hash__ = None  # type: ignore[assignment]
+        __hash__ = None
 
     spied = {k: Spy(v) for k, v in reloaded.items()}
     cache.read(spied)
