@@ -718,7 +718,15 @@ def merge_facts(left: object, right: object, *, now: datetime | None = None) -> 
         nonlocal state
         if pending:
             result = apply_fact_ops(facts_from_state(state), pending, now=now)
-            state = facts_to_state(result.facts)
+            # a fact the operations left alone keeps its dict when that dict is its
+            # `to_state` form: only the changed facts are serialized again
+            form_of = state.get
+            state = {
+                fid: form
+                if (form := form_of(fid)) is not None and _FORMS.fact_of(form) is fact
+                else fact.to_state()
+                for fid, fact in result.facts.items()
+            }
             pending.clear()
 
     for write in _writes(right):
