@@ -1,12 +1,13 @@
-"""Facts read from graph state, parsed once per fact while its dict stays the same.
+"""Facts read from graph state, parsed once per fact dict.
 
 Graph state holds facts as ``{id: fact dict}``; validating every fact on every turn costs a
 pydantic validation per fact, a cost that grows with the fact set. `FactStateCache` keeps
-the `Fact` parsed from each entry and parses an entry again only when its dict is a new
-object or its fields changed (an in-place edit), so an unchanged fact costs one field
-comparison; a state whose first entries are the same, unchanged dicts as last call (a state
-that is unchanged or only grew) is recognised at C speed (comparisons of the key, entry
-and snapshot lists) and only its new entries are read.
+the `Fact` parsed from each entry and matches entries by identity: a dict seen last call is
+not read again, not even compared field by field, so a call costs pointer comparisons over
+the entries (at C speed) plus the work on the entries that are new objects. Like every
+LangGraph reducer output, state values are treated as immutable: write a new dict to change
+a fact (`merge_facts` always does). A new dict equal to the one it replaces (a state loaded
+again from a checkpoint) or made by `Fact.to_state` keeps its fact without a validation.
 
 Example:
     >>> cache = FactStateCache()
@@ -14,29 +15,45 @@ Example:
     >>> first = cache.read(state)["f-1"]
     >>> cache.read(state)["f-1"] is first
     True
-    >>> state["f-1"]["content"] = "Lives in Bergen"
+    >>> cache.read({"f-1": {"id": "f-1", "content": "Lives in Oslo"}})["f-1"] is first
+    True
+    >>> state = {"f-1": {**state["f-1"], "content": "Lives in Bergen"}}
     >>> cache.read(state)["f-1"].content
     'Lives in Bergen'
 """
 
 from __future__ import annotations
 
+import itertools
 import operator
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 
+from langchain_histcompress.fact_model import state_snapshot
 from langchain_histcompress.facts import Fact, facts_from_state
 
 
-def _snapshot(raw: object) -> object:
-    """A copy of a fact dict equal to it until it is edited in place (lists copied too)."""
-    if not isinstance(raw, Mapping):
-        return raw
-    return {k: list(v) if isinstance(v, list) else v for k, v in raw.items()}
+@dataclass(frozen=True)
+class _Read:
+    """One call's entries (never changed once published)."""
+
+    keys: list[str]
+    """The keys, in state order."""
+    raws: list[object]
+    """The entries, in state order."""
+    raw_of: dict[str, object]
+    """Key -> entry."""
+    snapshot_of: dict[str, object]
+    """Key -> `state_snapshot` of the entry (``None`` for `Fact` entries)."""
+    fact_of: dict[str, Fact]
+    """Key -> fact (the key is the fact's id)."""
+    cached: bool
+    """Whether every entry was a dict (a state with `Fact` entries is never a whole hit)."""
 
 
 class FactStateCache:
-    """`facts_from_state` that reuses the facts parsed last call for unchanged entries.
+    """`facts_from_state` that reuses the facts parsed before for the same entries.
 
     Safe to share between threads: each call reads the previous call's entries and
     publishes its own at the end.
@@ -44,11 +61,11 @@ class FactStateCache:
 
     def __init__(self) -> None:
         """Start empty."""
-        self._entries: dict[str, tuple[object, object, Fact]] = {}
-        self._last: tuple[list[object], list[object], list[object], dict[str, Fact]] | None = None
-        """Keys, entries, snapshots and facts of the last call, when every entry was a dict."""
+        self._last: _Read | None = None
         self.generation = 0
         """Bumped by every call that does not return the same facts as the last one did."""
+        self.parsed = 0
+        """Entries validated so far (for tests that count the work)."""
         self._lock = threading.Lock()
 
     def read(self, value: object) -> dict[str, Fact]:
@@ -63,46 +80,51 @@ class FactStateCache:
             return facts_from_state(value)
         keys, raws = list(value), list(value.values())
         with self._lock:
-            cache, last = self._entries, self._last
-            known = len(last[0]) if last is not None else 0
-            # entries are added at the end: a state that only grew is read from its new end
-            grown = (
+            last = self._last
+            if (
                 last is not None
-                and keys[:known] == last[0]
-                and all(map(operator.is_, raws, last[1]))
-                and raws[:known] == last[2]
-            )
-            if grown and known == len(keys):
-                return dict(last[3])  # type: ignore[index]
+                and last.cached
+                and len(raws) == len(last.raws)
+                and all(map(operator.is_, raws, last.raws))
+                and keys == last.keys
+            ):
+                return dict(last.fact_of)
             self.generation += 1
-        fresh: dict[str, tuple[object, object, Fact]] = {}
-        out: dict[str, Fact] = {}
-        entries = zip(keys, raws, strict=True)
-        if grown:
-            assert last is not None
-            fresh, out = dict(cache), dict(last[3])
-            entries = zip(keys[known:], raws[known:], strict=True)
-        get = cache.get
-        for key, raw in entries:
-            hit = get(key)
-            # the common case first: the same dict as last call, unchanged
-            if hit is not None and hit[0] is raw and hit[1] == raw:
-                fresh[key] = hit
-                out[hit[2].id] = hit[2]
-                continue
+        if not all(map(isinstance, keys, itertools.repeat(str))):
+            return facts_from_state(value)  # ids are the keys as strings: rare, not cached
+        read = self._read(keys, raws, last)
+        with self._lock:
+            self._last = read
+        return dict(read.fact_of)
+
+    def _read(self, keys: list[str], raws: list[object], last: _Read | None) -> _Read:
+        """Match the entries to the last call's by key and identity; parse only new ones."""
+        raw_of = dict(zip(keys, raws, strict=True))
+        if last is None:
+            misses: list[int] = list(range(len(keys)))
+            fact_of: dict[str, Fact] = {}
+            snapshot_of: dict[str, object] = {}
+        else:
+            # all at C speed: only the entries that are new objects are looked at
+            seen = map(last.raw_of.get, keys)
+            misses = list(itertools.compress(itertools.count(), map(operator.is_not, raws, seen)))
+            if not misses and keys == last.keys:
+                fact_of, snapshot_of = last.fact_of, last.snapshot_of
+            else:  # in state order, without the entries that left it
+                fact_of = dict(zip(keys, map(last.fact_of.get, keys), strict=True))  # type: ignore[arg-type]
+                snapshot_of = dict(zip(keys, map(last.snapshot_of.get, keys), strict=True))
+        cached = not any(map(isinstance, raws, itertools.repeat(Fact)))
+        for index in misses:
+            key, raw = keys[index], raws[index]
             if isinstance(raw, Fact):
-                fact = raw
-                if fact.id != str(key):  # let facts_from_state raise its error
+                if raw.id != key:  # let facts_from_state raise its error
                     facts_from_state({key: raw})
-                out[fact.id] = fact
+                fact_of[key], snapshot_of[key] = raw, None
+                continue
+            previous = snapshot_of.get(key)
+            if previous is not None and previous == raw:  # the same fields: the same fact
                 continue
             fact = next(iter(facts_from_state({key: raw}).values()))
-            fresh[key] = (raw, _snapshot(raw), fact)
-            out[fact.id] = fact
-        complete = None
-        if len(fresh) == len(raws):
-            snapshots = [fresh[k][1] for k in keys]
-            complete = (keys, raws, snapshots, dict(out))
-        with self._lock:
-            self._entries, self._last = fresh, complete
-        return out
+            self.parsed += 1
+            fact_of[key], snapshot_of[key] = fact, state_snapshot(raw)
+        return _Read(keys, raws, raw_of, snapshot_of, fact_of, cached)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import re
+import threading
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -93,6 +95,9 @@ _OP_ALIASES = {
     "FORGET": "DELETE",
 }
 _OP_FIELDS = frozenset({"type", "content", "confidence", "status", "source_ids", "expires_at"})
+_CONTENT = operator.attrgetter("content")
+_EXPIRES_AT = operator.attrgetter("expires_at")
+_EXPIRES_KEY = operator.methodcaller("get", "expires_at")
 _LABEL_RE = re.compile(r"[^a-z0-9]+")
 _CONTENT_FOLD_RE = re.compile(r"[\W_]+")
 
@@ -265,11 +270,67 @@ class Fact(BaseModel):
     def to_state(self) -> dict[str, Any]:
         """The fact as a JSON-friendly dict (the form stored in graph state and stores).
 
+        The dict is remembered (`_StateForms`): read back while unchanged, it gives this
+        fact without a validation.
+
         Example:
             >>> Fact(id="f-1", content="x").to_state()["content"]
             'x'
         """
-        return self.model_dump(mode="json")
+        return _FORMS.remember(self, self.model_dump(mode="json"))
+
+
+def state_snapshot(value: object) -> object:
+    """A copy of a fact dict that stays equal to it until it is edited in place.
+
+    Its lists are copied too (``source_ids``, ``supersedes``); other values are immutable.
+
+    Example:
+        >>> form = {"id": "f-1", "source_ids": ["m1"]}
+        >>> copy = state_snapshot(form)
+        >>> form["source_ids"].append("m2")
+        >>> copy == form
+        False
+    """
+    if not isinstance(value, dict):
+        return value
+    return {k: list(v) if isinstance(v, list) else v for k, v in value.items()}
+
+
+class _StateForms:
+    """Fact dicts made by `Fact.to_state`, mapped back to their fact while unchanged.
+
+    A fact the package turns into a state dict (a node's write, a reducer's result) is read
+    back by the reducer and by the next run's readers; validating it again each time would
+    give the same fact. Each entry holds the dict itself (so its ``id()`` is not reused while
+    remembered), a snapshot (an in-place edit makes the entry miss) and the fact. The
+    newest ``max_entries`` dicts are remembered.
+    """
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self.max_entries = max_entries
+        self._forms: dict[int, tuple[dict[str, Any], object, Fact]] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, fact: Fact, form: dict[str, Any]) -> dict[str, Any]:
+        """Remember ``form`` as the state dict of ``fact``; return it."""
+        entry = (form, state_snapshot(form), fact)
+        with self._lock:
+            forms = self._forms
+            forms[id(form)] = entry
+            if len(forms) > self.max_entries:
+                del forms[next(iter(forms))]
+        return form
+
+    def fact_of(self, value: object) -> Fact | None:
+        """The fact ``value`` was made from, if it is a remembered, unchanged dict."""
+        hit = self._forms.get(id(value))
+        if hit is None or hit[0] is not value or hit[1] != value:
+            return None
+        return hit[2]
+
+
+_FORMS = _StateForms()
 
 
 class FactOp(BaseModel):
@@ -411,7 +472,10 @@ def apply_fact_ops(
     """
     now = _aware(now) if now is not None else _utcnow()
     current: dict[str, Fact] = dict(facts)
-    by_key: dict[str, str] = {normalize_content(f.content): fid for fid, f in current.items()}
+    # C-speed passes over the whole set: only the operations' facts are visited in Python
+    by_key: dict[str, str] = dict(
+        zip(map(normalize_content, map(_CONTENT, current.values())), current, strict=True)
+    )
     changed: dict[str, None] = {}
     removed: dict[str, None] = {}
     outcomes: list[OpOutcome] = []
@@ -444,11 +508,15 @@ def apply_fact_ops(
                 outcomes.append(OpOutcome(index, op.op, op.id, "deleted"))
         except ValueError:
             outcomes.append(OpOutcome(index, op.op, op.id, "rejected", "invalid_fields"))
-    expired = [
-        fid
-        for fid, fact in current.items()
-        if fact.expires_at is not None and fact.expires_at <= now
-    ]
+    expired = (
+        [
+            fid
+            for fid, fact in current.items()
+            if fact.expires_at is not None and fact.expires_at <= now
+        ]
+        if any(map(_EXPIRES_AT, current.values()))
+        else []
+    )
     for fid in expired:
         drop(fid)
     return FactsUpdate(
@@ -520,7 +588,11 @@ def _apply_update(
 
 
 def _coerce_fact(value: object, key: str | None = None) -> Fact:
-    fact = value if isinstance(value, Fact) else Fact.model_validate(value)
+    if isinstance(value, Fact):
+        fact = value
+    else:
+        known = _FORMS.fact_of(value)
+        fact = known if known is not None else Fact.model_validate(value)
     if key is not None and fact.id != key:
         msg = f"fact stored under key {key!r} has id {fact.id!r}"
         raise ConfigurationError(msg)
@@ -576,6 +648,9 @@ def _expired_dict(value: Mapping[str, Any], now: datetime) -> bool:
 
 
 def _state_dict(value: object, key: str | None = None) -> dict[str, Any]:
+    known = _FORMS.fact_of(value)
+    if known is not None and (key is None or known.id == key):
+        return value  # type: ignore[return-value]  # a remembered dict is a fact dict
     try:
         return _coerce_fact(value, key).to_state()
     except ValueError as exc:
@@ -643,7 +718,15 @@ def merge_facts(left: object, right: object, *, now: datetime | None = None) -> 
         nonlocal state
         if pending:
             result = apply_fact_ops(facts_from_state(state), pending, now=now)
-            state = facts_to_state(result.facts)
+            # a fact the operations left alone keeps its dict when that dict is its
+            # `to_state` form: only the changed facts are serialized again
+            form_of = state.get
+            state = {
+                fid: form
+                if (form := form_of(fid)) is not None and _FORMS.fact_of(form) is fact
+                else fact.to_state()
+                for fid, fact in result.facts.items()
+            }
             pending.clear()
 
     for write in _writes(right):
@@ -658,6 +741,8 @@ def merge_facts(left: object, right: object, *, now: datetime | None = None) -> 
             fact = _state_dict(value, key)
             state[fact["id"]] = fact
     flush()
+    if not any(map(_EXPIRES_KEY, state.values())):  # C speed: usually no fact expires
+        return state
     return {
         k: v for k, v in state.items() if v.get("expires_at") is None or not _expired_dict(v, now)
     }

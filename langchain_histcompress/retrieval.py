@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import importlib
+import itertools
 import logging
 import math
 import operator
@@ -102,6 +103,9 @@ class TurnRetriever(Protocol):
         ...
 
 
+_FACT_ID = operator.attrgetter("id")
+
+
 def _fact_text(fact: Fact) -> str:
     return f"{fact.content} {fact.type.replace('_', ' ')}"
 
@@ -121,32 +125,42 @@ class _IndexedFacts:
     def __init__(self, *, k1: float, b: float) -> None:
         self.index = BM25Index(k1=k1, b=b)
         self._indexed: dict[str, tuple[Fact, str]] = {}
+        self._objects: dict[str, Fact] = {}
+        """Fact id -> the fact object indexed (``_indexed`` without the texts)."""
         self._previous: list[Fact] = []
         self._positions: dict[str, int] = {}
 
     def sync(self, facts: Sequence[Fact]) -> dict[str, int]:
         """Index ``facts``; return fact id -> first position in ``facts``."""
-        if self._previous == facts:  # the same facts in the same order: one C-level compare
-            return self._positions
-        index = self.index
-        indexed = self._indexed
-        positions: dict[str, int] = {}
-        for position, fact in enumerate(facts):
-            fid = fact.id
-            if fid in positions:
+        previous = self._previous
+        if len(previous) == len(facts) and all(map(operator.is_, previous, facts)):
+            return self._positions  # the same facts in the same order
+        ids = list(map(_FACT_ID, facts))
+        positions = dict(zip(ids, range(len(ids)), strict=True))
+        if len(positions) < len(ids):  # a repeated id: its first position counts
+            positions = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))
+            positions = {fid: positions[fid] for fid in dict.fromkeys(ids)}
+        index, indexed, objects = self.index, self._indexed, self._objects
+        # only the facts that are new objects are visited (found at C speed)
+        fresh = itertools.compress(
+            itertools.count(), map(operator.is_not, facts, map(objects.get, ids))
+        )
+        for position in fresh:
+            fid = ids[position]
+            if positions[fid] != position:
                 continue
-            positions[fid] = position
+            fact = facts[position]
             seen = indexed.get(fid)
-            if seen is not None and seen[0] is fact:
-                continue
             text = _fact_text(fact)
             if seen is None or seen[1] != text:
                 index.add(fid, text)
             indexed[fid] = (fact, text)
+            objects[fid] = fact
         if len(indexed) > len(positions):
             for key in [key for key in indexed if key not in positions]:
                 index.remove(key)
                 del indexed[key]
+                del objects[key]
         self._previous, self._positions = list(facts), positions
         return positions
 

@@ -521,10 +521,10 @@ def test_fact_state_is_reparsed_only_when_it_changes() -> None:
     reused = builder(fill_facts_with_recent=False)
     first = reused.assemble(history_, facts=state, query="oslo", now=NOW)
     assert first.fact_ids == ("f-oslo",)
-    state["f-oslo"]["content"] = "User lives in Bergen"  # edited in place
+    state["f-oslo"] = {**state["f-oslo"], "content": "User lives in Bergen"}  # a new dict
     assert reused.assemble(history_, facts=state, query="oslo", now=NOW).fact_ids == ()
     assert reused.assemble(history_, facts=state, query="bergen", now=NOW).fact_ids == ("f-oslo",)
-    state["f-oslo"]["source_ids"].append("h9")  # nested list edited in place
+    state["f-oslo"] = {**state["f-oslo"], "source_ids": [*state["f-oslo"]["source_ids"], "h9"]}
     built = reused.assemble(history_, facts=state, query="bergen", now=NOW)
     assert "h9" in built.fact_source_ids
     state["f-new"] = {"id": "f-new", "content": "Bergen is rainy"}

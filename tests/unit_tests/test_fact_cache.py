@@ -26,21 +26,50 @@ def test_an_unchanged_state_returns_the_same_facts_without_a_new_generation() ->
     assert len(cache.read(state)) == 3
 
 
-def test_in_place_edits_added_and_removed_entries_are_seen() -> None:
+def test_replaced_added_and_removed_entries_are_seen() -> None:
     cache, state = FactStateCache(), _state(3)
     cache.read(state)
-    state["f-1"]["content"] = "edited"
+    state["f-1"] = {**state["f-1"], "content": "edited"}
     assert cache.read(state)["f-1"].content == "edited"
-    state["f-1"]["source_ids"].append("m2")  # type: ignore[union-attr]
+    state["f-1"] = {**state["f-1"], "source_ids": ["m1", "m2"]}
     assert cache.read(state)["f-1"].source_ids == ("m1", "m2")
     generation = cache.generation
     state["f-9"] = {"id": "f-9", "content": "new"}
     assert set(cache.read(state)) == {"f-0", "f-1", "f-2", "f-9"}
     assert cache.generation > generation
     del state["f-0"]
-    assert set(cache.read(state)) == {"f-1", "f-2", "f-9"}
+    assert list(cache.read(state)) == ["f-1", "f-2", "f-9"]
     state["f-2"] = {"id": "f-2", "content": "replaced"}
     assert cache.read(state)["f-2"].content == "replaced"
+    reordered = {k: state[k] for k in reversed(state)}
+    assert list(cache.read(reordered)) == ["f-9", "f-2", "f-1"]
+
+
+def test_entries_are_matched_by_identity_then_by_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dict read before is not read again; an equal new dict (a reloaded state) keeps its fact."""
+    cache, state = FactStateCache(), _state(50)
+    first = cache.read(state)
+    assert cache.parsed == 50
+    reloaded = {k: dict(v) for k, v in state.items()}  # new objects, same fields
+    again = cache.read(reloaded)
+    assert all(again[k] is first[k] for k in first)
+    assert cache.parsed == 50
+    compared: list[object] = []
+
+    class Spy(dict):  # type: ignore[type-arg]
+        def __eq__(self, other: object) -> bool:
+            compared.append(self)
+            return super().__eq__(other)
+
+        __hash__ = None
+
+    spied = {k: Spy(v) for k, v in reloaded.items()}
+    cache.read(spied)
+    compared.clear()
+    spied["f-7"] = Spy({**spied["f-7"], "content": "changed"})
+    assert cache.read(spied)["f-7"].content == "changed"
+    assert cache.parsed == 51
+    assert all(c is spied["f-7"] for c in compared)  # the others matched by identity
 
 
 def test_other_forms_always_start_a_new_generation() -> None:
@@ -75,6 +104,6 @@ def test_a_grown_state_reads_only_its_new_entries(monkeypatch: pytest.MonkeyPatc
     assert len(parsed) == 1
     assert list(grown) == [*first, "f-9"]
     assert all(grown[k] is first[k] for k in first)
-    state["f-0"]["content"] = "edited"  # an edit before the new end: read again
+    state["f-0"] = {**state["f-0"], "content": "edited"}  # a change before the new end
     assert cache.read(state)["f-0"].content == "edited"
     assert len(parsed) == 2
