@@ -174,6 +174,11 @@ class BuiltContext:
     covers is shown verbatim)."""
 
 
+_Composed = tuple[list[BaseMessage], int, list[BaseMessage], list[BaseMessage]]
+"""An output, its cost, and its verbatim and current parts (the messages it sends as
+they are, in order)."""
+
+
 def _check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         msg = f"{name} must be an int >= {minimum}, got {value!r}"
@@ -519,19 +524,22 @@ class ContextBuilder:
             candidate, candidate_cost = None, 0
         pool = self._fact_pool(facts, now) if self.top_k_facts else []
 
-        def compose(data: _Data, kept: int) -> tuple[list[BaseMessage], int]:
+        def compose(data: _Data, kept: int) -> _Composed:
+            """The output, its cost, and its verbatim and current parts (no data message)."""
             stable, volatile = _data_messages(data, self.data_format, self.layout)
             omitted = count - kept
+            verbatim = [*(m for i, m in pinned if i < omitted), *win.messages(kept)]
+            sent = [*head, *(m for unit in tail for m in unit)]
             out = arrange(
                 self.layout,
                 preamble=preamble,
                 stable=[stable] if stable else [],
-                verbatim=[*(m for i, m in pinned if i < omitted), *win.messages(kept)],
+                verbatim=verbatim,
                 volatile=[volatile] if volatile else [],
-                current=[*head, *(m for unit in tail for m in unit)],
+                current=sent,
             )
             total = parts_total(data, kept) if out else None
-            return out, self.token_counter(out) if total is None else total
+            return out, self.token_counter(out) if total is None else total, verbatim, sent
 
         def parts_total(data: _Data, kept: int) -> int | None:
             """``token_counter(out)`` from the parts' cached counts (tiktoken counters)."""
@@ -554,14 +562,14 @@ class ContextBuilder:
             return total + REPLY_PRIMING_TOKENS
 
         # 2. everything verbatim, with only the data the history does not show, if it fits.
-        plan: tuple[_Data, int, list[BaseMessage], int] | None = None
+        plan: tuple[_Data, int, _Composed] | None = None
         if complete and win.fit(avail) == count:
             plan_notes: list[str] = []
             _, data, kept = self._plan(win, count, candidate, pool, query, avail, plan_notes)
             if kept == count:
-                out, total = compose(data, kept)
-                if total <= limit:
-                    plan = (data, kept, out, total)
+                composed = compose(data, kept)
+                if composed[1] <= limit:
+                    plan = (data, kept, composed)
                     notes.extend(plan_notes)
 
         # 3. otherwise the rounds the data share leaves room for are kept for sure; the data
@@ -571,7 +579,8 @@ class ContextBuilder:
             selected, data, kept = self._plan(win, floor, candidate, pool, query, avail, notes)
             # 4. check against the real counter (trim if it disagrees with the estimates).
             while True:
-                out, total = compose(data, kept)
+                composed = compose(data, kept)
+                out, total = composed[0], composed[1]
                 if total <= limit:
                     break
                 if kept > floor:
@@ -592,15 +601,17 @@ class ContextBuilder:
                 else:  # pragma: no cover - base was checked with the same counter
                     msg = f"context needs {total} tokens but max_context_tokens is {limit}"
                     raise BudgetError(msg)
-            plan = (data, kept, out, total)
-        data, kept, out, total = plan
+            plan = (data, kept, composed)
+        data, kept, (out, total, verbatim, sent) = plan
 
         violations = validate_history(out, allow_in_flight=True)
         if violations:  # pragma: no cover - cuts keep whole units of a repaired history
             raise InvalidHistoryError(violations)
         if count - kept:
             logger.debug("context: %d older rounds left out", count - kept)
-        shown = [m for m in out[len(preamble) :] if not is_context_message(m)]
+        # the messages of ``out`` past the preamble that are not data messages, in order
+        # (the preparation leaves every data message out of the conversation)
+        shown = (*verbatim, *sent)
         return BuiltContext(
             messages=out,
             tokens=total,

@@ -117,12 +117,11 @@ _ESCAPED = re.compile("[" + "".join(re.escape(chr(c)) for c in _ESCAPES) + "]")
 per-character translation."""
 
 
-_ASCII_ESCAPED = tuple(chr(c) for c in _ESCAPES if c < 128)
-
-
 def _escape(text: str) -> str:
-    if text.isascii():  # only the ASCII characters to escape can occur: fast substring scans
-        needed = any(char in text for char in _ASCII_ESCAPED)
+    # in ASCII text only ``&``, ``<`` and ``>`` are escaped: three substring scans, written
+    # out (a generator over them costs more than the scans on a short line)
+    if text.isascii():
+        needed = "&" in text or "<" in text or ">" in text
     else:
         needed = _ESCAPED.search(text) is not None
     return escape_data(text) if needed else text

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections.abc import Callable, Sequence
 
@@ -250,30 +251,33 @@ class _Window:
         """The messages of the older rounds in order, each with an id."""
         self.current_ids = current_ids
         """Ids of the current round's messages that are sent."""
-        self._costs: dict[int, int] = {}
+        self._sums = [0]
+        """``_sums[k]``: tokens of the newest ``k`` rounds, as far as the window has looked
+        (nondecreasing: a cost is never negative)."""
+
+    def _reach(self, budget: int) -> None:
+        """Extend `_sums` until it passes ``budget`` or covers every older round."""
+        sums, rounds, cost = self._sums, self.rounds, self._cost
+        total = sums[-1]
+        for index in range(self.count - len(sums), -1, -1):
+            if total > budget:
+                break
+            total += max(0, cost(rounds[index]))
+            sums.append(total)
 
     def fit(self, budget: int) -> int:
         """How many of the newest rounds fit in ``budget`` tokens."""
-        count = 0
-        for index in range(self.count - 1, -1, -1):
-            cost = self._costs.get(index)
-            if cost is None:
-                cost = self._costs[index] = self._cost(self.rounds[index])
-            if cost > budget:
-                break
-            budget -= cost
-            count += 1
-        return count
+        sums = self._sums
+        if sums[-1] <= budget and len(sums) <= self.count:
+            self._reach(budget)
+        return max(0, bisect.bisect_right(sums, budget) - 1)
 
     def cost(self, kept: int) -> int:
         """Tokens of the newest ``kept`` rounds (each counted once per call)."""
-        total = 0
-        for index in self._newest(kept):
-            cost = self._costs.get(index)
-            if cost is None:
-                cost = self._costs[index] = self._cost(self.rounds[index])
-            total += cost
-        return total
+        sums = self._sums
+        while len(sums) <= kept:
+            sums.append(sums[-1] + max(0, self._cost(self.rounds[self.count - len(sums)])))
+        return sums[kept]
 
     def _newest(self, kept: int) -> range:
         return range(self.count - kept, self.count)

@@ -673,3 +673,24 @@ def test_summary_budget_ratio_keeps_room_for_facts() -> None:
     assert shown(20, summary_budget_ratio=1.0) == small
     for built in (small, grown, huge, *charged):
         assert built.tokens <= 600
+
+
+def test_verbatim_ids_are_the_sent_messages_past_the_preamble_and_data() -> None:
+    talk: list[BaseMessage] = [SystemMessage("Be brief.")]
+    for i in range(12):
+        talk += [HumanMessage(f"question {i} " * 5, id=f"h{i}"), AIMessage(f"{i} " * 9, id=f"a{i}")]
+        if i == 3:  # pinned: sent even when its round is left out
+            talk.append(SystemMessage("pinned note", id="s3"))
+    talk.append(HumanMessage("which question?", id="q"))
+    facts = [Fact(id="f", content="first question asked", source_ids=["h0"])]
+    for layout in ("data_first", "cache_stable"):
+        for budget in (120, 200, 400, 2_000):
+            builder = ContextBuilder(
+                max_context_tokens=budget,
+                token_counter=count_tokens_approximately,
+                layout=layout,
+                raw_turn_retrieval=3,
+            )
+            built = builder.assemble(talk, facts=facts)
+            expected = [str(m.id) for m in built.messages[1:] if not is_context_message(m)]
+            assert list(built.verbatim_ids) == expected, (layout, budget)
