@@ -67,7 +67,7 @@ from langchain_histcompress.render import escape_data, render_transcript, wrap_d
 from langchain_histcompress.rounds import ensure_ids, is_summary_message
 
 if TYPE_CHECKING:
-    from langchain_histcompress.retrieval import FactRetriever
+    from langchain_histcompress.retrieval import BM25FactRetriever, FactRetriever
 
 __all__ = [
     "FACT_EXTRACTION_PROMPT_VERSION",
@@ -658,13 +658,13 @@ class FactExtractor:
         self.ttl_by_type: Mapping[str, timedelta] = ttls
         self.instructions = instructions
         self.fact_retriever = fact_retriever
-        self._bm25: FactRetriever | None = None
+        self._bm25: BM25FactRetriever | None = None
         self._lines: dict[str, tuple[Fact, str]] = {}
         self._labels: dict[str, str] = {}  # alias -> escaped, as the prompt shows it
 
     # -- shared pieces ---------------------------------------------------------------
 
-    def _default_retriever(self) -> FactRetriever:
+    def _default_retriever(self) -> BM25FactRetriever:
         """A BM25 retriever kept for the extractor's life.
 
         Its index follows the fact set incrementally instead of being rebuilt from every
@@ -678,11 +678,20 @@ class FactExtractor:
         return retriever
 
     def _select_facts(self, facts: dict[str, Fact], transcript: str) -> list[Fact]:
-        values = list(facts.values())
-        if len(values) <= self.max_prompt_facts:
-            return values
-        retriever = self.fact_retriever or self._default_retriever()
-        chosen = list(retriever.retrieve(transcript, values, self.max_prompt_facts))
+        """The facts the prompt shows (``facts`` is keyed by fact id)."""
+        if len(facts) <= self.max_prompt_facts:
+            return list(facts.values())
+        if self.fact_retriever is None:
+            chosen = self._default_retriever().retrieve_by_id(
+                transcript, facts, self.max_prompt_facts
+            )
+        else:
+            chosen = list(
+                self.fact_retriever.retrieve(
+                    transcript, list(facts.values()), self.max_prompt_facts
+                )
+            )
+        values = facts.values()
         if len(chosen) < self.max_prompt_facts:
             picked = {f.id for f in chosen}
             rest = sorted(
