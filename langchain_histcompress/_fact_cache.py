@@ -50,6 +50,8 @@ class _Read:
     """Key -> fact (the key is the fact's id)."""
     cached: bool
     """Whether every entry was a dict (a state with `Fact` entries is never a whole hit)."""
+    expiring: frozenset[str]
+    """Keys whose fact has an expiry time (``expires_at``)."""
 
 
 class FactStateCache:
@@ -74,10 +76,21 @@ class FactStateCache:
         Raises:
             ConfigurationError: An entry is not a valid fact.
         """
+        return self.read_expiring(value)[0]
+
+    def read_expiring(self, value: object) -> tuple[dict[str, Fact], bool]:
+        """`read`, and whether any of the facts has an expiry time.
+
+        The answer is kept up to date from the new entries only, so a caller that drops
+        expired facts need not look at every fact to learn that none can expire.
+
+        Raises:
+            ConfigurationError: An entry is not a valid fact.
+        """
         if not isinstance(value, Mapping):
             with self._lock:
                 self.generation += 1
-            return facts_from_state(value)
+            return _with_expiring(facts_from_state(value))
         keys, raws = list(value), list(value.values())
         with self._lock:
             last = self._last
@@ -88,14 +101,15 @@ class FactStateCache:
                 and all(map(operator.is_, raws, last.raws))
                 and keys == last.keys
             ):
-                return dict(last.fact_of)
+                return dict(last.fact_of), bool(last.expiring)
             self.generation += 1
         if not all(map(isinstance, keys, itertools.repeat(str))):
-            return facts_from_state(value)  # ids are the keys as strings: rare, not cached
+            # ids are the keys as strings: rare, not cached
+            return _with_expiring(facts_from_state(value))
         read = self._read(keys, raws, last)
         with self._lock:
             self._last = read
-        return dict(read.fact_of)
+        return dict(read.fact_of), bool(read.expiring)
 
     def _read(self, keys: list[str], raws: list[object], last: _Read | None) -> _Read:
         """Match the entries to the last call's by key and identity; parse only new ones."""
@@ -113,7 +127,11 @@ class FactStateCache:
             else:  # in state order, without the entries that left it
                 fact_of = dict(zip(keys, map(last.fact_of.get, keys), strict=True))  # type: ignore[arg-type]
                 snapshot_of = dict(zip(keys, map(last.snapshot_of.get, keys), strict=True))
-        cached = not any(map(isinstance, raws, itertools.repeat(Fact)))
+        if last is not None and last.cached:
+            # an entry that is not new is the last call's dict: only new ones can be facts
+            cached = not any(isinstance(raws[index], Fact) for index in misses)
+        else:
+            cached = not any(map(isinstance, raws, itertools.repeat(Fact)))
         for index in misses:
             key, raw = keys[index], raws[index]
             if isinstance(raw, Fact):
@@ -127,4 +145,12 @@ class FactStateCache:
             fact = next(iter(facts_from_state({key: raw}).values()))
             self.parsed += 1
             fact_of[key], snapshot_of[key] = fact, state_snapshot(raw)
-        return _Read(keys, raws, raw_of, snapshot_of, fact_of, cached)
+        # an entry that is not new keeps its fact, so only new entries change the answer
+        candidates = [key for key in last.expiring if key in raw_of] if last is not None else []
+        candidates.extend(keys[index] for index in misses)
+        expiring = frozenset(key for key in candidates if fact_of[key].expires_at is not None)
+        return _Read(keys, raws, raw_of, snapshot_of, fact_of, cached, expiring)
+
+
+def _with_expiring(facts: dict[str, Fact]) -> tuple[dict[str, Fact], bool]:
+    return facts, any(fact.expires_at is not None for fact in facts.values())

@@ -107,3 +107,30 @@ def test_a_grown_state_reads_only_its_new_entries(monkeypatch: pytest.MonkeyPatc
     state["f-0"] = {**state["f-0"], "content": "edited"}  # a change before the new end
     assert cache.read(state)["f-0"].content == "edited"
     assert len(parsed) == 2
+
+
+def test_read_expiring_follows_the_entries_that_can_expire() -> None:
+    cache, state = FactStateCache(), _state(4)
+    when = "2030-01-01T00:00:00Z"
+
+    def check() -> bool:
+        facts, expiring = cache.read_expiring(state)
+        assert expiring == any(f.expires_at is not None for f in facts.values())
+        return expiring
+
+    assert not check()
+    state["f-1"] = {**state["f-1"], "expires_at": when}  # an entry replaced
+    assert check()
+    assert check()  # the same state again (a whole hit)
+    state["f-9"] = {"id": "f-9", "content": "new"}  # an unrelated entry added
+    assert check()
+    state["f-1"] = {**state["f-1"], "expires_at": None}
+    assert not check()
+    state["f-5"] = Fact(id="f-5", content="as a fact", expires_at=when)  # a Fact entry
+    assert check()
+    del state["f-5"]  # the entry that could expire leaves
+    assert not check()
+    state["f-2"] = {**state["f-2"], "expires_at": when}
+    assert check()
+    listed = Fact(id="f-1", content="x", expires_at=when)  # a list: read, not cached
+    assert cache.read_expiring([listed]) == ({"f-1": listed}, True)

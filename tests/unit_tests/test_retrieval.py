@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 import re
 import sys
+import typing
 
 import pytest
 from hypothesis import given, settings
@@ -814,3 +815,40 @@ def test_bm25_fact_retriever_builds_texts_only_for_new_fact_objects(
     assert [f.id for f in retriever.retrieve("topic3 words", facts, 50)] == [
         f.id for f in BM25FactRetriever().retrieve("topic3 words", facts, 50)
     ]
+
+
+class _IdCounting(Fact):
+    """A fact that records which facts had a field read (class-level record)."""
+
+    reads: typing.ClassVar[list[str]] = []
+
+    def __getattribute__(self, name: str) -> typing.Any:
+        if name in Fact.model_fields:
+            _IdCounting.reads.append(object.__getattribute__(self, "__dict__")["id"])
+        return super().__getattribute__(name)
+
+
+def test_bm25_retrieve_by_id_matches_retrieve_and_reads_only_new_facts() -> None:
+    facts = {f"f-{i}": _IdCounting(id=f"f-{i}", content=f"topic{i % 7} shared") for i in range(40)}
+    by_id, by_list = BM25FactRetriever(), BM25FactRetriever()
+    for query in ["shared topic3", "topic5", "nothing here"]:
+        got = by_id.retrieve_by_id(query, facts, 6)
+        assert got == by_list.retrieve(query, list(facts.values()), 6)
+    # one fact replaced, one added, one removed: only the two new objects are read
+    facts["f-4"] = _IdCounting(id="f-4", content="topic3 changed words")
+    facts["f-new"] = _IdCounting(id="f-new", content="topic3 appended shared")
+    del facts["f-9"]
+    _IdCounting.reads.clear()
+    got = by_id.retrieve_by_id("shared topic3 words", facts, 8)
+    assert sorted(set(_IdCounting.reads)) == ["f-4", "f-new"]
+    assert got == BM25FactRetriever().retrieve("shared topic3 words", list(facts.values()), 8)
+    _IdCounting.reads.clear()
+    by_list.retrieve("shared topic3 words", list(facts.values()), 8)
+    assert len(set(_IdCounting.reads)) == len(facts)  # the list form reads every id
+    # the two entry points share one index state
+    assert by_id.retrieve("topic3", list(facts.values()), 40) == by_id.retrieve_by_id(
+        "topic3", facts, 40
+    )
+    assert by_id.retrieve_by_id("topic3", {}, 5) == []
+    with pytest.raises(ConfigurationError):
+        by_id.retrieve_by_id("topic3", facts, -1)
