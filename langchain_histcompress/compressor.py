@@ -207,10 +207,11 @@ def _to_datetime(value: object) -> datetime | None:
             return None
     elif isinstance(value, str) and value.strip():
         text = value.strip()
-        try:
-            return _to_datetime(float(text))
-        except ValueError:
-            pass
+        if ":" not in text:  # no number is written with a colon: ISO times skip the attempt
+            try:
+                return _to_datetime(float(text))
+            except ValueError:
+                pass
         if text.endswith(("Z", "z")):
             text = text[:-1] + "+00:00"
         try:
@@ -731,10 +732,11 @@ class RoundCompressor:
     ) -> tuple[CompressionPlan, _Parts]:
         timing = self._timing()
         parts, state, clean = self._check_input(messages, summary, timing)
-        costs: list[int] | None = None
-        if state is not None:
-            pending: list[Round] = list(state.rounds)
-            costs = None if state.costs is None else list(state.costs)
+        costs: Sequence[int] | None = None
+        pending: Sequence[Round]
+        if state is not None:  # read only: the state's own tuples, not copies
+            pending = state.rounds
+            costs = state.costs
         else:
             covered = summary.covered_ids if summary is not None else frozenset()
             pending = _pending(parts.tail, covered)
@@ -743,7 +745,7 @@ class RoundCompressor:
                 fixed = self._fixed_tokens(parts) if self.schedule is not None else None
                 record(self, summary, parts, pending, costs, timing, fixed)
 
-        def pending_costs() -> list[int]:
+        def pending_costs() -> Sequence[int]:
             nonlocal costs
             if costs is None:
                 costs = self._costs(pending)
