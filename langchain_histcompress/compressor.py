@@ -109,13 +109,14 @@ from langchain_histcompress.rounds import (
 )
 from langchain_histcompress.schedule import FoldSchedule, RoundLoad, round_loads
 from langchain_histcompress.summary import (
+    _TEXT_TOKENS_KEY,
     RunningSummary,
     Summarizer,
     SummaryProfile,
     SummaryUpdate,
     build_summary_prompt,
 )
-from langchain_histcompress.tokens import TokenCounter, message_costs
+from langchain_histcompress.tokens import TiktokenCounter, TokenCounter, message_costs
 from langchain_histcompress.triggers import CompressionTrigger
 
 _SUMMARY_TOKENS_KEY = "schedule_summary_tokens"
@@ -506,6 +507,7 @@ class RoundCompressor:
         self.on_invalid_history: OnInvalidHistory = on_invalid_history
         self.schedule: FoldSchedule | None = None
         self._timing_made: _Timing | None = None
+        self._framing_made: tuple[TiktokenCounter, int] | None = None
         if by_cost:
             preset = DEFAULT_PRICING if pricing is None else pricing
             framing = build_summary_prompt([], config=self.summarizer.config)
@@ -658,9 +660,22 @@ class RoundCompressor:
         known = cache.get(_SUMMARY_TOKENS_KEY)
         if known is not None and known[0] is counter:
             return int(known[1])
-        tokens = counter([SystemMessage(summary.text)])
+        text = cache.get(_TEXT_TOKENS_KEY)
+        if type(counter) is TiktokenCounter and text is not None and text[0] is counter:
+            # its text was counted when the summary was made: a system message adds a fixed
+            # framing to its text's tokens, so the text is not encoded again
+            tokens = int(text[1]) + self._system_framing(counter)
+        else:
+            tokens = counter([SystemMessage(summary.text)])
         cache[_SUMMARY_TOKENS_KEY] = (counter, tokens)
         return tokens
+
+    def _system_framing(self, counter: TiktokenCounter) -> int:
+        """Tokens ``counter`` gives a system message beyond those of its text."""
+        made = self._framing_made
+        if made is None or made[0] is not counter:
+            made = self._framing_made = (counter, counter([SystemMessage("")]))
+        return made[1]
 
     def _scheduled(
         self,

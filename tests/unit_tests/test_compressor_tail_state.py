@@ -313,3 +313,40 @@ def test_a_history_without_ids_grows_too(monkeypatch: pytest.MonkeyPatch) -> Non
     replayed = _node_replay(plain, ends)
     assert taken.count(True) > len(taken) // 2  # most turns grew the kept tail
     assert replayed == _node_replay(ensure_ids(plain), ends)
+
+
+def test_a_new_summary_text_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schedule reads a summary's tokens from the count the size cap made."""
+    from langchain_core.messages import SystemMessage as System
+
+    from langchain_histcompress.tokens import TiktokenCounter
+
+    counter = TiktokenCounter(cache_size=0)  # every count encodes
+    subject = RoundCompressor(
+        ScriptedSummarizer(), token_counter=counter, timeout=None, pricing="none"
+    )
+    history: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
+    for n in range(12):
+        history += [HumanMessage(f"q{n} <&>", id=f"h{n}"), AIMessage(f"a{n} é", id=f"a{n}")]
+    summary = RunningSummary(content="x", text="x", covered_ids=["h0", "a0"])
+    made = [summary]
+    while made[-1] is summary:  # fold until the compressor makes a summary of its own
+        result = subject.compress(history, summary)
+        if result.summary is not None and result.summary is not summary:
+            made.append(result.summary)
+        history.append(HumanMessage("more", id=f"h{len(history)}"))
+    new = made[-1]
+    encoded: list[str] = []
+    encode = counter._encode
+
+    def spy(text: str) -> list[int]:
+        encoded.append(text)
+        return encode(text)
+
+    monkeypatch.setattr(counter, "_encode", spy)
+    tokens = subject._summary_tokens(new)
+    assert new.text not in encoded  # counted when the summary was made, not again
+    monkeypatch.undo()
+    assert tokens == counter([System(new.text)])  # what counting the message gives
+    other = RunningSummary(content="y", text="y <summary> é", covered_ids=["h0"])
+    assert subject._summary_tokens(other) == counter([System(other.text)])  # no kept count
