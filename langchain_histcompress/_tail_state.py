@@ -247,7 +247,7 @@ def grow(
         return None
     cache = existing_memo(summary)
     state = cache.get(_STATE_KEY) if cache is not None else None
-    if not isinstance(state, _TailState) or state.owner is not owner:
+    if cache is None or not isinstance(state, _TailState) or state.owner is not owner:
         return None
     if state.settings != timing.settings:
         return None
@@ -327,7 +327,7 @@ def grow(
             loads=_loads(costs, requests, cold, state.loads, max(len(state.rounds) - 1, 0)),
             fixed_tokens=state.fixed_tokens,
         )
-        memo(summary)[_STATE_KEY] = grown
+        cache[_STATE_KEY] = grown  # the summary's memo, where ``state`` was found
     parts = _Parts(
         messages,
         lead_end,

@@ -109,13 +109,14 @@ from langchain_histcompress.rounds import (
 )
 from langchain_histcompress.schedule import FoldSchedule, RoundLoad, round_loads
 from langchain_histcompress.summary import (
+    _TEXT_TOKENS_KEY,
     RunningSummary,
     Summarizer,
     SummaryProfile,
     SummaryUpdate,
     build_summary_prompt,
 )
-from langchain_histcompress.tokens import TokenCounter, message_costs
+from langchain_histcompress.tokens import TiktokenCounter, TokenCounter, message_costs
 from langchain_histcompress.triggers import CompressionTrigger
 
 _SUMMARY_TOKENS_KEY = "schedule_summary_tokens"
@@ -207,10 +208,11 @@ def _to_datetime(value: object) -> datetime | None:
             return None
     elif isinstance(value, str) and value.strip():
         text = value.strip()
-        try:
-            return _to_datetime(float(text))
-        except ValueError:
-            pass
+        if ":" not in text:  # no number is written with a colon: ISO times skip the attempt
+            try:
+                return _to_datetime(float(text))
+            except ValueError:
+                pass
         if text.endswith(("Z", "z")):
             text = text[:-1] + "+00:00"
         try:
@@ -505,6 +507,7 @@ class RoundCompressor:
         self.on_invalid_history: OnInvalidHistory = on_invalid_history
         self.schedule: FoldSchedule | None = None
         self._timing_made: _Timing | None = None
+        self._framing_made: tuple[TiktokenCounter, int] | None = None
         if by_cost:
             preset = DEFAULT_PRICING if pricing is None else pricing
             framing = build_summary_prompt([], config=self.summarizer.config)
@@ -657,9 +660,22 @@ class RoundCompressor:
         known = cache.get(_SUMMARY_TOKENS_KEY)
         if known is not None and known[0] is counter:
             return int(known[1])
-        tokens = counter([SystemMessage(summary.text)])
+        text = cache.get(_TEXT_TOKENS_KEY)
+        if type(counter) is TiktokenCounter and text is not None and text[0] is counter:
+            # its text was counted when the summary was made: a system message adds a fixed
+            # framing to its text's tokens, so the text is not encoded again
+            tokens = int(text[1]) + self._system_framing(counter)
+        else:
+            tokens = counter([SystemMessage(summary.text)])
         cache[_SUMMARY_TOKENS_KEY] = (counter, tokens)
         return tokens
+
+    def _system_framing(self, counter: TiktokenCounter) -> int:
+        """Tokens ``counter`` gives a system message beyond those of its text."""
+        made = self._framing_made
+        if made is None or made[0] is not counter:
+            made = self._framing_made = (counter, counter([SystemMessage("")]))
+        return made[1]
 
     def _scheduled(
         self,
@@ -731,10 +747,11 @@ class RoundCompressor:
     ) -> tuple[CompressionPlan, _Parts]:
         timing = self._timing()
         parts, state, clean = self._check_input(messages, summary, timing)
-        costs: list[int] | None = None
-        if state is not None:
-            pending: list[Round] = list(state.rounds)
-            costs = None if state.costs is None else list(state.costs)
+        costs: Sequence[int] | None = None
+        pending: Sequence[Round]
+        if state is not None:  # read only: the state's own tuples, not copies
+            pending = state.rounds
+            costs = state.costs
         else:
             covered = summary.covered_ids if summary is not None else frozenset()
             pending = _pending(parts.tail, covered)
@@ -743,7 +760,7 @@ class RoundCompressor:
                 fixed = self._fixed_tokens(parts) if self.schedule is not None else None
                 record(self, summary, parts, pending, costs, timing, fixed)
 
-        def pending_costs() -> list[int]:
+        def pending_costs() -> Sequence[int]:
             nonlocal costs
             if costs is None:
                 costs = self._costs(pending)

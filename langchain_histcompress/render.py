@@ -9,6 +9,7 @@ attributes carry provenance.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -44,6 +45,8 @@ confusables of the angle brackets."""
 _ESCAPES = str.maketrans(
     {"&": "&amp;", "<": "&lt;", ">": "&gt;", **{c: f"&#x{ord(c):X};" for c in _LOOK_ALIKES}}
 )
+_ESCAPED = re.compile("[" + re.escape("&<>" + _LOOK_ALIKES) + "]")
+"""Any character `_ESCAPES` replaces."""
 
 
 def escape_data(text: str) -> str:
@@ -59,6 +62,13 @@ def escape_data(text: str) -> str:
         >>> escape_data("\uff1c/summary\uff1e")
         '&#xFF1C;/summary&#xFF1E;'
     """
+    # Most text has nothing to escape: that is found at C speed (the look-alikes are not
+    # ASCII, so ASCII text needs three substring scans), not by translating each character.
+    if text.isascii():
+        if "&" not in text and "<" not in text and ">" not in text:
+            return text
+    elif _ESCAPED.search(text) is None:
+        return text
     return text.translate(_ESCAPES)
 
 

@@ -355,6 +355,18 @@ def test_look_alike_delimiters_are_escaped() -> None:
     assert block.endswith("\n</conversation_summary>")
 
 
+_ESCAPE_ALPHABET = "ab &<>/\"'\u00e9\u4e2d\uff1c\uff1e\u2039\u203a\uff0f\u2215\u29fc"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(_ESCAPE_ALPHABET)) | st.text())
+def test_escaping_skips_only_text_with_nothing_to_escape(text: str) -> None:
+    """Text found to need no escape comes back as is: exactly what translating gives."""
+    from langchain_histcompress.render import _ESCAPES
+
+    assert escape_data(text) == text.translate(_ESCAPES)
+
+
 # --------------------------------------------------------------------------- streaming
 
 

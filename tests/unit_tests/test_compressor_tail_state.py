@@ -25,7 +25,7 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress import _tail_state, compressor
+from langchain_histcompress import _tail, _tail_state, compressor
 from langchain_histcompress.compressor import RoundCompressor
 from langchain_histcompress.errors import InvalidHistoryError
 from langchain_histcompress.summary import RunningSummary
@@ -206,8 +206,9 @@ class _Counting:
 
 def _per_turn(
     tail_rounds: int, monkeypatch: pytest.MonkeyPatch, *, schedule: bool
-) -> list[tuple[int, int]]:
-    """Messages validated and counted at each of 5 turns, ``tail_rounds`` rounds pending."""
+) -> list[tuple[int, int, int]]:
+    """Messages validated and counted, and checks of the covered prefix, at each of 5 turns
+    with ``tail_rounds`` rounds pending."""
     counter = _Counting()
     options: dict[str, Any] = {"pricing": "none"} if schedule else {"compress_on_rounds": False}
     subject = RoundCompressor(
@@ -235,16 +236,25 @@ def _per_turn(
 
     monkeypatch.setattr(_tail_state, "validate_history", counting(_tail_state.validate_history))
     monkeypatch.setattr(compressor, "validate_history", counting(compressor.validate_history))
+    prefix_checks = 0
+    holds = _tail.holds
+
+    def checking(*args: Any, **kwargs: Any) -> bool:
+        nonlocal prefix_checks
+        prefix_checks += 1
+        return holds(*args, **kwargs)
+
+    monkeypatch.setattr(_tail, "holds", checking)
     first = 1 + 2 * (10 + tail_rounds)
     subject.compress(history[:first], summary)  # reads the whole tail once
     out = []
     for turn in range(5):
         validated.clear()
-        counter.seen = 0
+        counter.seen = prefix_checks = 0
         result = subject.compress(history[: first + 2 * (turn + 1)], summary)
         assert not result.compressed
         assert len(result.messages) == 2 + 2 * (tail_rounds + turn + 1)
-        out.append((sum(validated), counter.seen))
+        out.append((sum(validated), counter.seen, prefix_checks))
     return out
 
 
@@ -255,9 +265,12 @@ def test_a_turn_reads_only_the_new_messages(
     short = _per_turn(5, monkeypatch, schedule=schedule)
     long = _per_turn(300, monkeypatch, schedule=schedule)
     assert short == long
-    assert all(validated <= 4 and counted <= 6 for validated, counted in long)
+    assert all(validated <= 4 and counted <= 6 for validated, counted, _ in long)
+    # the covered prefix (the only part read in O(history), pointer by pointer) is checked
+    # once per call
+    assert all(checks == 1 for _, _, checks in long)
     if not schedule:  # no schedule, threshold or trigger reads token costs: none are counted
-        assert all(counted == 0 for _, counted in long)
+        assert all(counted == 0 for _, counted, _ in long)
 
 
 def test_a_replaced_tail_message_is_read_again() -> None:
@@ -300,3 +313,40 @@ def test_a_history_without_ids_grows_too(monkeypatch: pytest.MonkeyPatch) -> Non
     replayed = _node_replay(plain, ends)
     assert taken.count(True) > len(taken) // 2  # most turns grew the kept tail
     assert replayed == _node_replay(ensure_ids(plain), ends)
+
+
+def test_a_new_summary_text_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schedule reads a summary's tokens from the count the size cap made."""
+    from langchain_core.messages import SystemMessage as System
+
+    from langchain_histcompress.tokens import TiktokenCounter
+
+    counter = TiktokenCounter(cache_size=0)  # every count encodes
+    subject = RoundCompressor(
+        ScriptedSummarizer(), token_counter=counter, timeout=None, pricing="none"
+    )
+    history: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
+    for n in range(12):
+        history += [HumanMessage(f"q{n} <&>", id=f"h{n}"), AIMessage(f"a{n} é", id=f"a{n}")]
+    summary = RunningSummary(content="x", text="x", covered_ids=["h0", "a0"])
+    made = [summary]
+    while made[-1] is summary:  # fold until the compressor makes a summary of its own
+        result = subject.compress(history, summary)
+        if result.summary is not None and result.summary is not summary:
+            made.append(result.summary)
+        history.append(HumanMessage("more", id=f"h{len(history)}"))
+    new = made[-1]
+    encoded: list[str] = []
+    encode = counter._encode
+
+    def spy(text: str) -> list[int]:
+        encoded.append(text)
+        return encode(text)
+
+    monkeypatch.setattr(counter, "_encode", spy)
+    tokens = subject._summary_tokens(new)
+    assert new.text not in encoded  # counted when the summary was made, not again
+    monkeypatch.undo()
+    assert tokens == counter([System(new.text)])  # what counting the message gives
+    other = RunningSummary(content="y", text="y <summary> é", covered_ids=["h0"])
+    assert subject._summary_tokens(other) == counter([System(other.text)])  # no kept count
