@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import operator
-import re
 from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,7 +30,6 @@ from langchain_histcompress.context_window import CONTEXT_KIND
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.layout import PromptLayout
 from langchain_histcompress.render import (
-    _ESCAPES,
     ROLE_NAMES,
     escape_data,
     message_text,
@@ -112,23 +110,8 @@ def _fact_block(fact: Fact) -> str:
     )
 
 
-_ESCAPED = re.compile("[" + "".join(re.escape(chr(c)) for c in _ESCAPES) + "]")
-"""Characters `escape_data` replaces: text without any is returned as it is, without the
-per-character translation."""
-
-
-def _escape(text: str) -> str:
-    # in ASCII text only ``&``, ``<`` and ``>`` are escaped: three substring scans, written
-    # out (a generator over them costs more than the scans on a short line)
-    if text.isascii():
-        needed = "&" in text or "<" in text or ">" in text
-    else:
-        needed = _ESCAPED.search(text) is not None
-    return escape_data(text) if needed else text
-
-
 def _one_line(text: str) -> str:
-    return " ".join(_escape(text).split())
+    return " ".join(escape_data(text).split())
 
 
 _LINES_CACHED = 8_192
@@ -142,8 +125,8 @@ def _fact_line(fact: Fact) -> str:
     hit = _fact_lines.get(id(fact))
     if hit is not None and hit[0] is fact:  # facts are frozen: the same object, the same line
         return hit[1]
-    sources = _escape(" ".join(fact.source_ids)) or "-"
-    status = "" if fact.status == "confirmed" else f"({_escape(fact.status)}) "
+    sources = escape_data(" ".join(fact.source_ids)) or "-"
+    status = "" if fact.status == "confirmed" else f"({escape_data(fact.status)}) "
     line = f"[{sources}] {status}{_one_line(fact.content)}"
     if len(_fact_lines) >= _LINES_CACHED:
         _fact_lines.clear()
@@ -155,8 +138,8 @@ def _render_turn_line(message: BaseMessage) -> str:
     """``message``'s compact line, ``[id role] text`` (not remembered: see `_turn_line`)."""
     role = ROLE_NAMES.get(message.type, message.type)
     name = f" {message.name}" if message.name else ""
-    text = _escape(message_text(message)).replace("\n", "\n  ")
-    return f"[{_escape(f'{message.id} {role}{name}')}] {text}"
+    text = escape_data(message_text(message)).replace("\n", "\n  ")
+    return f"[{escape_data(f'{message.id} {role}{name}')}] {text}"
 
 
 def _turn_line(message: BaseMessage) -> str:

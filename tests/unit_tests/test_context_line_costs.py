@@ -208,11 +208,3 @@ def test_line_costs_stay_bounded() -> None:
         context_data._turn_line(history[9])
     )
     assert costs.turn_costs.get(history[0]) is None
-
-
-def test_escape_skips_only_text_escape_data_leaves_alone() -> None:
-    from langchain_histcompress.render import escape_data
-
-    samples = [chr(c) for c in range(0x3000)] + ["plain text", "a < b", "x&y", "＜tag＞ ok"]
-    for text in samples:
-        assert context_data._escape(text) == escape_data(text), repr(text)
