@@ -626,10 +626,20 @@ class CachedFactsStrategy(FactsStrategy):
         )
 
     def warm_start(self, history: Sequence[BaseMessage]) -> None:
-        """Extract from the newest 40 rounds in one call, then continue from there."""
+        """Extract from the newest 40 rounds in one call, then fold there and continue.
+
+        A conversation replayed turn by turn has folded at its last cold cache; caught up
+        in one call it would keep every round verbatim until the next one, so the warm-up
+        folds whatever the cost (the verbatim cap set to its minimum for that call).
+        """
         rounds = split_rounds(history).rounds
         self._extract([m for r in rounds[-40:] for m in r.messages])
-        self.model_input(history)
+        cap = self.context.max_verbatim_tokens
+        self.context.max_verbatim_tokens = 1
+        try:
+            self.model_input(history)
+        finally:
+            self.context.max_verbatim_tokens = cap
 
     def context_for_question(
         self, history: Sequence[BaseMessage], question: HumanMessage

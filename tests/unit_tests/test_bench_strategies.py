@@ -443,3 +443,22 @@ def test_minilm_strategies_load_the_model_once_and_embed_each_text_once(
             assert not context.retrieved_ids
     assert fake_minilm.loads == [1]  # one model for both strategies
     assert len(fake_minilm.texts) == len(set(fake_minilm.texts))  # each text embedded once
+
+
+@pytest.mark.parametrize("name", ["facts_turns_cached", "facts_turns_cold_folds"])
+def test_cached_facts_warm_start_folds_its_backlog(
+    conversation: LocomoConversation, counter: TiktokenCounter, name: str
+) -> None:
+    """Caught up in one call, the cache-stable strategy folds there instead of keeping the
+    whole backlog verbatim until the next cold cache: its prompt does not grow with it."""
+    sizes = []
+    for n in (200, 400):
+        history = _long_history(conversation, n)
+        positions = [i for i, m in enumerate(history) if m.type == "ai" and i > n * 3 // 4]
+        strategy = build_strategy(name, _env(conversation, counter, UsageLedger(counter)))
+        strategy.warm_start(history[: positions[0]])
+        prompt = strategy.model_input(history[: positions[1]])
+        assert validate_history(prompt) == []
+        assert strategy.context.max_verbatim_tokens is None  # the cap is back as configured
+        sizes.append(len(prompt))
+    assert sizes[0] == sizes[1] < 150  # the backlog (150 / 300 messages) is not sent
