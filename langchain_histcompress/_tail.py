@@ -75,8 +75,8 @@ class _Cursor:
     """Number of leading system messages of the history."""
     start: int
     """Index of the tail's first message."""
-    start_id: str
-    """Id of ``messages[start]``."""
+    start_id: str | None
+    """Id of ``messages[start]`` (``None``: the tail was empty, ``start`` was the end)."""
     before_id: str | None
     """Id of ``messages[start - 1]`` (``None`` when the tail starts right after the lead)."""
     tail_covered: frozenset[str]
@@ -223,9 +223,10 @@ def _verified_cursor(
     if cursor is None or cursor.lead_end != lead_end:
         return None
     start = cursor.start
-    if not lead_end <= start < len(messages):
-        return None
-    if _message_id(messages, start) != cursor.start_id:
+    if cursor.start_id is None:
+        if not lead_end <= start <= len(messages):
+            return None
+    elif not lead_end <= start < len(messages) or _message_id(messages, start) != cursor.start_id:
         return None
     before = _message_id(messages, start - 1) if start > lead_end else None
     if before != cursor.before_id:
@@ -265,7 +266,7 @@ def _remember(summary: RunningSummary, parts: _Parts, grown_from: _Cursor | None
     """
     messages, start, lead_end = parts.messages, parts.tail_start, parts.lead_end
     start_id = _message_id(messages, start) if start < len(messages) else None
-    if start_id is None:
+    if start_id is None and start < len(messages):
         return None
     source = originals(messages)
     objects = None
@@ -295,12 +296,20 @@ def _remember(summary: RunningSummary, parts: _Parts, grown_from: _Cursor | None
 def _systems_between(
     messages: Sequence[BaseMessage], start: int, stop: int, covered: AbstractSet[str]
 ) -> tuple[int, ...]:
-    """Indexes of the system messages of ``messages[start:stop]`` (covered chunks skipped)."""
+    """Indexes of the uncovered system messages of ``messages[start:stop]``.
+
+    Pinned messages are covered once a fold takes them (see `RoundCompressor`); whole chunks of
+    covered messages are skipped.
+    """
     found: list[int] = []
     while start < stop:
         end = min(start + _SCAN_CHUNK, stop)
         if not covers_all(covered, map(_get_id, messages[start:end])):
-            found.extend(i for i in range(start, end) if isinstance(messages[i], SystemMessage))
+            found.extend(
+                i
+                for i in range(start, end)
+                if isinstance(messages[i], SystemMessage) and messages[i].id not in covered
+            )
         start = end
     return tuple(found)
 

@@ -93,9 +93,8 @@ def build_demo_graph(
     retries = 0 if offline else 2
     compressor = RoundCompressor(
         model,
-        rounds_to_compress=ROUNDS_TO_COMPRESS,
-        rounds_to_retain=ROUNDS_TO_RETAIN,
-        compress_on_rounds=True,
+        trigger=("rounds", ROUNDS_TO_COMPRESS + ROUNDS_TO_RETAIN),
+        keep=("rounds", ROUNDS_TO_RETAIN),
         profile="code",
         token_counter=counter,
         max_retries=retries,

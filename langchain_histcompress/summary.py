@@ -39,7 +39,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -70,6 +70,7 @@ from langchain_histcompress._model_edge import (
     report_failure,
     run_steps,
 )
+from langchain_histcompress.budget import context_budget, fit_messages
 from langchain_histcompress.coverage import CoveredIds, CoveredIdsField, as_covered_ids
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.render import wrap_data
@@ -87,7 +88,12 @@ from langchain_histcompress.summary_prompt import (
     parse_summary_output,
     render_content,
 )
-from langchain_histcompress.tokens import TokenCounter, resolve_counter
+from langchain_histcompress.tokens import (
+    TokenCounter,
+    count_request,
+    message_costs,
+    resolve_counter,
+)
 
 __all__ = [
     "INTERNAL_TAGS",
@@ -413,6 +419,11 @@ def summary_output_cap(
     return max_output_tokens
 
 
+def _nothing(index: int, message: BaseMessage) -> bool:
+    """Protects no message: every one may be shortened for the summarizer."""
+    return False
+
+
 @dataclass(frozen=True)
 class _Request:
     messages: tuple[BaseMessage, ...]
@@ -420,6 +431,9 @@ class _Request:
     rounds: int
     partial_round: bool
     previous_text: str | None
+    shown: tuple[BaseMessage, ...]
+    """What the prompt shows of ``messages``: themselves, or copies of the largest shortened
+    so the prompt fits the summarizer's own window."""
 
 
 class Summarizer:
@@ -513,6 +527,10 @@ class Summarizer:
         )
         self._clock = clock or _utcnow
         self.max_output_tokens = summary_output_cap(max_summary_tokens, max_output_tokens)
+        self.max_input_tokens = context_budget(model).tokens - (
+            self.max_output_tokens or max_summary_tokens
+        )
+        """Tokens a prompt may hold: the model's window budget less its answer."""
         self._runnable: Runnable[Any, Any] = model
         self._structured_output = structured_output
         if structured_output:
@@ -572,11 +590,39 @@ class Summarizer:
                 msg = f"message {index} ({message.type}) has no id; coverage needs message ids"
                 raise ConfigurationError(msg)
         check_int("rounds", rounds, minimum=0)
-        return _Request(tuple(messages), previous, rounds, partial_round, previous_text)
+        request = _Request(
+            tuple(messages), previous, rounds, partial_round, previous_text, tuple(messages)
+        )
+        return self._within_window(request)
+
+    def _within_window(self, request: _Request) -> _Request:
+        """``request`` with the largest messages shortened when its prompt would not fit.
+
+        The summarizer reads at most its own window's budget (`budget.context_budget` of its
+        model, less the answer): a message too large for it is shown shortened, with a
+        marker (it is still covered: the summary says what it could read of it).
+        """
+        limit = self.max_input_tokens
+        counter = self.token_counter
+        sizes = message_costs(counter, request.messages)
+        if sum(sizes) * 6 // 5 + self.config.max_summary_tokens * 2 + 2_000 <= limit:
+            return request
+        shown = request.messages
+        for _ in range(4):
+            prompt = self._prompt(replace(request, shown=shown), "x" * 200)
+            size = count_request(counter, prompt)
+            if size <= limit:
+                break
+            room = sum(message_costs(counter, shown)) - (size - limit) - 64
+            shown = tuple(fit_messages(request.messages, max(room, 1), counter, protected=_nothing))
+        else:
+            msg = f"the summarizer prompt does not fit in {limit:,} tokens"
+            raise SummarizationError(msg)
+        return replace(request, shown=shown)
 
     def _prompt(self, request: _Request, rejection: str | None) -> list[BaseMessage]:
         return build_summary_prompt(
-            request.messages,
+            request.shown,
             request.previous,
             config=self.config,
             partial_round=request.partial_round,

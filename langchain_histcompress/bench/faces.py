@@ -40,7 +40,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 
 from langchain_histcompress.bench.metrics import extended_history
-from langchain_histcompress.bench.strategies import StrategyEnv, build_strategy
+from langchain_histcompress.bench.strategies import StrategyEnv, build_strategy, kept_verbatim
 from langchain_histcompress.coverage import CoveredIds
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.rounds import ensure_ids, split_rounds
@@ -172,11 +172,11 @@ FaceFactory = Callable[[_Env], _Face]
 def _warm_summary(compressor: Any, history: Sequence[BaseMessage]) -> RunningSummary | None:
     """A summary covering every round but the retained ones, made with one summarizer call."""
     rounds = split_rounds(history).rounds
-    keep = max(1, int(compressor.rounds_to_retain))
+    keep = max(1, kept_verbatim(compressor))
     folded = rounds[:-keep]
     if not folded:
         return None
-    chunk = [m for r in folded[-int(compressor.rounds_to_compress) :] for m in r.messages]
+    chunk = [m for r in folded[-2:] for m in r.messages]
     made = compressor.summarizer.summarize(chunk, None, rounds=1).summary
     return RunningSummary(
         content=made.content,
@@ -312,7 +312,7 @@ FACES: dict[str, FaceFactory] = {
     "compression_node_no_ids": _Node,
     "round_compression": lambda env: _Compressor(_round_compressor(env)),
     "thread_summary": lambda env: _Compressor(
-        _round_compressor(env, rounds_to_compress=1, rounds_to_retain=0, compress_on_rounds=True)
+        _round_compressor(env, trigger=("rounds", 1), keep=("rounds", 0))
     ),
     "rephrase_node": lambda env: _Rephraser(env, node=True),
     "rephrase_chain": lambda env: _Rephraser(env, node=False),

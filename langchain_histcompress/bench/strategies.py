@@ -357,17 +357,16 @@ class CompressorStrategy(Strategy):
     def warm_start(self, history: Sequence[BaseMessage]) -> None:
         """Start from a summary covering all but the retained rounds, made with one call.
 
-        Catching up on a long backlog normally takes one summarizer call per
-        ``rounds_to_compress`` rounds; for timing, the summary text comes from one call on the
-        newest folded rounds and its coverage is set to every folded round.
+        For timing, the summary text comes from one call on the newest two folded rounds and
+        its coverage is set to every folded round.
         """
         rounds = split_rounds(history).rounds
-        keep = max(1, int(self.compressor.rounds_to_retain))
+        keep = max(1, kept_verbatim(self.compressor))
         folded = rounds[:-keep]
         if not folded:
             self.model_input(history)
             return
-        chunk = [m for r in folded[-int(self.compressor.rounds_to_compress) :] for m in r.messages]
+        chunk = [m for r in folded[-2:] for m in r.messages]
         update = self.compressor.summarizer.summarize(chunk, None, rounds=1)
         made = update.summary
         self._summary = type(made)(
@@ -775,8 +774,14 @@ def _compressor(env: StrategyEnv, **kwargs: Any) -> Strategy:
     return CompressorStrategy(_round_compressor(env, **kwargs))
 
 
+def kept_verbatim(compressor: Any) -> int:
+    """Rounds a compressor keeps verbatim when its ``keep`` is in rounds (else 3)."""
+    unit, amount = compressor.keep
+    return int(amount) if unit == "rounds" else 3
+
+
 def _hybrid(env: StrategyEnv) -> Strategy:
-    compressor = _round_compressor(env, rounds_to_compress=2, rounds_to_retain=3)
+    compressor = _round_compressor(env)
     return FactsStrategy(env, summaries=CompressorStrategy(compressor), raw_turns=True)
 
 
@@ -880,7 +885,7 @@ register_strategy(
 )
 register_strategy(
     "round_compression",
-    lambda env: _compressor(env, pricing=env.pricing),
+    lambda env: _compressor(env, trigger=("cost", env.pricing) if env.pricing else "cost"),
     "RoundCompressor defaults: keep 3 rounds, fold by cost under the pricing model it is "
     "configured for (one run per cost column; token and recall figures: openai-50, the default)",
     requires=("langchain_histcompress.compressor",),
@@ -888,15 +893,13 @@ register_strategy(
 )
 register_strategy(
     "round_compression_rounds",
-    lambda env: _compressor(env, rounds_to_compress=2, rounds_to_retain=3, compress_on_rounds=True),
+    lambda env: _compressor(env, trigger=("rounds", 5), keep=("rounds", 3)),
     "RoundCompressor by round count (TaskWeaver): fold 2 rounds once 2 + 3 are pending",
     requires=("langchain_histcompress.compressor",),
 )
 register_strategy(
     "round_compression_5_10",
-    lambda env: _compressor(
-        env, rounds_to_compress=5, rounds_to_retain=10, compress_on_rounds=True
-    ),
+    lambda env: _compressor(env, trigger=("rounds", 15), keep=("rounds", 10)),
     "RoundCompressor by round count: fold 5 rounds once 5 + 10 are pending, keep 10 verbatim",
     requires=("langchain_histcompress.compressor",),
 )
