@@ -354,7 +354,8 @@ def _locate(
             while start > lead_end and not isinstance(messages[start], HumanMessage):
                 start -= 1
         if start >= scan_from:
-            systems = (*known_systems, *_systems_between(messages, scan_from, start, covered))
+            known = tuple(i for i in known_systems if messages[i].id not in covered)
+            systems = (*known, *_systems_between(messages, scan_from, start, covered))
         else:  # the tail starts before the known start: collect again
             systems = _systems_between(messages, lead_end, start, covered)
     tail = [m for m in messages[start:] if not is_summary_message(m)]

@@ -39,7 +39,6 @@ from langchain_histcompress.tokens import (
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
-    "PINNED_SHARE",
     "SHORTENED_KEY",
     "ContextBudget",
     "context_budget",
@@ -57,10 +56,6 @@ VIEW_SHARE = 0.85
 KEEP_SHARE = 0.5
 """Share of the budget a fold forced by the budget leaves in the view, so it is not forced
 again on the next turn."""
-
-PINNED_SHARE = 0.02
-"""Share of the budget the pinned system messages (reminders inside the conversation) shown
-after the summary may hold; older ones are folded or left out, the newest always stays."""
 
 SHORTENED_KEY = "lc_shortened"
 """``additional_kwargs`` key of a shortened copy: ``{"original_tokens", "kept_tokens"}``."""

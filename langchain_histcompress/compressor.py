@@ -17,9 +17,10 @@ Rules every setting keeps:
   message too large for the budget on its own is shown shortened, with a marker.
 * Compression is pure: ``compress`` returns a new view and summary and never changes its inputs;
   on a model failure it raises `SummarizationError` and the caller's state is untouched.
-* Every history providers accept is valid input (`~langchain_histcompress.rounds`); system
-  messages inside the conversation are pinned (shown verbatim after the summary once the rest
-  of their round is folded). A broken history is compressed as it is and its view repaired.
+* Every history providers accept is valid input (`~langchain_histcompress.rounds`). A system
+  message inside the conversation is pinned: once the rest of its round is folded it is shown
+  verbatim after the summary until a newer one is folded (then it is folded too). A broken
+  history is compressed as it is and its view repaired.
 * Work per call follows the uncovered tail, not the history (see `_tail` and `_tail_state`).
 
 Example:
@@ -64,12 +65,7 @@ from langchain_histcompress._views import Placement as Placement
 from langchain_histcompress._views import _check_placement, _visible, _with_summary
 from langchain_histcompress._views import _view as _view
 from langchain_histcompress._views import view as view
-from langchain_histcompress.budget import (
-    PINNED_SHARE,
-    ContextBudget,
-    context_budget,
-    fit_messages,
-)
+from langchain_histcompress.budget import ContextBudget, context_budget, fit_messages
 from langchain_histcompress.errors import BudgetError, ConfigurationError, InvalidHistoryError
 from langchain_histcompress.fold_plan import FoldChoice, decide_fold
 from langchain_histcompress.pricing import DEFAULT_PRICING, PRICING_MODELS, preset_for_model
@@ -715,28 +711,16 @@ cost (openai-50, the default pricing): no fold pays yet
             made = self._framing_made = (counter, counter([SystemMessage("")]))
         return made[1]
 
-    def _shown_pinned(
-        self, pinned: Sequence[BaseMessage], folded: Sequence[Round], budget: ContextBudget
-    ) -> set[int]:
+    @staticmethod
+    def _shown_pinned(pinned: Sequence[BaseMessage], folded: Sequence[Round]) -> set[int]:
         """Identities of the pinned messages that stay shown after a fold of ``folded``.
 
-        The newest pinned messages (those shown now, then those of the folded rounds) whose
-        tokens fit in `PINNED_SHARE` of the budget stay verbatim; older ones are folded into
-        the summary, so a reminder repeated every turn never accumulates.
+        Only the newest pinned message stays verbatim (the latest instruction of its kind);
+        older ones are folded into the summary, so a reminder repeated every turn never
+        accumulates.
         """
-        candidates = [*pinned, *(m for r in folded for m in r.messages if is_pinned(m))]
-        if not candidates:
-            return set()
-        room = int(budget.tokens * PINNED_SHARE)
-        kept: set[int] = set()
-        total = 0
-        costs = message_costs(self.token_counter, candidates)
-        for message, cost in zip(reversed(candidates), reversed(costs), strict=True):
-            if total + cost > room and kept:
-                break
-            total += cost
-            kept.add(id(message))
-        return kept
+        newest = [m for r in folded for m in r.messages if is_pinned(m)] or list(pinned)
+        return {id(newest[-1])} if newest else set()
 
     def _oversized_fold(self, latest: Round, limit: int) -> CompressionChunk | None:
         """Older tool groups of the latest round to fold so the rest fits in ``limit``."""
@@ -889,7 +873,7 @@ cost (openai-50, the default pricing): no fold pays yet
         if choice.forced:
             reasons.append("budget")
         folded = sum(choice.calls)
-        shown_pinned = self._shown_pinned(pinned, pending[:folded], budget)
+        shown_pinned = self._shown_pinned(pinned, pending[:folded])
         starts = list(itertools.accumulate(choice.calls, initial=0))
         chunks = [
             CompressionChunk(

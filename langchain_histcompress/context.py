@@ -94,7 +94,6 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_histcompress._data_costs import TEXT_COSTS_CACHED, DataCosts
 from langchain_histcompress._evidence_selection import by_recency, select_evidence
 from langchain_histcompress._fact_cache import FactStateCache
-from langchain_histcompress.budget import PINNED_SHARE
 from langchain_histcompress.context_data import (
     DataFormat,
     _covers,
@@ -192,23 +191,6 @@ def _check_ratio(name: str, value: object) -> float:
         msg = f"{name} must be a number between 0 and 1, got {value!r}"
         raise ConfigurationError(msg)
     return float(value)
-
-
-def _newest_pinned(
-    pinned: list[tuple[int, BaseMessage]], costs: DataCosts, limit: int
-) -> list[tuple[int, BaseMessage]]:
-    """The newest of ``pinned`` within `PINNED_SHARE` of ``limit`` (the newest always)."""
-    room = int(limit * PINNED_SHARE)
-    kept: list[tuple[int, BaseMessage]] = []
-    total = 0
-    for item in reversed(pinned):
-        cost = costs.cost([item[1]])
-        if kept and total + cost > room:
-            break
-        total += cost
-        kept.append(item)
-    kept.reverse()
-    return kept
 
 
 class ContextBuilder:
@@ -500,10 +482,9 @@ class ContextBuilder:
             older = prepared.older
         head = [current.messages[0]] if current is not None else []
         limit = self.max_context_tokens
-        # the newest pinned messages of older rounds are sent even when their round is left
-        # out, within a small share of the budget (a reminder repeated every turn must not
-        # crowd out the conversation)
-        pinned = _newest_pinned([(i, m) for i, m in prepared.pinned if i < count], costs, limit)
+        # the newest pinned message of the older rounds is sent even when its round is left
+        # out (older ones would pile up: a reminder repeated every turn)
+        pinned = [(i, m) for i, m in prepared.pinned if i < count][-1:]
         fixed = [*preamble, *(m for _, m in pinned), *head]
         base = self.token_counter(fixed) if fixed else 0
         if base > limit:
