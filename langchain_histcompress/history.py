@@ -432,9 +432,7 @@ class CompressingChatMessageHistory(_CompressingHistoryBase):
     def _view(
         self, uncovered: Sequence[BaseMessage], summary: RunningSummary | None
     ) -> list[BaseMessage]:
-        if summary is None:
-            return view(uncovered)  # a broken history comes back repaired
-        if self.compressor is not None:
+        if self.compressor is not None:  # within the budget; a broken history is repaired
             return self.compressor.view(uncovered, summary)
         return view(uncovered, summary)
 
@@ -672,9 +670,8 @@ class CompressingHistoryAdapter(_CompressingHistoryBase):
     def _view(
         self, originals: list[BaseMessage], summary: RunningSummary | None
     ) -> list[BaseMessage]:
-        if summary is None:
-            return view(originals)  # a broken history comes back repaired
-        assert self.compressor is not None
+        if self.compressor is None:
+            return view(originals, summary)  # a broken history comes back repaired
         return self.compressor.view(self._with_ids(originals, summary), summary)
 
     @property

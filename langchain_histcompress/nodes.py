@@ -388,6 +388,28 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
             summary = None
         return self.compressor.view(messages, summary, context_window=context_window)
 
+    def explain(self, state: Any, *, context_window: int | object | None = None) -> str:
+        """What the next run would fold for ``state`` and why, in one line (no model call).
+
+        The budget and the pricing in force are named (see `CompressionPlan.reason`).
+
+        Example:
+            >>> from langchain_core.language_models.fake_chat_models import (
+            ...     GenericFakeChatModel)
+            >>> from langchain_core.messages import AIMessage, HumanMessage
+            >>> node = RoundCompressionNode(RoundCompressor(
+            ...     GenericFakeChatModel(messages=iter([])), token_counter="approximate"))
+            >>> state = {"messages": [HumanMessage("hi", id="h"), AIMessage("hello", id="a"),
+            ...                       HumanMessage("and now?", id="h2")]}
+            >>> node.explain(state).split(";")[0]
+            'no fold: 2 rounds pending, 18 of 108,800 tokens (default window (128000 tokens))'
+        """
+        summary = _readable_summary(state, self.summary_key)
+        messages = _with_ids(_state_messages(state, self.messages_key), summary)
+        if not self.destructive and _summary_detached(messages, summary):
+            summary = None
+        return self.compressor.plan(messages, summary, context_window=context_window).reason
+
     # -- shared pieces -----------------------------------------------------------------
 
     def _inputs(
