@@ -26,6 +26,9 @@ tool calls answered by tool messages, system messages injected mid-conversation:
 `~langchain_histcompress.rounds`), and the request the model receives always obeys the provider
 rules: a broken history is repaired in the request (logged), never in state. With
 ``on_error="skip"`` no package error stops the agent: the model answers with the stored summary.
+With ``recall=True`` (or a `~langchain_histcompress.recall_tool.HistoryRecall`) the middleware
+also registers the ``recall_history`` tool, which reads the folded messages back from the
+agent's state, and the summary tells the model in one line that it can.
 When none of the messages the summary covers is in state any more (the thread was cleared with
 ``RemoveMessage(id=REMOVE_ALL_MESSAGES)``), the non-destructive middleware drops the summary.
 
@@ -91,6 +94,7 @@ from langchain_histcompress.nodes import (
     summary_from_state,
     summary_to_state,
 )
+from langchain_histcompress.recall_tool import HistoryRecall
 from langchain_histcompress.rounds import repair_history
 from langchain_histcompress.summary import RunningSummary
 
@@ -137,6 +141,10 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
             warning and answer with the stored summary (without it when it cannot be read).
         context_builder: Assemble the request under a token budget instead of sending the
             plain view (the system prompt counts against the budget; tool schemas do not).
+        recall: Also give the model the recall tool (`HistoryRecall.as_tool`: the folded
+            messages of this thread's state, ranked for a query) and add its one-line hint to
+            the summary. ``True`` for a `HistoryRecall` with the compressor's token counter,
+            or your own instance. Needs the originals: not with ``destructive=True``.
 
     Raises:
         ConfigurationError: A parameter is invalid.
@@ -171,6 +179,7 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         destructive: bool = False,
         on_error: OnError = "raise",
         context_builder: ContextBuilder | None = None,
+        recall: HistoryRecall | bool = False,
     ) -> None:
         """Validate and store the configuration (see the class docstring)."""
         super().__init__()
@@ -190,7 +199,8 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         self.destructive = destructive
         self.on_error: OnError = on_error
         self.context_builder = context_builder
-        self.tools = []
+        self.recall = _recall(recall, compressor, destructive)
+        self.tools = [self.recall.as_tool(summary_key=SUMMARY_KEY)] if self.recall else []
 
     def __repr__(self) -> str:
         """Show the configuration (never message content)."""
@@ -286,13 +296,27 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
                 request goes out without the summary, repaired if needed).
         """
         try:
-            return self._compressed_request(request)
+            return self._hinted(self._compressed_request(request))
         except HistCompressError as error:
             self._skipped(error)
             fixed = repair_history(request.messages)
             if not fixed.repaired:
                 return request
             return request.override(messages=cast("list[AnyMessage]", fixed.messages))
+
+    def _hinted(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """``request`` with the recall hint on its summary (when a recall tool is offered)."""
+        if self.recall is None:
+            return request
+        system = request.system_message
+        lead: list[BaseMessage] = [system] if system is not None else []
+        shown = self.recall.add_hint([*lead, *request.messages])
+        if all(a is b for a, b in zip(shown, [*lead, *request.messages], strict=True)):
+            return request
+        if system is None:
+            return request.override(messages=cast("list[AnyMessage]", shown))
+        head = cast("SystemMessage", shown[0])
+        return request.override(system_message=head, messages=cast("list[AnyMessage]", shown[1:]))
 
     def _compressed_request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         summary = summary_from_state(request.state, SUMMARY_KEY)
@@ -341,3 +365,20 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
     ) -> ModelCallResult[Any]:
         """Async `wrap_model_call`."""
         return await handler(self.compressed_request(request))
+
+
+def _recall(
+    recall: HistoryRecall | bool, compressor: RoundCompressor, destructive: bool
+) -> HistoryRecall | None:
+    """The `HistoryRecall` a ``recall=`` argument asks for (``None``: no recall tool)."""
+    if recall is False:
+        return None
+    if recall is not True and not isinstance(recall, HistoryRecall):
+        msg = f"recall must be a bool or a HistoryRecall, not {type(recall).__name__}"
+        raise ConfigurationError(msg)
+    if destructive:
+        msg = "recall needs the folded messages in state: it cannot be used with destructive=True"
+        raise ConfigurationError(msg)
+    if recall is True:
+        return HistoryRecall(token_counter=compressor.token_counter)
+    return recall
