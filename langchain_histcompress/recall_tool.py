@@ -125,6 +125,9 @@ _SCAN_LIMIT = 2_000
 """Ranked messages looked at, at most, to fill one result (bounds the work per call)."""
 _MIN_LINE = 4
 """No line costs fewer tokens than this: a result this close to its budget is full."""
+_MAX_MISFITS = 32
+"""Ranked candidates in a row that may not fit what is left of the budget before the search
+stops (the weaker matches left would rarely fit either)."""
 
 
 class RecallArgs(BaseModel):
@@ -340,27 +343,26 @@ with the recall_history tool.')
         if not covered:
             return RecalledMessages(_NOTHING_FOLDED, tokens=self._count(_NOTHING_FOLDED))
         history = ensure_ids(messages)
-        folded = [i for i, m in enumerate(history) if m.id in covered]
-        if start is not None or end is not None:
-            folded = self._in_range(history, folded, start, end)
+        if start is None and end is None:
+            # every covered message may be recalled: no pass over the history to list them
+            return self._result(history, self._select(query, history, covered, k), len(covered))
+        folded = self._in_range(history, covered, start, end)
         if not folded:
-            text = _NO_MATCH.format(range=" in that time range" if since or until else "")
-            if since is None and until is None:
-                text = _NOTHING_FOLDED
+            text = _NO_MATCH.format(range=" in that time range")
             return RecalledMessages(text, tokens=self._count(text))
         allowed = {str(history[i].id) for i in folded}
-        chosen = self._select(query, history, allowed, folded, k)
-        return self._result(history, chosen, len(folded), since or until)
+        return self._result(history, self._select(query, history, allowed, k), len(folded))
 
     def _in_range(
         self,
         history: Sequence[BaseMessage],
-        folded: list[int],
+        covered: Container[str],
         start: datetime | None,
         end: datetime | None,
     ) -> list[int]:
-        stamped = [(i, message_timestamp(history[i])) for i in folded]
-        if all(at is None for _, at in stamped):
+        """Positions of the folded messages sent within the range."""
+        stamped = [(i, message_timestamp(m)) for i, m in enumerate(history) if str(m.id) in covered]
+        if stamped and all(at is None for _, at in stamped):
             msg = (
                 "the folded messages of this conversation carry no timestamps: recall "
                 "without since / until"
@@ -373,13 +375,14 @@ with the recall_history tool.')
         ]
 
     def _ranked(
-        self, query: str, history: Sequence[BaseMessage], allowed: Container[str], folded: list[int]
+        self, query: str, history: Sequence[BaseMessage], allowed: Container[str]
     ) -> Iterator[int]:
-        """Positions in ``history`` of the folded messages, best match first."""
+        """Positions in ``history`` of the allowed (folded) messages, best match first."""
         retriever = self.retriever
         if isinstance(retriever, EvidenceRetriever):
             ranked = retriever.iter_rank(query, [], history, turn_ids=allowed)
             return (entry.position for entry in ranked if not entry.is_fact)
+        folded = [i for i, m in enumerate(history) if str(m.id) in allowed]
         candidates = [history[i] for i in folded]
         where = {id(m): i for m, i in zip(candidates, folded, strict=True)}
         found = retriever.retrieve(query, candidates, min(len(candidates), _SCAN_LIMIT))
@@ -390,37 +393,33 @@ with the recall_history tool.')
         query: str,
         history: Sequence[BaseMessage],
         allowed: Container[str],
-        folded: list[int],
         k: int | None,
     ) -> list[tuple[int, int]]:
-        """Whole units ``(start, end)`` of ``history``, in rank order, that fit the budget."""
-        units = split_units(history)
-        unit_of: list[int] = []
-        bounds: list[tuple[int, int]] = []
-        at = 0
-        for number, unit in enumerate(units):
-            unit_of.extend([number] * len(unit))
-            bounds.append((at, at + len(unit)))
-            at += len(unit)
-        room = self.max_tokens - self._count(_LEAD.format(shown=999, folded=len(folded)))
+        """Whole units ``(start, end)`` of ``history``, in rank order, that fit the budget.
+
+        Candidates are looked at in rank order until ``k`` units are taken, the budget is
+        spent, or `_MAX_MISFITS` candidates in a row did not fit what is left.
+        """
+        room = self.max_tokens - self._count(_LEAD.format(shown=999, folded=999_999))
         room -= self._count(f"{_OPEN}\n{_CLOSE}") + 2
         chosen: list[tuple[int, int]] = []
         taken: set[int] = set()
-        limit = k if k is not None else len(units)
-        for position in itertools.islice(
-            self._ranked(query, history, allowed, folded), _SCAN_LIMIT
-        ):
-            number = unit_of[position]
-            if number in taken:
+        misfits = 0
+        for position in itertools.islice(self._ranked(query, history, allowed), _SCAN_LIMIT):
+            if position in taken:
                 continue
-            taken.add(number)
-            first, stop = bounds[number]
+            first, stop = _unit_at(history, position)
+            taken.update(range(first, stop))
             cost = sum(self._line_cost(history[i]) for i in range(first, stop))
             if cost > room:
+                misfits += 1
+                if misfits >= _MAX_MISFITS:
+                    break
                 continue
+            misfits = 0
             chosen.append((first, stop))
             room -= cost
-            if len(chosen) >= limit or room < _MIN_LINE:
+            if (k is not None and len(chosen) >= k) or room < _MIN_LINE:
                 break
         return chosen
 
@@ -432,10 +431,9 @@ with the recall_history tool.')
         history: Sequence[BaseMessage],
         chosen: list[tuple[int, int]],
         folded: int,
-        ranged: str | None,
     ) -> RecalledMessages:
         if not chosen:
-            text = _NO_MATCH.format(range=" in that time range" if ranged else "")
+            text = _NO_MATCH.format(range="")
             return RecalledMessages(text, tokens=self._count(text), folded=folded)
         while True:  # date and gap lines were not budgeted: drop the weakest match if over
             positions = sorted(i for first, stop in chosen for i in range(first, stop))
@@ -665,6 +663,28 @@ recall_history tool.
             return self._answer(messages, summary, arguments)
 
         return self._tool(run, arun, RecallArgs)
+
+
+def _unit_at(history: Sequence[BaseMessage], position: int) -> tuple[int, int]:
+    """``(start, end)`` of the unit (`rounds.split_units`) holding ``history[position]``.
+
+    Only the neighbourhood is split: a unit starts at a message that is not a tool result
+    (an AI message's calls take the tool results right after it), so the units of the span
+    from the nearest such message before ``position`` to the next one after it are the
+    history's own.
+    """
+    start = position
+    while start > 0 and isinstance(history[start], ToolMessage):
+        start -= 1
+    end = position + 1
+    while end < len(history) and isinstance(history[end], ToolMessage):
+        end += 1
+    at = start
+    for unit in split_units(history[start:end]):
+        if at <= position < at + len(unit):
+            return at, at + len(unit)
+        at += len(unit)
+    return position, position + 1  # pragma: no cover - the units cover the span
 
 
 def _refs_of(messages: Iterable[BaseMessage]) -> IdAliases:
