@@ -73,7 +73,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from langchain_histcompress._summary_state import summary_from_state
 from langchain_histcompress.aliases import IdAliases, stable_refs
-from langchain_histcompress.compressor import message_timestamp
+from langchain_histcompress.compressor import SUMMARY_METADATA_KEY, message_timestamp
 from langchain_histcompress.errors import ConfigurationError, HistCompressError, RecallError
 from langchain_histcompress.evidence import BM25TurnRetriever, EvidenceRetriever
 from langchain_histcompress.render import ROLE_NAMES, escape_data, message_text
@@ -485,7 +485,7 @@ recall_history tool.
                 return out
             carries = (
                 kwargs.get("lc_source") == SUMMARY_SOURCE and "summary_version" in kwargs
-            ) or "histcompress_summary" in kwargs
+            ) or SUMMARY_METADATA_KEY in kwargs
             if not carries:
                 continue
             content: Any
