@@ -241,3 +241,24 @@ def weather_agent(messages: list[BaseMessage]) -> AIMessage:
             break
         results.insert(0, str(message.content))
     return AIMessage("Here is what I found: " + " ".join(results))
+
+
+# -- an agent that looks things up: recall_history for "remember" questions, then answers ----
+
+_RECALLED_LINE = re.compile(r"^\[[^\]]+ user\] (.*)$", re.MULTILINE)
+
+
+def recall_agent(messages: list[BaseMessage]) -> AIMessage:
+    last = messages[-1]
+    if last.type == "tool":  # answer from the first thing the user said in the recalled turns
+        found = _RECALLED_LINE.search(html.unescape(str(last.content)))
+        return AIMessage(f"You told me: {found.group(1)}" if found else "I could not find it.")
+    question = str(last.content)
+    if "remember" in question.lower():
+        call = {
+            "name": "recall_history",
+            "args": {"query": question},
+            "id": f"call_{next(_call_ids)}",
+        }
+        return AIMessage("", tool_calls=[call])
+    return AIMessage(f"Noted: {clip(question, 8)}")

@@ -194,6 +194,7 @@ def _preflight(args: argparse.Namespace, names: tuple[str, ...]) -> tuple[str, .
 
 def _bench(args: argparse.Namespace) -> int:
     from langchain_histcompress.bench.cost_report import format_agent_table, format_cost_table
+    from langchain_histcompress.bench.recall_report import format_tool_recall_tables
     from langchain_histcompress.bench.report import (
         format_table,
         readme_section,
@@ -241,6 +242,9 @@ def _bench(args: argparse.Namespace) -> int:
             return _fail(f"cannot update {args.readme}: {exc}")
     sys.stdout.write(format_table(result) + "\n\n")
     sys.stdout.write(format_cost_table(result) + "\n\n")
+    tool_recall = format_tool_recall_tables(result)
+    if tool_recall:
+        sys.stdout.write(tool_recall + "\n\n")
     agent_table = format_agent_table(result)
     if agent_table:
         sys.stdout.write(agent_table + "\n\n")

@@ -14,6 +14,7 @@ __all__ = [
     "ConfigurationError",
     "HistCompressError",
     "InvalidHistoryError",
+    "RecallError",
     "StorageError",
     "SummarizationError",
     "TokenizerError",
@@ -65,3 +66,11 @@ class StorageError(HistCompressError):
 
 class CompressionConflictError(StorageError):
     """Another writer committed a summary for the same session first (version check failed)."""
+
+
+class RecallError(HistCompressError, ValueError):
+    """A recall request cannot be answered: an invalid argument or an unknown conversation.
+
+    The recall tools turn it into an error tool message for the model (never an exception
+    that ends the agent's run).
+    """

@@ -18,6 +18,9 @@ Rules:
 * Every history ``create_agent`` produces is accepted (see `~langchain_histcompress.rounds`);
   a broken one is repaired in the request, never in state.
 * Opt-in ``destructive=True`` also removes the covered messages from state.
+* With ``recall=True`` (or a `~langchain_histcompress.recall_tool.HistoryRecall`) the
+  middleware also registers the ``recall_history`` tool, which reads the folded messages back
+  from the agent's state, and the summary tells the model in one line that it can.
 
 Example:
     >>> from langchain.agents import create_agent
@@ -81,6 +84,7 @@ from langchain_histcompress.nodes import (
     summary_from_state,
     summary_to_state,
 )
+from langchain_histcompress.recall_tool import HistoryRecall
 from langchain_histcompress.summary import RunningSummary
 
 try:  # langchain >= 1.3: keep internal model calls out of the agent's v2 message stream
@@ -138,6 +142,10 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
             every package error propagates and no state changes.
         context_builder: Assemble the request under a token budget instead of sending the
             plain view (the system prompt counts against the budget; tool schemas do not).
+        recall: Also give the model the recall tool (`HistoryRecall.as_tool`: the folded
+            messages of this thread's state, ranked for a query) and add its one-line hint to
+            the summary. ``True`` for a `HistoryRecall` with the compressor's token counter,
+            or your own instance. Needs the originals: not with ``destructive=True``.
 
     Raises:
         ConfigurationError: A parameter is invalid.
@@ -172,6 +180,7 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         destructive: bool = False,
         on_error: OnError = "skip",
         context_builder: ContextBuilder | None = None,
+        recall: HistoryRecall | bool = False,
     ) -> None:
         """Validate and store the configuration (see the class docstring)."""
         super().__init__()
@@ -191,7 +200,8 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         self.destructive = destructive
         self.on_error: OnError = on_error
         self.context_builder = context_builder
-        self.tools = []
+        self.recall = _recall(recall, compressor, destructive)
+        self.tools = [self.recall.as_tool(summary_key=SUMMARY_KEY)] if self.recall else []
         # The last request prepared, by identity: a retry of the same model call (retry or
         # fallback middleware around this one) reuses it instead of folding again.
         self._last: tuple[object, object, object, _Prepared] | None = None
@@ -262,7 +272,7 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         if self.context_builder is not None:
             full = [*lead, *_with_ids(messages[len(lead) :], summary, lead_too=True)]
             shown = self.context_builder.build(full, summary=summary)
-        prepared = _Prepared(self._override(request, lead, shown), update)
+        prepared = _Prepared(self._hinted(self._override(request, lead, shown)), update)
         self._last = (request.state, request.messages, request.model, prepared)
         return prepared
 
@@ -340,6 +350,20 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
             raise ConfigurationError(msg)
         return request.override(system_message=head, messages=cast("list[AnyMessage]", shown[1:]))
 
+    def _hinted(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """``request`` with the recall hint on its summary (when a recall tool is offered)."""
+        if self.recall is None:
+            return request
+        system = request.system_message
+        lead: list[BaseMessage] = [system] if system is not None else []
+        shown = self.recall.add_hint([*lead, *request.messages])
+        if all(a is b for a, b in zip(shown, [*lead, *request.messages], strict=True)):
+            return request
+        if system is None:
+            return request.override(messages=cast("list[AnyMessage]", shown))
+        head = cast("SystemMessage", shown[0])
+        return request.override(system_message=head, messages=cast("list[AnyMessage]", shown[1:]))
+
     def compressed_request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         """The request as the model will receive it, folding what is due first (sync).
 
@@ -381,3 +405,20 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         """Async `wrap_model_call` (the summarizer is awaited)."""
         prepared = await self._aprepare(request)
         return self._respond(await handler(prepared.request), prepared.update)
+
+
+def _recall(
+    recall: HistoryRecall | bool, compressor: RoundCompressor, destructive: bool
+) -> HistoryRecall | None:
+    """The `HistoryRecall` a ``recall=`` argument asks for (``None``: no recall tool)."""
+    if recall is False:
+        return None
+    if recall is not True and not isinstance(recall, HistoryRecall):
+        msg = f"recall must be a bool or a HistoryRecall, not {type(recall).__name__}"
+        raise ConfigurationError(msg)
+    if destructive:
+        msg = "recall needs the folded messages in state: it cannot be used with destructive=True"
+        raise ConfigurationError(msg)
+    if recall is True:
+        return HistoryRecall(token_counter=compressor.token_counter)
+    return recall

@@ -26,6 +26,10 @@ from langchain_histcompress.bench.cost_report import (
 from langchain_histcompress.bench.faces import write_face_reports
 from langchain_histcompress.bench.metrics import ReplayFigures
 from langchain_histcompress.bench.recall import RecallSummary
+from langchain_histcompress.bench.recall_report import (
+    markdown_tool_recall_tables,
+    tool_recall_to_dict,
+)
 from langchain_histcompress.bench.runner import BASELINE, BenchResult
 from langchain_histcompress.bench.strategies import available_strategies
 from langchain_histcompress.errors import ConfigurationError
@@ -352,6 +356,7 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
         "incremental_counting": result.counting,
         "notes": list(result.notes),
         "costs": cost_to_dict(result),
+        "tool_recall": tool_recall_to_dict(result),
     }
 
 
@@ -404,6 +409,8 @@ def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = (
         pricing_assumptions_markdown(),
         "",
     ]
+    if tool_recall := markdown_tool_recall_tables(result):
+        lines += ["## Recall tool at question time", "", tool_recall, ""]
     if result.agent is not None:
         lines += ["## Agent workload (tau-bench)", "", markdown_agent_table(result), ""]
     lines += ["## Strategies", ""]
@@ -717,6 +724,15 @@ def readme_section(result: BenchResult) -> str:
         "",
         pricing_assumptions_markdown(),
     ]
+    if tool_recall := markdown_tool_recall_tables(result):
+        lines += [
+            "",
+            "Recall tool at question time (`round_compression_recall`: one call per question, "
+            "the question as the query; recall, answer coverage and recalled tokens with the "
+            "default pricing's folds, each cost from the replay folding for that pricing):",
+            "",
+            tool_recall,
+        ]
     if result.agent is not None:
         lines += [
             "",

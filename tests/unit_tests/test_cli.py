@@ -274,13 +274,13 @@ def test_bench_help_lists_the_strategies_and_the_output_default(
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: histcompress-bench)" in text
     assert (
-        "round_compression, round_compression_rounds, round_compression_5_10, thread_summary"
-        in text
+        "round_compression, round_compression_recall, round_compression_rounds, "
+        "round_compression_5_10, thread_summary" in text
     )
 
 
 def _no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    from langchain_histcompress.bench import cost_report, report, runner
+    from langchain_histcompress.bench import cost_report, recall_report, report, runner
 
     seen: list[object] = []
 
@@ -301,6 +301,7 @@ def _no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     monkeypatch.setattr(report, "format_table", lambda result: "table")
     monkeypatch.setattr(cost_report, "format_cost_table", lambda result: "costs")
     monkeypatch.setattr(cost_report, "format_agent_table", lambda result: "")
+    monkeypatch.setattr(recall_report, "format_tool_recall_tables", lambda result: "")
     return seen
 
 
