@@ -577,8 +577,9 @@ class RoundCompressor:
         for index, message in enumerate(tail, start=offset):
             if not message.id and not is_summary_message(message):
                 msg = (
-                    f"messages[{index}] ({message.type}) has no id; compression records covered "
-                    "messages by id (give every message an id, e.g. with rounds.ensure_ids)"
+                    f"messages[{index}] ({message.type}) has no id ({message.id!r}); compression "
+                    "records covered messages by id (give every message an id, e.g. with "
+                    "rounds.ensure_ids)"
                 )
                 raise ConfigurationError(msg)
         strict = self.on_invalid_history == "raise"
@@ -593,7 +594,7 @@ class RoundCompressor:
         violations += [
             HistoryViolation("duplicate_message_id", index, m.id, f"message id {m.id!r} repeats")
             for index, m in enumerate(tail, start=offset)
-            if m.id is not None and in_prefix(m.id)
+            if m.id and in_prefix(m.id)
         ]
         if violations:
             raise InvalidHistoryError(sorted(violations, key=lambda v: v.index))
