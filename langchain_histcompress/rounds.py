@@ -103,8 +103,10 @@ ViolationKind = Literal[
     "duplicate_tool_call_id",
     "missing_tool_call_id",
     "duplicate_message_id",
+    "unknown_message_id",
 ]
-"""What `validate_history` reports (see the module docstring for each kind)."""
+"""What `validate_history` reports (see the module docstring for each kind), plus
+``unknown_message_id``: a history store asked to remove a message it does not hold."""
 
 ACCEPTED_KINDS: frozenset[ViolationKind] = frozenset({"unanswered_invalid_tool_calls"})
 """Kinds `validate_history` reports for histories that are still accepted input (what

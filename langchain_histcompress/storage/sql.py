@@ -78,6 +78,7 @@ from langchain_histcompress.storage._sql_plans import (
     snapshot_plan,
 )
 from langchain_histcompress.storage.base import (
+    HistoryCheck,
     HistoryStore,
     SessionSnapshot,
     check_messages,
@@ -85,6 +86,8 @@ from langchain_histcompress.storage.base import (
     decode_message,
     decode_summary,
     encode_summary,
+    plan_update,
+    refuse_removals,
 )
 from langchain_histcompress.storage.urls import ConnectionSpec, parse_connection
 from langchain_histcompress.summary import RunningSummary
@@ -563,18 +566,48 @@ class SQLHistoryStore(HistoryStore):
         """Append ``messages`` in one transaction (see `HistoryStore.append`)."""
         check_session_id(session_id)
         batch = check_messages(messages)
-        if not batch:
-            return []
-        return self._transact(lambda: append_plan(self._dialect, session_id, batch), write=True)
+        refuse_removals(batch)
+        return self.update(session_id, batch)
 
     async def aappend(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         """Async twin of `append`."""
         check_session_id(session_id)
         batch = check_messages(messages)
+        refuse_removals(batch)
+        return await self.aupdate(session_id, batch)
+
+    def update(
+        self,
+        session_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        check: HistoryCheck | None = None,
+    ) -> list[BaseMessage]:
+        """Apply appends and removals in one transaction (see `HistoryStore.update`)."""
+        check_session_id(session_id)
+        batch = check_messages(messages)
         if not batch:
             return []
+        update = plan_update(batch)
+        return self._transact(
+            lambda: append_plan(self._dialect, session_id, update, check), write=True
+        )
+
+    async def aupdate(
+        self,
+        session_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        check: HistoryCheck | None = None,
+    ) -> list[BaseMessage]:
+        """Async twin of `update`."""
+        check_session_id(session_id)
+        batch = check_messages(messages)
+        if not batch:
+            return []
+        update = plan_update(batch)
         return await self._atransact(
-            lambda: append_plan(self._dialect, session_id, batch), write=True
+            lambda: append_plan(self._dialect, session_id, update, check), write=True
         )
 
     def snapshot(self, session_id: str) -> SessionSnapshot:
