@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Generator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -184,9 +185,22 @@ def append_plan(
     session_id: str,
     update: MessagesUpdate,
     check: HistoryCheck | None = None,
+    covered_ids: Callable[[str, str], AbstractSet[str] | None] = lambda _s, _u: None,
 ) -> Plan[list[BaseMessage]]:
-    """Apply ``update`` (appends, removals, remove-all), checked, in one transaction."""
-    _, next_seq = yield from _lock_session(d, session_id)
+    """Apply ``update`` (appends, removals, remove-all), checked, in one transaction.
+
+    ``covered_ids(session_id, uid)`` gives the covered ids of a cached summary version
+    (``None``: read them), needed only when an append brings its own id.
+    """
+    version, next_seq = yield from _lock_session(d, session_id)
+    covered: AbstractSet[str] = frozenset()
+    if version and not update.clear and any(m.id for m in update.appends):
+        _, uid = yield from _current_version(d, session_id)
+        known = covered_ids(session_id, uid) if uid is not None else None
+        if known is None:
+            _, ids = yield from load_summary_rows(d, session_id, version)
+            known = frozenset(ids)
+        covered = known
     if update.clear:
         for table in ("histcompress_messages", "histcompress_summaries"):
             yield Query(d.q(f"DELETE FROM {table} WHERE session_id = ?"), (session_id,))
@@ -206,7 +220,7 @@ def append_plan(
             "all",
         )
         existing.extend(str(r[0]) for r in rows)
-    error = update_errors(update, stored, existing)
+    error = update_errors(update, stored, existing, covered)
     if error is not None:
         raise error
     rows_to_insert = [

@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Any
@@ -318,7 +318,10 @@ def plan_update(messages: Sequence[BaseMessage]) -> MessagesUpdate:
 
 
 def update_errors(
-    update: MessagesUpdate, stored: Sequence[BaseMessage], existing: Collection[str]
+    update: MessagesUpdate,
+    stored: Sequence[BaseMessage],
+    existing: Collection[str],
+    covered: Container[str] = frozenset(),
 ) -> InvalidHistoryError | None:
     """The error to raise for an update, or ``None`` when it may be applied.
 
@@ -327,10 +330,13 @@ def update_errors(
         stored: Its appends with their final ids (`assign_ids`).
         existing: Which of the appended and removed ids the session holds now (after
             ``update.clear``, none).
+        covered: The ids the session's current summary covers (at least those of the
+            appends).
 
-    The appends must not repeat an id (in the update or in the session, removed ones
-    included: a new message never takes over a removed message's id, hence its coverage),
-    and every removal must name a message the session holds.
+    The appends must not repeat an id: in the update, in the session, or among the ids the
+    summary covers (the message with it was removed or pruned: a new message taking its id
+    would be taken for summarized and never shown). Every removal must name a message the
+    session holds.
     """
     removed = update.removed_ids
     duplicates = duplicate_ids(stored, [*existing, *removed])
@@ -339,6 +345,18 @@ def update_errors(
         if duplicates is None
         else [replace(v, index=update.append_at[v.index]) for v in duplicates.violations]
     )
+    flagged = {v.index for v in violations}
+    for position, message in zip(update.append_at, stored, strict=True):
+        message_id = str(message.id)
+        if position not in flagged and message_id not in existing and message_id in covered:
+            detail = (
+                f"message id {message_id!r} is covered by the running summary (its message "
+                "was removed or pruned); a new message needs a new id"
+            )
+            violations.append(
+                HistoryViolation("duplicate_message_id", position, message_id, detail)
+            )
+    violations.sort(key=lambda v: v.index)
     held = set(existing)
     for index, message_id in update.removals:
         if message_id not in held:

@@ -142,7 +142,9 @@ class InMemoryHistoryStore(HistoryStore):
             session = _Session(next_seq=current.next_seq) if update.clear else current
             stored = assign_ids(session_id, session.next_seq, update.appends)
             wanted = [*(str(m.id) for m in stored), *update.removed_ids]
-            error = update_errors(update, stored, [i for i in wanted if i in session.seq_by_id])
+            covered = session.summary.covered_ids if session.summary is not None else frozenset()
+            held = [i for i in wanted if i in session.seq_by_id]
+            error = update_errors(update, stored, held, covered)
             if error is not None:
                 raise error
             texts = [encode_message(m) for m in stored]

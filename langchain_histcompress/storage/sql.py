@@ -50,6 +50,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import BaseMessage
@@ -468,6 +469,10 @@ class SQLHistoryStore(HistoryStore):
                 self._cache.move_to_end((session_id, uid))
             return summary
 
+    def _covered_ids(self, session_id: str, uid: str) -> AbstractSet[str] | None:
+        summary = self._cache_get(session_id, uid)
+        return None if summary is None else summary.covered_ids
+
     def _cache_put(self, session_id: str, uid: str, summary: RunningSummary) -> None:
         with self._cache_lock:
             self._cache[(session_id, uid)] = summary
@@ -590,7 +595,8 @@ class SQLHistoryStore(HistoryStore):
             return []
         update = plan_update(batch)
         return self._transact(
-            lambda: append_plan(self._dialect, session_id, update, check), write=True
+            lambda: append_plan(self._dialect, session_id, update, check, self._covered_ids),
+            write=True,
         )
 
     async def aupdate(
@@ -607,7 +613,8 @@ class SQLHistoryStore(HistoryStore):
             return []
         update = plan_update(batch)
         return await self._atransact(
-            lambda: append_plan(self._dialect, session_id, update, check), write=True
+            lambda: append_plan(self._dialect, session_id, update, check, self._covered_ids),
+            write=True,
         )
 
     def snapshot(self, session_id: str) -> SessionSnapshot:

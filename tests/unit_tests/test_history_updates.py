@@ -236,6 +236,24 @@ def check_removals(store: HistoryStore) -> None:
     assert history.summary.covered_ids == {"h0", "f1", "n0", "k0"}  # a new lineage
 
 
+def check_covered_ids_are_never_reused(store: HistoryStore) -> None:
+    """A new message never takes the id of a summarized one that was removed or pruned."""
+    history = chat(store)
+    three_rounds(history)
+    history.add_messages([RemoveMessage(id="h0")])
+    history.prune()
+    assert "a0" not in {m.id for m in history.full_messages}
+    for reused in ("h0", "a0"):
+        refused(
+            history,
+            [HumanMessage("new text", id=reused)],
+            InvalidHistoryError,
+            f"'{reused}' is covered by the running summary",
+        )
+    history.add_messages([HumanMessage("new text", id="h0-new")])
+    assert history.messages[-1].id == "h0-new"
+
+
 def check_removal_beats_a_stale_compression(store: HistoryStore) -> None:
     session = f"stale-{next(_sessions)}"
     store.append(session, [HumanMessage("q0", id="h0"), AIMessage("a0", id="a0")])
@@ -269,6 +287,7 @@ CHECKS: list[Callable[[HistoryStore], None]] = [
     check_strict_recovery_of_a_broken_session,
     check_repair_refusals,
     check_removals,
+    check_covered_ids_are_never_reused,
     check_removal_beats_a_stale_compression,
     check_async_writes,
 ]
