@@ -378,3 +378,17 @@ def test_the_adapter_refuses_removals_and_checks_strictly() -> None:
     assert len(inner.messages) == 2
     adapter.add_messages([HumanMessage("q1", id="h1")])
     assert len(inner.messages) == 3
+
+
+def test_a_store_with_a_cold_summary_cache_still_refuses_covered_ids(tmp_path: Path) -> None:
+    path = str(tmp_path / "h.sqlite")
+    writer = SQLHistoryStore(path)
+    history = chat(writer)
+    three_rounds(history)
+    writer.prune_covered(history.session_id)
+    fresh = SQLHistoryStore(path)  # knows no summary yet
+    with pytest.raises(InvalidHistoryError, match="covered by the running summary"):
+        fresh.append(history.session_id, [HumanMessage("again", id="h1")])
+    assert fresh.append(history.session_id, [HumanMessage("again")])[0].id
+    writer.close()
+    fresh.close()
