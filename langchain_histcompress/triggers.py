@@ -9,7 +9,11 @@
 * ``keep``: how much of the newest conversation stays verbatim after a fold, by ``"rounds"``,
   ``"messages"``, ``"tokens"`` or ``"fraction"``; always whole rounds, at least the latest one;
 * ``use_usage_metadata``: measure the conversation with the provider-reported
-  ``usage_metadata`` of the last AI message (plus the messages after it) instead of counting;
+  ``usage_metadata`` of the last AI message (plus the messages after it) instead of counting,
+  when that message comes from the provider of the model measured for (as
+  ``SummarizationMiddleware`` decides: its ``response_metadata["model_provider"]`` is that
+  model's LangSmith ``ls_provider``, or a known alias of it); usage another provider
+  reported is ignored;
 * ``max_tokens_per_call``: cap the summarizer's input per call. A fold is one call, like
   ``SummarizationMiddleware``'s; unlike ``trim_tokens_to_summarize`` nothing is cut from what
   the summary covers: a fold over the cap is split into several calls (a single round above
@@ -53,6 +57,7 @@ __all__ = [
     "ConversationSize",
     "TriggerClause",
     "context_window_of",
+    "model_provider_of",
 ]
 
 ContextUnit = Literal["fraction", "tokens", "messages", "rounds"]
@@ -63,6 +68,44 @@ TriggerClause = Mapping[ContextUnit, float]
 """Several thresholds that must all be reached, e.g. ``{"tokens": 3000, "messages": 40}``."""
 
 _UNITS: tuple[ContextUnit, ...] = ("fraction", "tokens", "messages", "rounds")
+
+_LS_PROVIDER_ALIASES: dict[str, frozenset[str]] = {
+    "amazon_bedrock": frozenset({"bedrock", "bedrock_converse"}),
+    "openai-mantle": frozenset({"openai"}),
+    "anthropic-mantle": frozenset({"anthropic"}),
+}
+"""``model_provider`` values an ``ls_provider`` also answers to (the aliases LangChain's
+``SummarizationMiddleware`` accepts: some models tag their messages with a provider name
+that differs from the one they trace under)."""
+
+
+def model_provider_of(model: object) -> str | None:
+    """The provider a chat model traces under (its LangSmith ``ls_provider``), or ``None``.
+
+    This is the name ``SummarizationMiddleware`` compares an AI message's
+    ``response_metadata["model_provider"]`` with before it trusts the message's usage.
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> model_provider_of(GenericFakeChatModel(messages=iter([]))), model_provider_of(3)
+        ('genericfakechatmodel', None)
+    """
+    params = getattr(model, "_get_ls_params", None)  # the LangSmith hook providers override
+    if not callable(params):
+        return None
+    try:
+        provider = params().get("ls_provider")
+    except Exception:  # a model that cannot describe itself is measured by counting
+        return None
+    return provider if isinstance(provider, str) and provider else None
+
+
+def _same_provider(message: AIMessage, provider: str | None) -> bool:
+    """Whether ``message`` was produced by ``provider`` (per its ``model_provider`` tag)."""
+    tagged = message.response_metadata.get("model_provider")
+    if provider is None or not isinstance(tagged, str):
+        return False
+    return tagged == provider or tagged in _LS_PROVIDER_ALIASES.get(provider, frozenset())
 
 
 @dataclass(frozen=True)
@@ -156,7 +199,9 @@ class CompressionTrigger:
             whose ``profile["max_input_tokens"]`` is used (default: the summarizer's).
         use_usage_metadata: Take the conversation's tokens from the ``usage_metadata`` the
             provider reported on the last AI message (its input + output tokens, plus the
-            messages after it) when there is one; counting is the fallback.
+            messages after it) when that message comes from the provider of the model
+            measured for (the ``context_window`` model, else the one the trigger is bound
+            to: the summarizer); counting is the fallback.
         max_tokens_per_call: Cap on the tokens of the rounds sent to one summarizer call; a
             larger fold is split into several calls (nothing is dropped).
 
@@ -222,6 +267,11 @@ class CompressionTrigger:
                 raise ConfigurationError(msg)
         self.context_window: int | None = window
         """The model's input limit in tokens (``None`` until known)."""
+        self.model_provider: str | None = (
+            None if isinstance(context_window, int) else model_provider_of(context_window)
+        )
+        """The provider (``ls_provider``) of the model measured for: ``usage_metadata`` is
+        used only from AI messages it produced (``None`` until bound: never used)."""
         if not isinstance(use_usage_metadata, bool):
             msg = f"use_usage_metadata must be a bool, got {use_usage_metadata!r}"
             raise ConfigurationError(msg)
@@ -246,7 +296,10 @@ class CompressionTrigger:
         return keep_unit == "fraction" or any("fraction" in c for c in self.clauses)
 
     def bind(self, model: object) -> CompressionTrigger:
-        """This trigger with its context window resolved (from ``model``'s profile if needed).
+        """This trigger resolved for ``model``: its context window and provider.
+
+        The window comes from ``model``'s profile when needed; the provider whose usage is
+        trusted is ``model``'s, unless ``context_window`` named a model.
 
         Raises:
             ConfigurationError: A ``"fraction"`` is used and no window is known.
@@ -259,8 +312,13 @@ class CompressionTrigger:
             langchain_histcompress.errors.ConfigurationError: trigger uses a fraction of the \
 context window, but object has no profile with max_input_tokens; pass context_window=<tokens>
         """
+        provider = self.model_provider or model_provider_of(model)
         if self.context_window is not None or not self._uses_fraction():
-            return self
+            if provider == self.model_provider:
+                return self
+            bound = copy.copy(self)
+            bound.model_provider = provider
+            return bound
         window = context_window_of(model)
         if window is None:
             msg = (
@@ -271,6 +329,7 @@ context window, but object has no profile with max_input_tokens; pass context_wi
             raise ConfigurationError(msg)
         bound = copy.copy(self)
         bound.context_window = window
+        bound.model_provider = provider
         return bound
 
     def _tokens(self, unit: ContextUnit, amount: float) -> float:
@@ -296,18 +355,24 @@ context window, but object has no profile with max_input_tokens; pass context_wi
             messages: The messages the model would receive now.
             counter: Token counter for the counted measure.
             pending: The uncompressed rounds among them (default: split from ``messages``).
+
+        With ``use_usage_metadata``, the latest AI message with ``usage_metadata`` supplies
+        the tokens only when its ``response_metadata["model_provider"]`` is
+        ``model_provider`` (or an alias): usage from another provider, or from a message
+        that does not say, is ignored and the conversation is counted.
         """
         rounds = pending if pending is not None else split_rounds(list(messages)).rounds
         if self.use_usage_metadata:
             for index in range(len(messages) - 1, -1, -1):
                 message = messages[index]
                 usage = message.usage_metadata if isinstance(message, AIMessage) else None
-                if usage:
-                    used = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
-                    after = sum(message_costs(counter, messages[index + 1 :]))
-                    return ConversationSize(
-                        used + after, len(messages), len(rounds), "usage_metadata"
-                    )
+                if not usage:
+                    continue
+                if not _same_provider(cast("AIMessage", message), self.model_provider):
+                    break  # another provider's count of another request: count instead
+                used = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+                after = sum(message_costs(counter, messages[index + 1 :]))
+                return ConversationSize(used + after, len(messages), len(rounds), "usage_metadata")
         tokens = sum(message_costs(counter, messages))
         return ConversationSize(tokens, len(messages), len(rounds))
 
