@@ -179,6 +179,33 @@ def test_allow_partial_keeps_the_newest_lines_of_the_next_message() -> None:
     assert words is not None and str(words[0].content).endswith("answer")
 
 
+def test_allow_partial_splits_text_blocks_and_keeps_other_blocks_whole() -> None:
+    """As ``trim_messages(allow_partial=True)``: newest blocks first, text blocks split."""
+    lines = "\n".join(f"line {i} of a long answer" for i in range(40))
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    blocks: list[Any] = [{"type": "text", "text": lines, "cache_control": {"x": 1}}, image]
+    history = [HumanMessage("question"), HumanMessage(blocks), HumanMessage("follow-up")]
+    counter = TiktokenCounter()
+    reducer = MaxTokensReducer(max_tokens=150, start_on_human=False, allow_partial=True)
+    out = reducer.reduce(history)
+    assert out is not None and len(out) == 2 and out[-1] is history[-1]
+    text, kept_image = out[0].content
+    assert kept_image == image  # never split
+    assert text["cache_control"] == {"x": 1} and text["type"] == "text"
+    assert lines.endswith(text["text"]) and text["text"].endswith("line 39 of a long answer")
+    assert text["text"] != lines and counter(out) <= 150
+    assert history[1].content == blocks  # the caller's message is untouched
+    # plain strings in a block list are text blocks too
+    mixed = [HumanMessage("question"), AIMessage([lines, image]), HumanMessage("follow-up")]
+    out = reducer.reduce(mixed)
+    assert out is not None and len(out) == 2
+    assert isinstance(out[0].content[0], str) and out[0].content[1] == image
+    # an image too large to fit is left out whole, with the blocks before it
+    tight = MaxTokensReducer(max_tokens=40, start_on_human=False, allow_partial=True)
+    out = tight.reduce([HumanMessage("question"), HumanMessage([lines, image, "tail"]), mixed[2]])
+    assert out is not None and [m.content for m in out] == [["tail"], "follow-up"]
+
+
 # --------------------------------------------------------------------------- Semantic Kernel
 
 
