@@ -70,6 +70,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.runnables import RunnableBinding
 
 from langchain_histcompress._prefix import holds
 from langchain_histcompress.errors import ConfigurationError, TokenizerError
@@ -884,8 +885,9 @@ def resolve_counter(
             shared `TiktokenCounter` of that model, an encoding name (``"o200k_base"``,
             ``"cl100k_base"``) for a counter of that encoding (``"approximate"`` for
             ``count_tokens_approximately``); a chat model, whose
-            ``get_num_tokens_from_messages`` is used; any callable taking a message list is
-            returned as is (``count_tokens_approximately``...).
+            ``get_num_tokens_from_messages`` is used (a bound one, ``model.bind(...)``,
+            counts with the model it binds); any callable taking a message list is returned
+            as is (``count_tokens_approximately``...).
 
     Returns:
         The token counter.
@@ -911,6 +913,9 @@ def resolve_counter(
         if counter in _SPECS:
             return _shared_encoding_counter(counter)
         return _shared_counter(counter)
+    bound = _bound_model(counter)
+    if bound is not None:
+        counter = bound
     if isinstance(counter, BaseLanguageModel):
         model = counter
         return lambda messages: model.get_num_tokens_from_messages(list(messages))
@@ -921,6 +926,26 @@ def resolve_counter(
         )
         raise ConfigurationError(msg)
     return counter
+
+
+def _bound_model(counter: object) -> BaseLanguageModel[Any] | None:
+    """The model inside ``model.bind(...)`` / ``with_config(...)`` wrappers, if that is one.
+
+    Raises:
+        ConfigurationError: ``counter`` is a binding of something that is not a model.
+    """
+    if not isinstance(counter, RunnableBinding):
+        return None
+    inner: object = counter
+    while isinstance(inner, RunnableBinding):
+        inner = inner.bound
+    if not isinstance(inner, BaseLanguageModel):
+        msg = (
+            "token counter must be None, a model name, a chat model (bound or not) or a "
+            f"callable taking a message list, got a binding of {type(inner).__name__}"
+        )
+        raise ConfigurationError(msg)
+    return inner
 
 
 def message_costs(counter: TokenCounter, messages: Sequence[BaseMessage]) -> list[int]:

@@ -14,6 +14,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.runnables import RunnableLambda
 
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.reducers import (
@@ -23,7 +24,7 @@ from langchain_histcompress.reducers import (
     with_history_reducer,
 )
 from langchain_histcompress.rounds import is_summary_message, validate_history
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.tokens import TiktokenCounter, resolve_counter
 from tests.fakes import ScriptedChatModel, conversation, numbered, prompt_text, summary_json
 
 
@@ -126,18 +127,30 @@ def test_truncation_drops_an_orphaned_tool_result_inside_the_kept_part() -> None
 # --------------------------------------------------------------------------- trim_messages
 
 
-def test_chat_model_as_token_counter() -> None:
-    class Counting(ScriptedChatModel):
-        def get_num_tokens_from_messages(
-            self, messages: list[BaseMessage], tools: Sequence[Any] | None = None
-        ) -> int:
-            self.prompts.append(list(messages))
-            return 10 * len(messages)
+class _Counting(ScriptedChatModel):
+    def get_num_tokens_from_messages(
+        self, messages: list[BaseMessage], tools: Sequence[Any] | None = None
+    ) -> int:
+        self.prompts.append(list(messages))
+        return 10 * len(messages)
 
-    model = Counting()
+
+def test_chat_model_as_token_counter() -> None:
+    model = _Counting()
     reduced = MaxTokensReducer(max_tokens=45, token_counter=model).reduce(conversation(5))
     assert reduced is not None and len(reduced) == 4
     assert model.calls > 0
+
+
+def test_a_bound_chat_model_counts_with_the_model_it_binds() -> None:
+    model = _Counting()
+    bound = model.bind(stop=["\n\n"]).with_config(tags=["answering"])
+    reduced = MaxTokensReducer(max_tokens=45, token_counter=bound).reduce(conversation(5))
+    assert reduced is not None and len(reduced) == 4
+    assert model.calls > 0
+    assert resolve_counter(bound)([HumanMessage("hi")]) == 10
+    with pytest.raises(ConfigurationError, match="binding of RunnableLambda"):
+        resolve_counter(RunnableLambda(lambda x: x).bind(stop=["x"]))
 
 
 def test_bound_tools_count_toward_the_budget() -> None:
