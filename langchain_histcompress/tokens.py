@@ -876,7 +876,7 @@ def _shared_encoding_counter(encoding: str) -> TiktokenCounter:
 
 
 def resolve_counter(
-    counter: TokenCounter | BaseLanguageModel[Any] | str | None,
+    counter: TokenCounter | BaseLanguageModel[Any] | RunnableBinding[Any, Any] | str | None,
 ) -> TokenCounter:
     """Turn a counter specification into a token counter.
 

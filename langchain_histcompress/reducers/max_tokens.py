@@ -11,6 +11,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableBinding
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_histcompress.errors import BudgetError, ConfigurationError
@@ -182,7 +183,11 @@ class MaxTokensReducer(ConfigEquality):
         self,
         max_tokens: int,
         *,
-        token_counter: TokenCounter | BaseLanguageModel[Any] | str | None = None,
+        token_counter: TokenCounter
+        | BaseLanguageModel[Any]
+        | RunnableBinding[Any, Any]
+        | str
+        | None = None,
         threshold_tokens: int = 0,
         start_on_human: bool = True,
         allow_partial: bool = False,
@@ -195,8 +200,9 @@ class MaxTokensReducer(ConfigEquality):
             max_tokens: Budget for the whole request (an integer >= 1): messages, reply
                 priming and tool schemas.
             token_counter: Any ``(messages) -> int`` callable, a chat model (its
-                ``get_num_tokens_from_messages``), a model name for an exact tiktoken
-                counter, or ``None`` for the default `TiktokenCounter`.
+                ``get_num_tokens_from_messages``; a bound one, ``model.bind(...)``, counts
+                with the model it binds), a model name for an exact tiktoken counter, or
+                ``None`` for the default `TiktokenCounter`.
             threshold_tokens: Extra tokens tolerated before reducing (an integer >= 0).
             start_on_human: Start the kept part on a user message.
             allow_partial: Keep the newest pieces of the next older plain message that fit.
