@@ -58,8 +58,12 @@ _sessions = itertools.count()
 
 
 def storage_dump(store: HistoryStore, session: str) -> Any:
-    """Everything ``store`` holds for ``session``, as stored (rows, or serialized records)."""
-    if isinstance(store, SQLHistoryStore):
+    """Everything ``store`` holds for ``session``, as stored (rows, or serialized records).
+
+    Database rows are read on a connection of their own; a private in-memory SQLite
+    database (which no other connection can see) is read through the store.
+    """
+    if isinstance(store, SQLHistoryStore) and not store.spec.is_memory:
         tables = ("histcompress_sessions", "histcompress_messages", "histcompress_summaries")
         if store.spec.backend == "sqlite":
             conn = sqlite3.connect(store.spec.target)
