@@ -26,7 +26,7 @@ __all__ = ["IdentifiedMessages", "MessageView", "identified", "originals"]
 
 def identified(message: BaseMessage, index: int, namespace: str = "") -> BaseMessage:
     """``message`` itself when it has an id, else a copy with the id `ensure_ids` gives it."""
-    if message.id is not None:
+    if message.id:  # an empty-string id counts as no id
         return message
     digest = hashlib.sha256(
         f"{namespace}\x00{index}\x00{message.type}\x00{message.content!r}\x00"

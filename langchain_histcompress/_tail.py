@@ -421,10 +421,11 @@ def _with_ids(
             start = cursor.start
     try:
         # A grown history without ids misses one at its end: no need to scan it then.
-        complete = bool(messages) and _get_id(messages[-1]) is not None
-        complete = complete and None not in map(_get_id, messages[start:])
+        # An empty-string id counts as no id.
+        complete = bool(messages) and bool(_get_id(messages[-1]))
+        complete = complete and all(map(_get_id, messages[start:]))
         if lead_too:
-            complete = complete and None not in map(_get_id, messages[:lead_end])
+            complete = complete and all(map(_get_id, messages[:lead_end]))
     except AttributeError:  # not a message: the compressor names it
         return messages
     if complete:

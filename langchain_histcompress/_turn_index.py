@@ -170,7 +170,7 @@ class _TurnIndex:
             self._previous.append(message)
             if not self.eligible(message):
                 continue
-            if message.id is None:
+            if not message.id:  # an empty-string id counts as no id
                 key = f"\x00anon-{position}"
                 self.index.add(key, self.text(message))
                 self._anonymous.append(key)

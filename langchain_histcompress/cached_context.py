@@ -351,7 +351,7 @@ class CacheStableContext:
         ids gets them derived again on every call.
         """
         if not self._derive_ids:
-            self._derive_ids = any(m.id is None for m in messages[self._id_checked :])
+            self._derive_ids = not all(m.id for m in messages[self._id_checked :])
         self._id_checked = len(messages)
         return ensure_ids(messages) if self._derive_ids else messages
 

@@ -103,6 +103,7 @@ from langchain_histcompress.triggers import (
     TriggerSpec,
     check_size,
     kept_rounds,
+    model_provider_of,
 )
 
 _SUMMARY_TOKENS_KEY = "schedule_summary_tokens"
@@ -375,6 +376,9 @@ class _Target:
     """The cost schedule (``None`` when the trigger does not fold by cost)."""
     pricing: str
     """Which pricing the schedule uses and where it comes from (for reasons and logs)."""
+    provider: str | None = None
+    """The answering model's provider (``ls_provider``), whose ``usage_metadata`` a
+    ``use_usage_metadata`` trigger trusts (the summarizer's when the model is unknown)."""
 
 
 class RoundCompressor:
@@ -437,7 +441,7 @@ class RoundCompressor:
         >>> for n in range(5):
         ...     history += [HumanMessage(f"q{n}", id=f"h{n}"), AIMessage(f"a{n}", id=f"a{n}")]
         >>> print(RoundCompressor(model, token_counter="approximate").plan(history).reason)
-        no fold: 5 rounds pending, 45 of 108,800 tokens (default window (128000 tokens)); \
+        no fold: 5 rounds pending, 55 of 108,800 tokens (default window (128000 tokens)); \
 cost (openai-50, the default pricing): no fold pays yet
         >>> compressor = RoundCompressor(model, token_counter="approximate",
         ...                              trigger=("rounds", 5))
@@ -547,8 +551,9 @@ cost (openai-50, the default pricing): no fold pays yet
 
     def _make_target(self, answering: int | object | None) -> _Target:
         budget = context_budget(answering)
+        provider = model_provider_of(answering) or model_provider_of(self.summarizer.model)
         if not self.trigger.cost:
-            return _Target(budget, None, "none")
+            return _Target(budget, None, "none", provider)
         if self.trigger.pricing is not None:
             pricing, source = self.trigger.pricing, self.trigger.pricing.name
         else:
@@ -571,7 +576,7 @@ cost (openai-50, the default pricing): no fold pays yet
             budget.source,
             source,
         )
-        return _Target(budget, schedule, source)
+        return _Target(budget, schedule, source, provider)
 
     def target_for(self, answering: int | object | None) -> _Target:
         """The budget and pricing for an answering model given per call (cached per model)."""
@@ -626,8 +631,9 @@ cost (openai-50, the default pricing): no fold pays yet
         for index, message in enumerate(tail, start=offset):
             if not message.id and not is_summary_message(message):
                 msg = (
-                    f"messages[{index}] ({message.type}) has no id; compression records covered "
-                    "messages by id (give every message an id, e.g. with rounds.ensure_ids)"
+                    f"messages[{index}] ({message.type}) has no id ({message.id!r}); compression "
+                    "records covered messages by id (give every message an id, e.g. with "
+                    "rounds.ensure_ids)"
                 )
                 raise ConfigurationError(msg)
         strict = self.on_invalid_history == "raise"
@@ -642,7 +648,7 @@ cost (openai-50, the default pricing): no fold pays yet
         violations += [
             HistoryViolation("duplicate_message_id", index, m.id, f"message id {m.id!r} repeats")
             for index, m in enumerate(tail, start=offset)
-            if m.id is not None and in_prefix(m.id)
+            if m.id and in_prefix(m.id)
         ]
         if violations:
             raise InvalidHistoryError(sorted(violations, key=lambda v: v.index))
@@ -850,7 +856,9 @@ cost (openai-50, the default pricing): no fold pays yet
             if trigger.use_usage_metadata:
                 lead = parts.lead if summary is None else parts.preamble
                 view_now = [*lead, *self._summary_messages(summary), *pinned, *parts.tail]
-                size = trigger.measure(view_now, counter=self.token_counter, pending=pending)
+                size = trigger.measure(
+                    view_now, counter=self.token_counter, pending=pending, provider=target.provider
+                )
             if trigger.fires(size, window=budget.window):
                 chosen = max(chosen, eligible)
                 reasons.append(_clause_reason(trigger))

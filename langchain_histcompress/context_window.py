@@ -138,7 +138,7 @@ class _Prepared:
         """Rounds of the input (context messages left out)."""
         self.by_object: dict[int, BaseMessage] | None = None
         """Original message (by ``id()``) -> copy with an id, when some messages have none."""
-        if any(m.id is None for m in source):
+        if not all(m.id for m in source):  # an empty-string id counts as no id
             with_ids = ensure_ids(source)
             self.by_object = {id(orig): m for orig, m in zip(source, with_ids, strict=True)}
             self.body: list[BaseMessage] = with_ids[len(split.preamble) :]
@@ -182,7 +182,7 @@ class _Prepared:
             return False
         tail = list(messages[known:])
         new = [m for m in tail if not is_context_message(m)]
-        if any(m.id is None for m in new) or not _unchanged(self.raw[self.step :] + tail):
+        if not all(m.id for m in new) or not _unchanged(self.raw[self.step :] + tail):
             return False
         self.raw += tail
         self.step = self._last_step(known)

@@ -36,13 +36,14 @@ class InvalidHistoryError(HistCompressError, ValueError):
         violations: Every violation found, in message order.
     """
 
-    def __init__(self, violations: Sequence[HistoryViolation]) -> None:
-        """Build the error from the violations `validate_history` reported."""
+    def __init__(self, violations: Sequence[HistoryViolation], *, hint: str = "") -> None:
+        """Build the error from the violations found, plus what to do about them."""
         self.violations = tuple(violations)
         details = "; ".join(str(v) for v in self.violations[:5])
         more = len(self.violations) - 5
         suffix = f" (+{more} more)" if more > 0 else ""
-        super().__init__(f"invalid history: {details}{suffix}")
+        advice = f" ({hint})" if hint else ""
+        super().__init__(f"invalid history: {details}{suffix}{advice}")
 
 
 class BudgetError(HistCompressError, ValueError):

@@ -103,8 +103,10 @@ ViolationKind = Literal[
     "duplicate_tool_call_id",
     "missing_tool_call_id",
     "duplicate_message_id",
+    "unknown_message_id",
 ]
-"""What `validate_history` reports (see the module docstring for each kind)."""
+"""What `validate_history` reports (see the module docstring for each kind), plus
+``unknown_message_id``: a history store asked to remove a message it does not hold."""
 
 ACCEPTED_KINDS: frozenset[ViolationKind] = frozenset({"unanswered_invalid_tool_calls"})
 """Kinds `validate_history` reports for histories that are still accepted input (what
@@ -308,7 +310,8 @@ def validate_history(
 
     Only what a provider would reject is reported (see the module docstring): reused call
     ids across steps, invalid tool calls answered by tool messages, system messages inside
-    the conversation, empty contents and content-block lists are all valid.
+    the conversation, empty contents and content-block lists are all valid. Messages
+    without an id, or with an empty one, never count as duplicates.
 
     Args:
         messages: The history to check.
@@ -337,7 +340,7 @@ def validate_history(
     seen_ids: set[str] = set()
     step = _Step()
     for index, message in enumerate(messages):
-        if message.id is not None:
+        if message.id:  # an empty-string id counts as no id
             if message.id in seen_ids:
                 add("duplicate_message_id", index, f"message id {message.id!r} repeats")
             seen_ids.add(message.id)
@@ -525,9 +528,10 @@ def _without_bad_calls(message: AIMessage) -> AIMessage:
 def ensure_ids(messages: Sequence[BaseMessage], *, namespace: str = "") -> list[BaseMessage]:
     """Return ``messages`` with an id on every message, without mutating the originals.
 
-    Messages that already have an id are returned as the same objects. The others are
-    copied with a deterministic id derived from ``namespace``, their position and their
-    content, so the same history always gets the same ids.
+    Messages that already have an id are returned as the same objects. The others (an id of
+    ``None`` or ``''``: an empty id counts as none everywhere in the package) are copied
+    with a deterministic id derived from ``namespace``, their position and their content,
+    so the same history always gets the same ids.
 
     Args:
         messages: The history.

@@ -70,6 +70,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.runnables import RunnableBinding
 
 from langchain_histcompress._prefix import holds
 from langchain_histcompress.errors import ConfigurationError, TokenizerError
@@ -217,12 +218,40 @@ def get_encoding(name: str) -> tiktoken.Encoding:
     return encoding
 
 
-_O200K_MODEL = re.compile(
-    r"(?:gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-oss|o[134])(?:$|[-.:_@])"
-)
-_CL100K_MODEL = re.compile(
-    r"(?:gpt-4|gpt-3\.5|gpt-35|text-embedding-3|text-embedding-ada-002)(?:$|[-.:_@])"
-)
+_O200K_FAMILY = re.compile(r"gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5(?:\.\d+)?|gpt-oss|o[134]")
+_CL100K_FAMILY = re.compile(r"gpt-4|gpt-3\.5|gpt-35|text-embedding-3|text-embedding-ada-002")
+_NAME_PARTS = frozenset(
+    {
+        "mini", "nano", "pro", "max", "turbo", "preview", "latest", "chat", "codex",
+        "instruct", "vision", "audio", "realtime", "search", "transcribe", "tts",
+        "deep", "research", "small", "large", "high", "low", "medium", "diarize",
+    }
+)  # fmt: skip
+"""Words OpenAI model names put after the family (``gpt-4o-mini-search-preview``)."""
+_NAME_NUMBER = re.compile(r"\d+[kb]?")
+"""Snapshot dates and sizes after the family (``2024-08-06``, ``0613``, ``32k``, ``120b``)."""
+
+
+def _known_variant(rest: str) -> bool:
+    """Whether ``rest`` (the name after its family) is made of known words and numbers.
+
+    So a typo (``gpt-4o-mnii``) is an unknown model, not silently a ``gpt-4o`` variant.
+    """
+    if not rest:
+        return True
+    if rest[0] not in "-_@":
+        return False
+    parts = re.split(r"[-_@]", rest[1:])
+    return all(part in _NAME_PARTS or _NAME_NUMBER.fullmatch(part) for part in parts)
+
+
+def _family_encoding(base: str) -> str | None:
+    for family, encoding in ((_O200K_FAMILY, "o200k_base"), (_CL100K_FAMILY, "cl100k_base")):
+        found = family.match(base)
+        # the longest family that fits: gpt-4o before gpt-4, gpt-5.1 before gpt-5
+        if found is not None and _known_variant(base[found.end() :]):
+            return encoding
+    return None
 
 
 def _base_model_name(model: str) -> str:
@@ -240,9 +269,13 @@ def encoding_name_for_model(model: str) -> str:
     """Name the tiktoken encoding an OpenAI model uses.
 
     Provider prefixes (``"openai:gpt-4o"``, ``"openai/gpt-4o"``) and fine-tune names
-    (``"ft:gpt-4o-mini:org::id"``) are understood. Any other model is an error rather than a
-    silent guess: name the encoding yourself (``TiktokenCounter(model, encoding="o200k_base")``,
-    or ``token_counter="o200k_base"``), or pass a counter of your own.
+    (``"ft:gpt-4o-mini:org::id"``) are understood. A name is known when it is a model family
+    (``gpt-4o``, ``gpt-4.1``, ``gpt-5.1``, ``o3``, ``gpt-4``, ``gpt-3.5``...) followed only by
+    the words and numbers OpenAI's names use (``-mini``, ``-preview``, ``-2024-08-06``,
+    ``-32k``...), so a typo such as ``"gpt-4o-mnii"`` is unknown. Any unknown model is an
+    error rather than a silent guess: name the encoding yourself
+    (``TiktokenCounter(model, encoding="o200k_base")``, or ``token_counter="o200k_base"``),
+    or pass a counter of your own.
 
     Args:
         model: The model name.
@@ -259,11 +292,9 @@ def encoding_name_for_model(model: str) -> str:
         >>> encoding_name_for_model("gpt-3.5-turbo")
         'cl100k_base'
     """
-    base = _base_model_name(model)
-    if _O200K_MODEL.match(base):
-        return "o200k_base"
-    if _CL100K_MODEL.match(base):
-        return "cl100k_base"
+    encoding = _family_encoding(_base_model_name(model))
+    if encoding is not None:
+        return encoding
     msg = (
         f"unknown model {model!r}: its token encoding is not known. Name one explicitly "
         f"(TiktokenCounter({model!r}, encoding='o200k_base'), or token_counter set to one of "
@@ -845,7 +876,7 @@ def _shared_encoding_counter(encoding: str) -> TiktokenCounter:
 
 
 def resolve_counter(
-    counter: TokenCounter | BaseLanguageModel[Any] | str | None,
+    counter: TokenCounter | BaseLanguageModel[Any] | RunnableBinding[Any, Any] | str | None,
 ) -> TokenCounter:
     """Turn a counter specification into a token counter.
 
@@ -854,8 +885,9 @@ def resolve_counter(
             shared `TiktokenCounter` of that model, an encoding name (``"o200k_base"``,
             ``"cl100k_base"``) for a counter of that encoding (``"approximate"`` for
             ``count_tokens_approximately``); a chat model, whose
-            ``get_num_tokens_from_messages`` is used; any callable taking a message list is
-            returned as is (``count_tokens_approximately``...).
+            ``get_num_tokens_from_messages`` is used (a bound one, ``model.bind(...)``,
+            counts with the model it binds); any callable taking a message list is returned
+            as is (``count_tokens_approximately``...).
 
     Returns:
         The token counter.
@@ -881,6 +913,9 @@ def resolve_counter(
         if counter in _SPECS:
             return _shared_encoding_counter(counter)
         return _shared_counter(counter)
+    bound = _bound_model(counter)
+    if bound is not None:
+        counter = bound
     if isinstance(counter, BaseLanguageModel):
         model = counter
         return lambda messages: model.get_num_tokens_from_messages(list(messages))
@@ -891,6 +926,26 @@ def resolve_counter(
         )
         raise ConfigurationError(msg)
     return counter
+
+
+def _bound_model(counter: object) -> BaseLanguageModel[Any] | None:
+    """The model inside ``model.bind(...)`` / ``with_config(...)`` wrappers, if that is one.
+
+    Raises:
+        ConfigurationError: ``counter`` is a binding of something that is not a model.
+    """
+    if not isinstance(counter, RunnableBinding):
+        return None
+    inner: object = counter
+    while isinstance(inner, RunnableBinding):
+        inner = inner.bound
+    if not isinstance(inner, BaseLanguageModel):
+        msg = (
+            "token counter must be None, a model name, a chat model (bound or not) or a "
+            f"callable taking a message list, got a binding of {type(inner).__name__}"
+        )
+        raise ConfigurationError(msg)
+    return inner
 
 
 def message_costs(counter: TokenCounter, messages: Sequence[BaseMessage]) -> list[int]:

@@ -48,6 +48,7 @@ __all__ = [
     "ConversationSize",
     "TriggerSpec",
     "kept_rounds",
+    "model_provider_of",
 ]
 
 ContextUnit = Literal["fraction", "tokens", "messages", "rounds"]
@@ -66,6 +67,44 @@ TriggerSpec: TypeAlias = Union[_Single, Sequence[_Single], "CompressionTrigger",
 """What ``RoundCompressor(trigger=...)`` accepts (see the module docstring)."""
 
 _UNITS: tuple[ContextUnit, ...] = ("fraction", "tokens", "messages", "rounds")
+
+_LS_PROVIDER_ALIASES: dict[str, frozenset[str]] = {
+    "amazon_bedrock": frozenset({"bedrock", "bedrock_converse"}),
+    "openai-mantle": frozenset({"openai"}),
+    "anthropic-mantle": frozenset({"anthropic"}),
+}
+"""``model_provider`` values an ``ls_provider`` also answers to (the aliases LangChain's
+``SummarizationMiddleware`` accepts: some models tag their messages with a provider name
+that differs from the one they trace under)."""
+
+
+def model_provider_of(model: object) -> str | None:
+    """The provider a chat model traces under (its LangSmith ``ls_provider``), or ``None``.
+
+    This is the name ``SummarizationMiddleware`` compares an AI message's
+    ``response_metadata["model_provider"]`` with before it trusts the message's usage.
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> model_provider_of(GenericFakeChatModel(messages=iter([]))), model_provider_of(3)
+        ('genericfakechatmodel', None)
+    """
+    params = getattr(model, "_get_ls_params", None)  # the LangSmith hook providers override
+    if not callable(params):
+        return None
+    try:
+        provider = params().get("ls_provider")
+    except Exception:  # a model that cannot describe itself is measured by counting
+        return None
+    return provider if isinstance(provider, str) and provider else None
+
+
+def _same_provider(message: AIMessage, provider: str | None) -> bool:
+    """Whether ``message`` was produced by ``provider`` (per its ``model_provider`` tag)."""
+    tagged = message.response_metadata.get("model_provider")
+    if provider is None or not isinstance(tagged, str):
+        return False
+    return tagged == provider or tagged in _LS_PROVIDER_ALIASES.get(provider, frozenset())
 
 
 @dataclass(frozen=True)
@@ -239,26 +278,34 @@ class CompressionTrigger:
         counter: TokenCounter,
         pending: Sequence[Round] | None = None,
         tokens: int | None = None,
+        provider: str | None = None,
     ) -> ConversationSize:
         """Measure what the model would see: ``messages`` (preamble, summary, pending rounds).
+
+        With ``use_usage_metadata``, the latest AI message with ``usage_metadata`` supplies
+        the tokens only when its ``response_metadata["model_provider"]`` is ``provider`` (or
+        an alias), as ``SummarizationMiddleware`` decides: usage another provider reported, or
+        a message that does not say, is ignored and the conversation is counted.
 
         Args:
             messages: The messages the model would receive now.
             counter: Token counter for the counted measure.
             pending: The uncompressed rounds among them (default: split from ``messages``).
             tokens: Their tokens when already counted.
+            provider: The provider (``ls_provider``) of the model measured for.
         """
         rounds = pending if pending is not None else split_rounds(list(messages)).rounds
         if self.use_usage_metadata:
             for index in range(len(messages) - 1, -1, -1):
                 message = messages[index]
                 usage = message.usage_metadata if isinstance(message, AIMessage) else None
-                if usage:
-                    used = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
-                    after = sum(message_costs(counter, messages[index + 1 :]))
-                    return ConversationSize(
-                        used + after, len(messages), len(rounds), "usage_metadata"
-                    )
+                if not usage:
+                    continue
+                if not _same_provider(cast("AIMessage", message), provider):
+                    break  # another provider's count of another request: count instead
+                used = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+                after = sum(message_costs(counter, messages[index + 1 :]))
+                return ConversationSize(used + after, len(messages), len(rounds), "usage_metadata")
         counted = tokens if tokens is not None else sum(message_costs(counter, messages))
         return ConversationSize(counted, len(messages), len(rounds))
 

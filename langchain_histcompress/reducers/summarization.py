@@ -53,6 +53,14 @@ def _pinned(messages: Sequence[BaseMessage]) -> list[SystemMessage]:
     return [m for m in messages if isinstance(m, SystemMessage) and not is_summary_message(m)]
 
 
+def _reduced(out: list[BaseMessage], messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+    """``out``, or ``None`` when it is the input itself: nothing was reduced.
+
+    That is a reduced history fed back with nothing new to fold (or a failed fold).
+    """
+    return None if cut.unchanged(out, messages) else out
+
+
 @dataclass(frozen=True)
 class _Folded:
     """What one conversation's summaries cover: the originals they fold, in order.
@@ -131,8 +139,9 @@ class SummarizationReducer(cut.ConfigEquality):
     ``single_summary=False`` every fold adds its own summary message (of only its messages)
     and earlier ones are kept. With ``fail_on_error=False`` a summarizer failure is logged and
     the history is returned without a new fold (earlier summaries still apply) instead of
-    raising `SummarizationError`. Two reducers with the same model object and configuration
-    are equal.
+    raising `SummarizationError`; when that leaves the input as it was (a reduced history
+    fed back), the result is ``None``, as when nothing needs folding. Two reducers with the
+    same model object and configuration are equal.
 
     Args:
         model: The summarizer chat model (may be cheaper than the answering one).
@@ -300,7 +309,9 @@ class SummarizationReducer(cut.ConfigEquality):
         rounds = sum(1 for m in older if isinstance(m, HumanMessage))
         return {"messages": older, "previous": self._previous(plan), "rounds": rounds}
 
-    def _failed(self, plan: _Plan, error: SummarizationError) -> list[BaseMessage] | None:
+    def _failed(
+        self, plan: _Plan, error: SummarizationError, messages: Sequence[BaseMessage]
+    ) -> list[BaseMessage] | None:
         if self.fail_on_error:
             raise error
         logger.warning("summarizer failed; history left unfolded: %s", type(error).__name__)
@@ -308,14 +319,20 @@ class SummarizationReducer(cut.ConfigEquality):
             return None
         folded = plan.folded
         shown = [*plan.preamble, *folded.messages, *folded.pinned, *plan.older, *plan.body]
-        return cut.provider_valid(shown)
+        return _reduced(cut.provider_valid(shown), messages)
 
-    def _unfolded(self, plan: _Plan | None) -> list[BaseMessage] | None:
+    def _unfolded(
+        self, plan: _Plan | None, messages: Sequence[BaseMessage]
+    ) -> list[BaseMessage] | None:
         """The result when nothing new needs folding."""
-        return None if plan is None else self._assemble(plan, plan.folded)
+        return None if plan is None else _reduced(self._assemble(plan, plan.folded), messages)
 
     def reduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
-        """Return the summarized history, or ``None`` when it is short enough.
+        """Return the summarized history, or ``None`` when there is nothing to reduce.
+
+        ``None`` when the history is short enough, and when the input already holds its
+        summary and nothing new folds (the reduced output fed back as is, also after a
+        failed fold with ``fail_on_error=False``), as Semantic Kernel's reducers do.
 
         Raises:
             SummarizationError: The summarizer failed after its retries (input untouched),
@@ -323,20 +340,20 @@ class SummarizationReducer(cut.ConfigEquality):
         """
         plan = self._plan(messages)
         if plan is None or not plan.older:
-            return self._unfolded(plan)
+            return self._unfolded(plan, messages)
         try:
             update = self.summarizer.summarize(**self._request(plan))
         except SummarizationError as error:
-            return self._failed(plan, error)
+            return self._failed(plan, error, messages)
         return self._assemble(plan, self._fold(plan, update.summary))
 
     async def areduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
         """Async twin of `reduce`."""
         plan = self._plan(messages)
         if plan is None or not plan.older:
-            return self._unfolded(plan)
+            return self._unfolded(plan, messages)
         try:
             update = await self.summarizer.asummarize(**self._request(plan))
         except SummarizationError as error:
-            return self._failed(plan, error)
+            return self._failed(plan, error, messages)
         return self._assemble(plan, self._fold(plan, update.summary))

@@ -31,6 +31,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
 from langchain_histcompress.compressor import RoundCompressor, view
 from langchain_histcompress.context import ContextBuilder
+from langchain_histcompress.errors import InvalidHistoryError
 from langchain_histcompress.history import CompressingChatMessageHistory
 from langchain_histcompress.middleware import RoundCompressionMiddleware
 from langchain_histcompress.nodes import (
@@ -42,6 +43,7 @@ from langchain_histcompress.nodes import (
 from langchain_histcompress.reducers import MaxTokensReducer, TruncationReducer
 from langchain_histcompress.render import escape_data, wrap_data
 from langchain_histcompress.rounds import (
+    ensure_ids,
     is_pinned,
     is_summary_message,
     split_rounds,
@@ -51,7 +53,7 @@ from langchain_histcompress.rounds import (
 from langchain_histcompress.storage import InMemoryHistoryStore
 from langchain_histcompress.summary import RunningSummary
 from tests.fakes import ScriptedSummarizer, StreamingChatModel, by_round_count
-from tests.histories import wild_history
+from tests.histories import history_updates, wild_history
 
 WILD = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 _sessions = itertools.count()
@@ -83,9 +85,11 @@ def check_view(
     summary: RunningSummary | None,
     *,
     whole: bool = True,
+    removed_latest: bool = False,
 ) -> None:
     """The invariants every face keeps (``whole``: the view must show every message not
-    covered; budgeted faces may leave old rounds out)."""
+    covered; budgeted faces may leave old rounds out; ``removed_latest``: the user removed
+    the latest human message, so the one before, maybe summarized already, is the latest)."""
     assert validate_history(out) == [], validate_history(out)
     split = split_rounds(messages)
     preamble = [m for m in split.preamble if not is_summary_message(m)]
@@ -93,7 +97,7 @@ def check_view(
         assert any(m is original or m.content == original.content for m in out)
     humans = [m for m in messages if isinstance(m, HumanMessage)]
     covered = summary.covered_ids if summary is not None else frozenset()
-    if humans:
+    if humans and not (removed_latest and humans[-1].id in covered):
         assert humans[-1].id in {m.id for m in out}
         assert humans[-1].id not in covered
     body = split.body
@@ -171,6 +175,87 @@ def check_chat_history(messages: list[BaseMessage], store: Any) -> None:
         written += unit
         check_view(written, chat.messages, chat.summary)
     assert [m.id for m in chat.full_messages] == [m.id for m in messages]
+
+
+@WILD
+@given(history_updates(max_rounds=6), st.sampled_from(["memory", "sqlite"]), st.booleans())
+def test_chat_history_applies_removals_and_strict_checks(
+    batches: list[list[BaseMessage]], backend: str, strict: bool
+) -> None:
+    store = InMemoryHistoryStore() if backend == "memory" else ":memory:"
+    check_chat_updates(batches, store, strict=strict)
+
+
+def check_chat_updates(batches: list[list[BaseMessage]], store: Any, *, strict: bool) -> None:
+    """Apply ``batches`` (writes and removals) and check the record and view after each.
+
+    A strict history either refuses a batch, changing nothing, or stores it and compresses
+    without error: it never gets stuck. A lenient one applies every batch.
+    """
+    from tests.unit_tests.test_history_updates import storage_dump
+
+    chat = CompressingChatMessageHistory(
+        f"updates-{next(_sessions)}",
+        connection=store,
+        compressor=make(on_invalid_history="raise" if strict else "repair"),
+        raise_on_compression_error=True,
+    )
+    expected: list[str] = []
+    removed_latest = False
+    stored: list[BaseMessage] = []
+    for batch in batches:
+        before = storage_dump(chat.store, chat.session_id)
+        try:
+            chat.add_messages(batch)
+        except InvalidHistoryError:
+            assert strict
+            assert storage_dump(chat.store, chat.session_id) == before  # refused, not stuck
+            continue
+        removed = {m.id for m in batch if isinstance(m, RemoveMessage)}
+        if REMOVE_ALL_MESSAGES in removed:
+            expected, removed_latest = [], False
+        latest = next((m.id for m in reversed(stored) if isinstance(m, HumanMessage)), None)
+        removed_latest = removed_latest or latest in removed
+        expected = [i for i in expected if i not in removed]
+        expected += [str(m.id) for m in batch if not isinstance(m, RemoveMessage)]
+        if any(isinstance(m, HumanMessage) for m in batch):
+            removed_latest = False  # a new question: the rules hold again
+        stored = chat.full_messages
+        assert [m.id for m in stored] == expected
+        check_view(stored, chat.messages, chat.summary, removed_latest=removed_latest)
+
+
+@WILD
+@given(wild_history(max_rounds=6, blank_ids=True))
+def test_faces_treat_empty_ids_as_missing(messages: list[BaseMessage]) -> None:
+    ided = ensure_ids(messages)
+    assert all(m.id for m in ided)
+    result = make().compress(ided)  # the advice of the missing-id error works
+    check_view(ided, result.messages, result.summary)
+    update = RoundCompressionNode(make()).invoke({"messages": messages})
+    check_view(ided, update["model_input"], summary_from_state(update))
+    builder = ContextBuilder(max_context_tokens=4000, token_counter=count_tokens_approximately)
+    built = builder.build(messages)
+    assert validate_history(built) == []
+    humans = [m for m in messages if isinstance(m, HumanMessage)]
+    if humans:
+        assert [m for m in built if isinstance(m, HumanMessage)][-1].content == humans[-1].content
+    for reducer in (
+        TruncationReducer(target_count=4),
+        MaxTokensReducer(max_tokens=4000, token_counter=count_tokens_approximately),
+    ):
+        reducer.reduce(messages)
+    chat = CompressingChatMessageHistory(
+        f"blank-{next(_sessions)}",
+        connection=InMemoryHistoryStore(),
+        compressor=make(),
+        raise_on_compression_error=True,
+    )
+    for unit in split_units(messages):
+        chat.add_messages(list(unit))
+    stored = chat.full_messages
+    assert all(m.id for m in stored) and len({m.id for m in stored}) == len(messages)
+    check_view(stored, chat.messages, chat.summary)
 
 
 @WILD

@@ -211,9 +211,11 @@ def test_a_view_that_cannot_fit_raises_with_what_is_waiting() -> None:
 
 def test_plan_says_why_a_short_chat_does_not_fold() -> None:
     compressor = RoundCompressor(summarizer(), token_counter=TOKENS)
-    history = list(itertools.chain.from_iterable(
-        (HumanMessage(f"q{n}", id=f"h{n}"), AIMessage(f"a{n}", id=f"a{n}")) for n in range(4)
-    ))
+    history = list(
+        itertools.chain.from_iterable(
+            (HumanMessage(f"q{n}", id=f"h{n}"), AIMessage(f"a{n}", id=f"a{n}")) for n in range(4)
+        )
+    )
     reason = compressor.plan(history).reason
     assert reason.startswith("no fold: 4 rounds pending")
     assert "openai-50, the default pricing" in reason and "108,800" in reason

@@ -68,9 +68,7 @@ def test_create_agent_with_a_profile_keeps_every_request_in_the_window(window: i
     agent = create_agent(model, tools=[fetch], middleware=[middleware])
     state: dict[str, Any] = {"messages": []}
     for n in range(14):
-        state = agent.invoke(
-            {"messages": [*state["messages"], HumanMessage(f"fetch report {n}")]}
-        )
+        state = agent.invoke({"messages": [*state["messages"], HumanMessage(f"fetch report {n}")]})
     assert model.sizes and max(model.sizes) <= int(window * 0.85)
     assert len(state["messages"]) == 14 * 4  # state keeps every message
     assert state["running_summary"] is not None
@@ -124,9 +122,7 @@ def test_a_summarizer_that_always_fails_never_fails_an_answer_that_fits() -> Non
     agent = create_agent(model, tools=[fetch], middleware=[middleware])
     state: dict[str, Any] = {"messages": []}
     for n in range(3):  # 3 x 22k tokens fit in 108,800
-        state = agent.invoke(
-            {"messages": [*state["messages"], HumanMessage(f"fetch report {n}")]}
-        )
+        state = agent.invoke({"messages": [*state["messages"], HumanMessage(f"fetch report {n}")]})
     assert summarizer.calls > 0 and state["messages"][-1].content == "read it"
     assert state.get("running_summary") is None
 
@@ -151,7 +147,9 @@ def _checkpoint_bytes(path: Path) -> int:
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT checkpoint, metadata FROM checkpoints").fetchall()
         writes = conn.execute("SELECT value FROM writes").fetchall()
-    return sum(len(c or b"") + len(m or b"") for c, m in rows) + sum(len(v or b"") for (v,) in writes)
+    return sum(len(c or b"") + len(m or b"") for c, m in rows) + sum(
+        len(v or b"") for (v,) in writes
+    )
 
 
 def _chat_app(tmp_path: Path, name: str, **node_options: Any) -> int:

@@ -61,6 +61,37 @@ def test_extends_previous_summary_from_reduced_input() -> None:
     assert sum(is_summary_message(m) for m in second) == 1
 
 
+def test_reduced_output_fed_back_with_nothing_to_fold_is_no_reduction() -> None:
+    model = _model()
+    reducer = SummarizationReducer(model, target_count=4)
+    first = reducer.reduce(_chat(6))
+    assert first is not None
+    assert reducer.reduce(first) is None
+    assert reducer.reduce([*first, HumanMessage("question 6", id="h6")]) is not None  # folds
+    assert model.calls == 2
+
+
+@pytest.mark.parametrize("grow", [0, 2])
+async def test_a_failed_fold_of_a_reduced_input_is_no_reduction(grow: int) -> None:
+    first = SummarizationReducer(_model(), target_count=4).reduce(_chat(6))
+    assert first is not None
+    more = [m for i in range(6, 6 + grow) for m in (HumanMessage(f"q{i}"), AIMessage(f"a{i}"))]
+    failing = ScriptedChatModel(script=[RuntimeError("503")] * 4)
+    lenient = SummarizationReducer(failing, target_count=4, fail_on_error=False, max_retries=0)
+    assert lenient.reduce([*first, *more]) is None
+    assert await lenient.areduce([*first, *more]) is None
+    assert failing.calls == (2 if grow else 0)
+    # a full history whose earlier fold is remembered still gets that summary back
+    full = _chat(6 + grow)
+    remembering = SummarizationReducer(_model(), target_count=4, fail_on_error=False)
+    assert remembering.reduce(full) is not None
+    remembering.summarizer = lenient.summarizer  # the next fold fails
+    calls = failing.calls
+    again = remembering.reduce([*full, HumanMessage("q9", id="h9"), AIMessage("a9", id="a9")])
+    assert failing.calls == calls + 1
+    assert again is not None and is_summary_message(again[1])
+
+
 def test_full_history_every_turn_only_summarizes_new_messages() -> None:
     model = _model()
     reducer = SummarizationReducer(model, target_count=4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from typing import Any
 
@@ -64,24 +65,61 @@ def test_clauses_of_a_dict_must_all_hold_and_list_items_are_alternatives() -> No
     assert either.fires(either.measure(chat(2), counter=per_message)) is False
 
 
-def test_provider_usage_metadata_of_the_last_ai_message_drives_the_token_trigger() -> None:
+USAGE = {"input_tokens": 9000, "output_tokens": 500, "total_tokens": 9500}
+
+
+def reported_by(provider: str | None) -> list[BaseMessage]:
+    """Three rounds whose last answer reports 9,500 tokens, tagged with ``provider``."""
     history = chat(3)
-    history[-1] = AIMessage(
-        "a2",
-        id="a2",
-        usage_metadata={"input_tokens": 9000, "output_tokens": 500, "total_tokens": 9500},
-    )
+    metadata = {} if provider is None else {"model_provider": provider}
+    history[-1] = AIMessage("a2", id="a2", usage_metadata=USAGE, response_metadata=metadata)
     history.append(HumanMessage("q3", id="h3"))
+    return history
+
+
+def test_provider_usage_metadata_of_the_last_ai_message_drives_the_token_trigger() -> None:
+    history = reported_by("scriptedsummarizer")  # the summarizer's ls_provider
     counted = CompressionTrigger(trigger=("tokens", 5000), keep=("rounds", 1))
     reported = CompressionTrigger(
         trigger=("tokens", 5000), keep=("rounds", 1), use_usage_metadata=True
     )
-    size = reported.measure(history, counter=per_message)
+    size = reported.bind(ScriptedSummarizer()).measure(history, counter=per_message)
     assert (size.tokens, size.source) == (9510, "usage_metadata")
     assert compressor(counted)[0].plan(history).chunks == ()
     plan = compressor(reported)[0].plan(history)
     assert plan.reasons == ("trigger",)
     assert [m.id for m in plan.chunks[0].messages] == ["h0", "a0", "h1", "a1", "h2", "a2"]
+
+
+@pytest.mark.parametrize("provider", ["anthropic", None])
+def test_usage_reported_by_another_provider_is_ignored(provider: str | None) -> None:
+    """As SummarizationMiddleware does: another provider's count is of another request."""
+    history = reported_by(provider)
+    trigger = CompressionTrigger(
+        trigger=("tokens", 5000), keep=("rounds", 1), use_usage_metadata=True
+    )
+    size = trigger.bind(ScriptedSummarizer()).measure(history, counter=per_message)
+    assert (size.tokens, size.source) == (80, "counted")
+    assert compressor(trigger)[0].plan(history).chunks == ()
+
+
+def test_usage_is_trusted_from_the_measured_model_and_its_aliases() -> None:
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+
+    answering = FakeMessagesListChatModel(responses=[], profile={"max_input_tokens": 20_000})
+    trigger = CompressionTrigger(
+        trigger=("fraction", 0.4), context_window=answering, use_usage_metadata=True
+    )
+    assert trigger.model_provider == "fakemessageslistchatmodel"
+    bound = trigger.bind(ScriptedSummarizer())  # a summarizer of another provider
+    assert bound.model_provider == "fakemessageslistchatmodel"
+    size = bound.measure(reported_by("fakemessageslistchatmodel"), counter=per_message)
+    assert size.source == "usage_metadata" and bound.fires(size)
+    unbound = CompressionTrigger(trigger=("tokens", 5000), use_usage_metadata=True)
+    assert unbound.measure(reported_by("openai"), counter=per_message).source == "counted"
+    bedrock = copy.copy(unbound)
+    bedrock.model_provider = "amazon_bedrock"
+    assert bedrock.measure(reported_by("bedrock_converse"), counter=per_message).tokens == 9510
 
 
 def test_cap_per_call_splits_the_fold_and_every_sent_message_is_covered() -> None:
@@ -163,7 +201,10 @@ def test_middleware_folds_when_the_provider_reports_a_large_request() -> None:
     from langchain_histcompress import RoundCompressionMiddleware
 
     usage = {"input_tokens": 7000, "output_tokens": 100, "total_tokens": 7100}
-    answers = [AIMessage(f"answer {n}", usage_metadata=usage) for n in range(4)]
+    tag = {"model_provider": "scriptedsummarizer"}  # as a real provider tags its answers
+    answers = [
+        AIMessage(f"answer {n}", usage_metadata=usage, response_metadata=tag) for n in range(4)
+    ]
     trigger = CompressionTrigger(
         trigger=("fraction", 0.5), keep=("rounds", 1), use_usage_metadata=True
     )
