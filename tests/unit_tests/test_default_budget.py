@@ -38,7 +38,7 @@ TOKENS = count_tokens_approximately
 
 def words(tokens: int, seed: int = 0) -> str:
     """About ``tokens`` approximate tokens of text (4 characters a token)."""
-    return ("report %d line " % seed) * (tokens * 4 // 16)
+    return f"report {seed} line " * (tokens * 4 // 16)
 
 
 def at(seconds: float) -> dict[str, Any]:

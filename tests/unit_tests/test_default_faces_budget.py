@@ -39,7 +39,7 @@ REPORT_TOKENS = 22_000
 @tool
 def fetch(n: int) -> str:
     """Fetch report ``n``."""
-    return ("report %d line " % n) * (REPORT_TOKENS * 4 // 16)
+    return f"report {n} line " * (REPORT_TOKENS * 4 // 16)
 
 
 class AgentModel(ScriptedChatModel):
