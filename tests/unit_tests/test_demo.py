@@ -85,8 +85,10 @@ def test_packaged_script_is_valid_and_rich() -> None:
     ops = [op for batch in data["fact_batches"] for op in batch["operations"]]
     assert sum(1 for op in ops if op["op"] == "UPDATE" and op["key"] == "dates") >= 2
     assert any(op["op"] == "DELETE" for op in ops)
-    variables = {v["name"] for s in data["summaries"] for v in s["output"]["Variables"]}
-    assert {"df", "monthly_totals"} <= variables
+    turns = [t for s in data["sessions"] for t in s["turns"]]
+    variables = {v["name"] for t in turns for v in t.get("variables", ())}
+    assert {"df", "monthly_totals", "trip_log"} <= variables
+    assert set(data["summary_layout"]) == {n for t in turns for n in t.get("summary_sections", {})}
 
 
 def test_every_scripted_id_exists() -> None:
@@ -95,8 +97,6 @@ def test_every_scripted_id_exists() -> None:
     ids = [t[role]["id"] for t in turns for role in ("user", "assistant")]
     assert len(ids) == len(set(ids))
     known = set(ids)
-    for summary in data["summaries"]:
-        assert summary["through"] in known
     for batch in data["fact_batches"]:
         assert batch["through"] in known
         for op in batch["operations"]:
@@ -150,7 +150,26 @@ def test_check_script_reports_each_kind_of_problem() -> None:
             )
         )
     )
-    assert any("summaries must cover" in p for p in corrupt(lambda d: d["summaries"].pop()))
+    assert any(
+        "not in summary_layout" in p
+        for p in corrupt(
+            lambda d: d["sessions"][0]["turns"][1]["summary_sections"].update(weather="Sunny.")
+        )
+    )
+    assert any(
+        "would be empty" in p
+        for p in corrupt(lambda d: d["sessions"][0]["turns"][0].pop("summary_sections"))
+    )
+    assert any(
+        "which is not set" in p
+        for p in corrupt(
+            lambda d: d["sessions"][0]["turns"][1]["summary_sections"].update(porto=None)
+        )
+    )
+    assert any(
+        "variables must be objects" in p
+        for p in corrupt(lambda d: d["sessions"][0]["turns"][0].update(variables=[{"name": "x"}]))
+    )
     assert any("fact_batches must cover" in p for p in corrupt(lambda d: d["fact_batches"].pop(0)))
     assert any(
         "not after" in p
@@ -212,6 +231,60 @@ def test_scripted_model_answers_each_internal_prompt() -> None:
         f"<conversation>\n</conversation>\n\n<question>{follow_up.user_text}</question>"
     )
     assert model.invoke([question]).text == follow_up.standalone_question
+
+
+def rounds_through(script: Any, count: int) -> list[BaseMessage]:
+    messages: list[BaseMessage] = []
+    for turn in script.turns[:count]:
+        messages += [
+            HumanMessage(turn.user_text, id=turn.user_id),
+            AIMessage(turn.reply_text, id=turn.reply_id),
+        ]
+    return messages
+
+
+def test_scripted_summarizer_answers_any_fold_point() -> None:
+    script = load_script()
+    model = ScriptedChatModel(script=script)
+    versions = []
+    for count in range(1, len(script.turns) + 1):
+        folded = rounds_through(script, count)
+        answer = json.loads(model.invoke(build_summary_prompt(folded)).text)
+        assert answer == dict(script.summaries[folded[-1].id or ""])
+        assert answer["ConversationSummary"].strip()
+        versions.append(answer["ConversationSummary"])
+        # a later fold reads the previous summary and only the new rounds: same answer
+        if count > 3:
+            newer = folded[-4:]
+            previous = RunningSummary(content="earlier", text="earlier")
+            again = json.loads(model.invoke(build_summary_prompt(newer, previous)).text)
+            assert again == answer
+    assert len(set(versions)) > len(versions) // 2  # most rounds change the summary
+    # a fold ending on a user message gets the summary through the round before it
+    nxt = script.turns[10]
+    assert script.summaries[nxt.user_id] == script.summaries[script.turns[9].reply_id]
+    assert script.turns[0].user_id not in script.summaries
+
+
+def _numbers(text: str) -> set[str]:
+    return {re.sub(r"(?<=\d),(?=\d{3})", "", n) for n in re.findall(r"\d+(?:[.,]\d+)*", text)}
+
+
+def test_scripted_summaries_only_state_what_was_said_so_far() -> None:
+    script = load_script()
+    said = ""
+    for turn in script.turns:
+        said += f"{turn.user_text}\n{turn.reply_text}\n"
+        output = script.summaries[turn.reply_id]
+        text = (
+            output["ConversationSummary"]
+            + "\n"
+            + "\n".join(v["description"] for v in output["Variables"])
+        )
+        assert _numbers(text) <= _numbers(said), (turn.number, _numbers(text) - _numbers(said))
+    late = script.summaries[script.turns[-1].reply_id]["ConversationSummary"]
+    early = script.summaries[script.turns[10].reply_id]["ConversationSummary"]
+    assert "12–26 May" in late and "12–26 May" not in early and "10–24 May" in early
 
 
 def test_scripted_update_targets_the_fact_id_shown_in_the_prompt() -> None:
