@@ -19,7 +19,7 @@ from langchain_histcompress.demo_script import COUNTER_MODEL, DemoScript, Script
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.summary import RunningSummary
 
-__all__ = ["CallKind", "DemoReport", "ResumeRecord", "TurnRecord"]
+__all__ = ["CallKind", "DemoReport", "FoldSettings", "ResumeRecord", "TurnRecord"]
 
 
 CallKind = str
@@ -27,6 +27,46 @@ CallKind = str
 _KINDS: tuple[str, ...] = ("answer", "summarize", "extract", "rephrase")
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+@dataclass(frozen=True)
+class FoldSettings:
+    """The compressor's settings in force, as its reasons name them.
+
+    Example:
+        >>> settings = FoldSettings(keep_rounds=3, window=128, budget_tokens=108,
+        ...                         budget_source="default", pricing="openai-50, the default")
+        >>> reason = ("no fold: 2 rounds pending, 40 of 108 tokens (default); "
+        ...           "cost (openai-50, the default): no fold pays yet")
+        >>> settings.short(reason)
+        'no fold: 2 rounds pending, 40 of 108 tokens; cost: no fold pays yet'
+        >>> settings.why_not(reason)
+        'cost: no fold pays yet'
+    """
+
+    keep_rounds: int
+    """Newest rounds a fold keeps verbatim."""
+    window: int
+    """The answering model's input window in tokens."""
+    budget_tokens: int
+    """Tokens the view may hold (a share of the window)."""
+    budget_source: str
+    """Where the window comes from (the model's profile, or the default)."""
+    pricing: str
+    """The pricing folds are priced under, and where it comes from (``""``: not by cost)."""
+
+    def short(self, reason: str) -> str:
+        """``reason`` without the budget's source and the pricing (both said once elsewhere)."""
+        reason = reason.replace(f" tokens ({self.budget_source})", " tokens")
+        if self.pricing:
+            reason = reason.replace(f"cost ({self.pricing})", "cost")
+        return reason
+
+    def why_not(self, reason: str) -> str:
+        """The cause a no-fold reason gives (the trigger's part, after the view's size)."""
+        short = self.short(reason)
+        _, found, why = short.partition(" tokens; ")
+        return why if found else short
 
 
 @dataclass(frozen=True)
@@ -63,6 +103,17 @@ class TurnRecord:
     """Why a follow-up kept its original wording (``None`` when rephrased or not a follow-up)."""
     resumed: bool = False
     """The turn ran on the app reopened from the checkpoint."""
+    fold_reason: str = ""
+    """Why the compressor folded this turn or did not (`CompressionPlan.reason`)."""
+    planned_folds: int = 0
+    """Summarizer calls the compressor planned for this turn."""
+    fold_failed: str | None = None
+    """Why a planned fold failed (the turn went on with the stored summary), else ``None``."""
+
+    @property
+    def folded(self) -> bool:
+        """Whether the compressor folded rounds into the summary this turn."""
+        return bool(self.billed.get("summarize", (0, 0))[0])
 
 
 @dataclass(frozen=True)
@@ -110,6 +161,8 @@ class DemoReport:
     """The reopened thread (``None`` when only one turn ran)."""
     db_path: str
     """The SQLite file of the checkpointer."""
+    folding: FoldSettings | None = None
+    """The compressor's settings in force (``None``: not recorded)."""
 
     def billed_by_kind(self) -> dict[str, tuple[int, int]]:
         """Calls and billed tokens per kind over the whole run."""
@@ -176,6 +229,11 @@ class _Printer:
                 text = text.encode(self.encoding, "replace").decode(self.encoding)
             print(text, file=self.writer)
 
+    def wrapped(self, text: str, width: int = 98) -> None:
+        """A long line, continued on indented lines."""
+        for line in textwrap.wrap(text, width=width, subsequent_indent="  ") or [""]:
+            self.line(line)
+
     def rule(self, text: str) -> None:
         dash = "─" if self.fancy else "-"
         self.line(f"{dash * 2} {text} ".ljust(98, dash))
@@ -197,12 +255,14 @@ def _when(moment: datetime) -> str:
     )
 
 
-def _turn_line(printer: _Printer, record: TurnRecord) -> None:
+def _turn_line(printer: _Printer, record: TurnRecord, settings: FoldSettings | None = None) -> None:
     share = record.sent_tokens / record.full_tokens if record.full_tokens else 1.0
     version = f"v{record.summary_version}" if record.summary_version else "--"
     events: list[str] = []
-    if record.billed.get("summarize", (0, 0))[0]:
+    if record.folded:
         events.append("summarized")
+    if record.fold_failed is not None:
+        events.append(f"fold FAILED ({record.fold_failed})")
     changes = [
         f"{sign}{count}"
         for sign, count in (
@@ -225,6 +285,10 @@ def _turn_line(printer: _Printer, record: TurnRecord) -> None:
         f"{printer.bar(share)} {share:4.0%}  summary {version:>3}  facts {record.fact_count:2d}"
         + (f"  {', '.join(events)}" if events else "")
     )
+    if record.planned_folds and record.fold_reason:
+        reason = settings.short(record.fold_reason) if settings is not None else record.fold_reason
+        arrow = "↳" if printer.fancy else "->"
+        _wrap(printer, f"{arrow} {reason}", indent=" " * 9, width=98)
 
 
 def _wrap(printer: _Printer, text: str, indent: str = "  ", width: int = 98) -> None:
@@ -295,6 +359,45 @@ def _print_follow_ups(printer: _Printer, report: DemoReport, script: DemoScript)
         _wrap(printer, f"{arrow} {result}", indent="           ", width=98)
 
 
+def _ranges(numbers: list[int]) -> str:
+    """``[1, 2, 3, 5, 7, 8]`` as ``"1-3, 5, 7-8"``."""
+    spans: list[list[int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
+def _print_folds(printer: _Printer, report: DemoReport) -> None:
+    settings = report.folding
+    turns = report.turns
+    if settings is None or not turns:
+        return
+    folded = [t.number for t in turns if t.folded]
+    failed = [t.number for t in turns if t.fold_failed is not None]
+    printer.line()
+    count = f"{len(folded)} fold{'' if len(folded) == 1 else 's'} in {len(turns)} turns"
+    rule = f"cost under {settings.pricing}" if settings.pricing else "the trigger"
+    printer.line(
+        f"folding ({rule}; budget {settings.budget_tokens:,} tokens): {count}"
+        + (f" (turn{'' if len(folded) == 1 else 's'} {_ranges(folded)})" if folded else "")
+        + (f", {len(failed)} failed (turns {_ranges(failed)})" if failed else "")
+    )
+    groups: dict[str, list[int]] = {}
+    for turn in turns:
+        if not turn.fold_reason:
+            continue
+        if turn.planned_folds:
+            _wrap(printer, f"turn {turn.number}: {settings.short(turn.fold_reason)}", width=98)
+        else:
+            groups.setdefault(settings.why_not(turn.fold_reason), []).append(turn.number)
+    for why, numbers in groups.items():
+        plural = "s" if len(numbers) > 1 else ""
+        _wrap(printer, f"no fold, turn{plural} {_ranges(numbers)}: {why}", width=98)
+
+
 def _print_savings(printer: _Printer, report: DemoReport) -> None:
     printer.line()
     printer.line(f"billed tokens (prompt + completion of every call, tiktoken {COUNTER_MODEL}):")
@@ -343,6 +446,7 @@ def _print_resume(printer: _Printer, report: DemoReport) -> None:
 
 def _report(printer: _Printer, report: DemoReport, script: DemoScript) -> None:
     _print_resume(printer, report)
+    _print_folds(printer, report)
     _print_summary(printer, report)
     _print_facts(printer, report)
     _print_follow_ups(printer, report, script)
@@ -355,6 +459,17 @@ def _problems(report: DemoReport) -> list[str]:
         f"turn {t.number}: fact extraction failed"
         for t in report.turns
         if t.extraction_status == "failed"
+    ]
+    problems += [
+        f"turn {t.number}: the planned fold failed ({t.fold_failed})"
+        for t in report.turns
+        if t.fold_failed is not None
+    ]
+    problems += [
+        f"turn {t.number}: {t.planned_folds} summarizer calls planned, "
+        f"{t.billed.get('summarize', (0, 0))[0]} made"
+        for t in report.turns
+        if t.fold_failed is None and t.planned_folds != t.billed.get("summarize", (0, 0))[0]
     ]
     problems += [
         f"turn {t.number}: rephrasing fell back ({t.rephrase_fallback})"

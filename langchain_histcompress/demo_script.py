@@ -38,8 +38,6 @@ __all__ = [
     "MAX_CONTEXT_TOKENS",
     "MAX_PROMPT_FACTS",
     "REPHRASE_HISTORY_MESSAGES",
-    "ROUNDS_TO_COMPRESS",
-    "ROUNDS_TO_RETAIN",
     "SCRIPT_FORMAT",
     "TOP_K_FACTS",
     "DemoScript",
@@ -52,10 +50,6 @@ __all__ = [
 SCRIPT_FORMAT = "langchain-histcompress-demo/2"
 """Value of the ``format`` key of a demo conversation file."""
 
-ROUNDS_TO_COMPRESS = 4
-"""Rounds folded into the running summary per summarizer call."""
-ROUNDS_TO_RETAIN = 3
-"""Newest rounds always kept verbatim."""
 FACT_BATCH_ROUNDS = 4
 """Completed rounds sent to the fact extractor per call."""
 REPHRASE_HISTORY_MESSAGES = 4
