@@ -37,6 +37,7 @@ from langchain_histcompress.demo_report import (
     CallKind,
     DemoReport,
     FoldSettings,
+    PricedRun,
     ResumeRecord,
     TurnRecord,
     _Printer,
@@ -53,6 +54,14 @@ from langchain_histcompress.demo_script import (
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import facts_from_state
 from langchain_histcompress.nodes import summary_from_state
+from langchain_histcompress.pricing import (
+    DEFAULT_PRICING,
+    PRICING_MODELS,
+    PromptCache,
+    PromptRequest,
+    encode_request,
+    price_requests,
+)
 from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import ensure_ids
 from langchain_histcompress.summary import RunningSummary
@@ -75,6 +84,10 @@ class _Call:
     kind: CallKind
     prompt_tokens: int
     completion_tokens: int
+    prompt: tuple[int, ...] = ()
+    """The prompt's token ids (what a provider's prompt cache compares)."""
+    at: float = 0.0
+    """When the call was made, in the conversation's time (seconds)."""
 
 
 class UsageMeter(BaseCallbackHandler):
@@ -100,10 +113,12 @@ class UsageMeter(BaseCallbackHandler):
         super().__init__()
         self.counter = counter
         self.turn = 0
+        self.now = 0.0
+        """The conversation's time in seconds (stamped on the calls that follow)."""
         self.calls: list[_Call] = []
         self.fold_failures: dict[int, str] = {}
         """Turn -> the error of a fold that failed (the turn went on with the stored summary)."""
-        self._pending: dict[UUID, tuple[int, str, int]] = {}
+        self._pending: dict[UUID, tuple[int, str, tuple[int, ...], float]] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -126,9 +141,9 @@ class UsageMeter(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Count the prompt."""
-        prompt = sum(self.counter.count_messages(batch) for batch in messages)
+        prompt = tuple(i for batch in messages for i in encode_request(batch, self.counter))
         with self._lock:
-            self._pending[run_id] = (self.turn, self._kind(metadata), prompt)
+            self._pending[run_id] = (self.turn, self._kind(metadata), prompt, self.now)
 
     def on_llm_end(
         self,
@@ -151,9 +166,9 @@ class UsageMeter(BaseCallbackHandler):
                     completion += self.counter.count_text(message_text(generation.message))
                 else:
                     completion += self.counter.count_text(generation.text)
-        turn, kind, prompt = pending
+        turn, kind, prompt, at = pending
         with self._lock:
-            self.calls.append(_Call(turn, kind, prompt, completion))
+            self.calls.append(_Call(turn, kind, len(prompt), completion, prompt, at))
 
     def on_llm_error(
         self,
@@ -216,6 +231,8 @@ class _Run:
     history: list[BaseMessage] = field(default_factory=list)
     records: list[TurnRecord] = field(default_factory=list)
     settings: FoldSettings | None = None
+    baseline: list[PromptRequest] = field(default_factory=list)
+    """The requests of answering with the full history, for pricing."""
 
     def turn(
         self,
@@ -229,6 +246,7 @@ class _Run:
     ) -> dict[str, Any]:
         """Run one turn; ``summary`` is the stored one before it (to plan the fold)."""
         self.meter.turn = turn.number
+        self.meter.now = turn.user_at.timestamp()
         self.clock.now = turn.user_at
         question = _question(turn)
         if not self.history:
@@ -238,7 +256,8 @@ class _Run:
             new = [question]
         # what the compress node will decide, and why (planning is pure and deterministic)
         plan = compressor.plan(ensure_ids([*self.history, question]), summary)
-        full = self.counter.count_messages([*self.history, question])
+        full_prompt = encode_request([*self.history, question], self.counter)
+        full = len(full_prompt)
         inputs: dict[str, Any] = {
             "messages": new,
             "follow_up": turn.standalone_question is not None,
@@ -285,6 +304,9 @@ class _Run:
             fold_failed=self.meter.fold_failures.get(turn.number),
         )
         self.records.append(record)
+        self.baseline.append(
+            PromptRequest(full_prompt, record.reply_tokens, at=turn.user_at.timestamp())
+        )
         _turn_line(self.printer, record, self.settings)
         return state
 
@@ -295,6 +317,29 @@ def _question(turn: ScriptedTurn) -> HumanMessage:
         turn.user_text,
         id=turn.user_id,
         additional_kwargs={"timestamp": turn.user_at.isoformat()},
+    )
+
+
+def _priced(run: _Run, compressor: RoundCompressor) -> PricedRun:
+    """The run's calls and the full-history baseline, priced as the provider bills them."""
+    schedule = compressor.target.schedule
+    pricing = schedule.pricing if schedule is not None else PRICING_MODELS[DEFAULT_PRICING]
+    cache = PromptCache(pricing)
+    by_kind: dict[str, float] = {}
+    prompt = cached = 0
+    for call in run.meter.calls:  # in the order they were made
+        cost = cache.price(PromptRequest(call.prompt, call.completion_tokens, at=call.at))
+        by_kind[call.kind] = by_kind.get(call.kind, 0.0) + cost.cost
+        prompt, cached = prompt + cost.input_tokens, cached + cost.cached_tokens
+    full = price_requests(run.baseline, pricing)
+    return PricedRun(
+        pricing=pricing.name,
+        description=pricing.description,
+        cache_lifetime=pricing.cache_lifetime,
+        by_kind=by_kind,
+        full_cost=full.cost,
+        cached_share=cached / prompt if prompt else 0.0,
+        full_cached_share=full.cached_share,
     )
 
 
@@ -531,4 +576,5 @@ def _replay(run: _Run, script: DemoScript, count: int, path: Path) -> DemoReport
         resume=resume,
         db_path=str(path),
         folding=run.settings,
+        priced=_priced(run, compressor),
     )

@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from langchain_histcompress.demo_script import COUNTER_MODEL, DemoScript, Script
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.summary import RunningSummary
 
-__all__ = ["CallKind", "DemoReport", "FoldSettings", "ResumeRecord", "TurnRecord"]
+__all__ = ["CallKind", "DemoReport", "FoldSettings", "PricedRun", "ResumeRecord", "TurnRecord"]
 
 
 CallKind = str
@@ -67,6 +68,47 @@ class FoldSettings:
         short = self.short(reason)
         _, found, why = short.partition(" tokens; ")
         return why if found else short
+
+
+@dataclass(frozen=True)
+class PricedRun:
+    """Every call of the run and the full-history baseline, priced as the provider bills them.
+
+    A call's cached part is its longest prefix shared with an earlier call while the cache is
+    warm (see `pricing.PromptCache`); the conversation's own times decide when it goes cold.
+
+    Example:
+        >>> priced = PricedRun(pricing="openai-50", description="", cache_lifetime=300.0,
+        ...                    by_kind={"answer": 0.5, "summarize": 0.1}, full_cost=0.8,
+        ...                    cached_share=0.2, full_cached_share=0.5)
+        >>> round(priced.cost, 2), round(priced.savings, 2)
+        (0.6, 0.25)
+    """
+
+    pricing: str
+    """Name of the pricing model (the one the compressor folds under)."""
+    description: str
+    """What the pricing model is (which models, what the cache takes off)."""
+    cache_lifetime: float
+    """Seconds an unused cache entry lives."""
+    by_kind: Mapping[str, float]
+    """Price of the run's calls by kind (USD)."""
+    full_cost: float
+    """Price of answering with the full history every turn (USD)."""
+    cached_share: float
+    """Share of the run's prompt tokens read from the cache."""
+    full_cached_share: float
+    """Share of the full-history prompts read from the cache."""
+
+    @property
+    def cost(self) -> float:
+        """Price of every call of the run, the package's own included (USD)."""
+        return math.fsum(self.by_kind.values())
+
+    @property
+    def savings(self) -> float:
+        """``1 - cost / full_cost`` (negative: the run cost more)."""
+        return 1 - self.cost / self.full_cost if self.full_cost else 0.0
 
 
 @dataclass(frozen=True)
@@ -163,6 +205,8 @@ class DemoReport:
     """The SQLite file of the checkpointer."""
     folding: FoldSettings | None = None
     """The compressor's settings in force (``None``: not recorded)."""
+    priced: PricedRun | None = None
+    """The calls priced with the provider's prompt cache (``None``: not priced)."""
 
     def billed_by_kind(self) -> dict[str, tuple[int, int]]:
         """Calls and billed tokens per kind over the whole run."""
@@ -398,19 +442,46 @@ def _print_folds(printer: _Printer, report: DemoReport) -> None:
         _wrap(printer, f"no fold, turn{plural} {_ranges(numbers)}: {why}", width=98)
 
 
+def _change(cost: float, baseline: float) -> str:
+    """``cost`` against ``baseline``, in words: ``"12.3% less"`` or ``"4.0% more"``."""
+    if not baseline:
+        return "no baseline"
+    share = 1 - cost / baseline
+    return f"{share:.1%} less" if share >= 0 else f"{-share:.1%} more"
+
+
 def _print_savings(printer: _Printer, report: DemoReport) -> None:
+    priced = report.priced
     printer.line()
-    printer.line(f"billed tokens (prompt + completion of every call, tiktoken {COUNTER_MODEL}):")
+    title = f"billed tokens (prompt + completion of every call, tiktoken {COUNTER_MODEL})"
+    if priced is not None:
+        title += (
+            f" and their price as {priced.pricing} bills them ({priced.description}; a cache "
+            f"unused for {priced.cache_lifetime / 60:g} minutes is gone)"
+        )
+    printer.wrapped(title + ":")
+
+    def price(kind: str | None) -> str:
+        if priced is None:
+            return ""
+        if kind is None:
+            cost = priced.full_cost
+        else:
+            cost = priced.cost if kind == "total" else priced.by_kind.get(kind, 0.0)
+        return f"  {'$' + format(cost, '.4f'):>9}"
+
     by_kind = report.billed_by_kind()
     for kind in (*_KINDS, *sorted(set(by_kind) - set(_KINDS))):
         if kind in by_kind:
             calls, tokens = by_kind[kind]
-            printer.line(f"  {kind:<11} {calls:4d} calls  {tokens:>10,}")
+            printer.line(f"  {kind:<11} {calls:4d} calls  {tokens:>10,}{price(kind)}")
     total_calls = sum(calls for calls, _ in by_kind.values())
-    printer.line(f"  {'total':<11} {total_calls:4d} calls  {report.billed_tokens:>10,}")
+    printer.line(
+        f"  {'total':<11} {total_calls:4d} calls  {report.billed_tokens:>10,}{price('total')}"
+    )
     printer.line(
         f"  {'full history':<11} {len(report.turns):4d} calls  {report.full_history_tokens:>10,}"
-        "   (every message sent on every turn)"
+        f"{price(None)}   (every message sent on every turn)"
     )
     last = report.turns[-1]
     if last.full_tokens:
@@ -421,6 +492,14 @@ def _print_savings(printer: _Printer, report: DemoReport) -> None:
     printer.line(
         f"summarize + extract + rephrase: {report.internal_share:.0%} of the billed tokens"
     )
+    if priced is not None:
+        compressing = priced.by_kind.get("answer", 0.0) + priced.by_kind.get("summarize", 0.0)
+        printer.wrapped(
+            f"price: ${priced.cost:.4f} instead of ${priced.full_cost:.4f}, "
+            f"{_change(priced.cost, priced.full_cost)} (input read from the cache: "
+            f"{priced.cached_share:.0%} instead of {priced.full_cached_share:.0%}); answering and "
+            f"summarizing alone: ${compressing:.4f}, {_change(compressing, priced.full_cost)}"
+        )
     printer.line(
         f"savings: {report.savings:.1%} ({report.billed_tokens:,} vs "
         f"{report.full_history_tokens:,} billed tokens, {len(report.turns)} turns)",

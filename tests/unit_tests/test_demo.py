@@ -29,6 +29,12 @@ from langchain_histcompress.demo import (
 from langchain_histcompress.demo_report import _problems
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact, build_extraction_prompt
+from langchain_histcompress.pricing import (
+    PRICING_MODELS,
+    PromptRequest,
+    encode_request,
+    price_requests,
+)
 from langchain_histcompress.summary import RunningSummary, build_summary_prompt
 from langchain_histcompress.tokens import TiktokenCounter
 from tests import fakes
@@ -459,6 +465,32 @@ def test_full_history_baseline_is_recomputed_independently(full_report: DemoRepo
         )
         history += [question, AIMessage(turn.reply_text)]
     assert full_report.full_history_tokens == expected
+
+
+def test_calls_are_priced_with_the_prompt_cache_of_the_pricing_folds_use(
+    full_run: tuple[int, str, str], full_report: DemoReport
+) -> None:
+    priced = full_report.priced
+    assert priced is not None and priced.pricing == "openai-50"
+    assert set(priced.by_kind) == set(full_report.billed_by_kind())
+    # the baseline, priced independently: the full history on every turn, one cold cache
+    script = load_script()
+    counter = TiktokenCounter()
+    history: list[BaseMessage] = [SystemMessage(script.system_prompt)]
+    requests = []
+    for turn, record in zip(script.turns, full_report.turns, strict=True):
+        history.append(HumanMessage(turn.user_text))
+        prompt = encode_request(history, counter)
+        requests.append(PromptRequest(prompt, record.reply_tokens, at=turn.user_at.timestamp()))
+        history.append(AIMessage(turn.reply_text))
+    full = price_requests(requests, PRICING_MODELS["openai-50"])
+    assert priced.full_cost == pytest.approx(full.cost)
+    assert priced.full_cached_share == pytest.approx(full.cached_share)
+    # what the defaults decide pays under their pricing: answering and folding cost less
+    assert priced.by_kind["answer"] + priced.by_kind["summarize"] < priced.full_cost
+    out = " ".join(full_run[1].split())
+    assert f"price: ${priced.cost:.4f} instead of ${priced.full_cost:.4f}" in out
+    assert "as openai-50 bills them" in out
 
 
 def test_turns_after_a_fold_send_far_less_than_the_full_history(full_report: DemoReport) -> None:
