@@ -260,7 +260,7 @@ class _Printer:
         self.quiet = quiet
         encoding = getattr(writer, "encoding", None) or "utf-8"
         try:
-            "█░─·→…€–".encode(encoding)
+            "█░─·→↳…€–".encode(encoding)
             self.encoding: str | None = None
         except (UnicodeEncodeError, LookupError):
             self.encoding = encoding if _known_codec(encoding) else "ascii"
