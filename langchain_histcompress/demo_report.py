@@ -424,7 +424,7 @@ def _print_folds(printer: _Printer, report: DemoReport) -> None:
     printer.line()
     count = f"{len(folded)} fold{'' if len(folded) == 1 else 's'} in {len(turns)} turns"
     rule = f"cost under {settings.pricing}" if settings.pricing else "the trigger"
-    printer.line(
+    printer.wrapped(
         f"folding ({rule}; budget {settings.budget_tokens:,} tokens): {count}"
         + (f" (turn{'' if len(folded) == 1 else 's'} {_ranges(folded)})" if folded else "")
         + (f", {len(failed)} failed (turns {_ranges(failed)})" if failed else "")
