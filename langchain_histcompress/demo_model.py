@@ -51,7 +51,8 @@ class ScriptedChatModel(BaseChatModel):
 
     * the answering call (its last message is a scripted user message, by id): the reply;
     * a summarizer prompt (``<conversation>`` + the ``ConversationSummary`` format): the
-      summary scripted for the newest ``<message id="...">`` shown;
+      summary through the newest ``<message id="...">`` shown, whichever it is (the script
+      composes one through every message, from what the conversation says up to there);
     * a fact-extraction prompt (``<new_messages>``): the operations scripted for the newest
       message id shown, ``UPDATE`` / ``DELETE`` pointed at the fact ids the prompt's
       ``<current_facts>`` block shows (the package assigns fact ids, the script cannot);

@@ -514,9 +514,31 @@ def test_demo_runs_against_the_local_server(
     openai_env: OpenAIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from langchain_histcompress.cli import main
+    from langchain_histcompress.demo_script import load_script
 
-    assert main(["demo", "--model", "openai:gpt-4o-mini", "--turns", "12", "--quiet"]) == 0
-    assert "savings" in capsys.readouterr().out
+    replies = {t.user_text: t.reply_text for t in load_script().turns}
+
+    def as_scripted(request: Request) -> Reply | Fault:
+        # the answering call ends with the user's own message: reply as the script does, so
+        # the conversation grows as it does offline (the internal calls get auto replies)
+        messages = request.body.get("messages") or []
+        last = messages[-1] if messages else {}
+        if last.get("role") == "user" and last.get("content") in replies:
+            return Reply(replies[last["content"]])
+        return auto_reply(request)
+
+    openai_env.responder = as_scripted
+    assert main(["demo", "--model", "openai:gpt-4o-mini", "--turns", "50"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "savings" in out
+    # the defaults read the window and the pricing from ChatOpenAI and fold by cost, when the
+    # user comes back after days (the cache is cold)
+    assert "ChatOpenAI profile" in out and "openai-50, from ChatOpenAI" in out
+    assert (
+        "folding (cost under openai-50, from ChatOpenAI; budget 108,800 tokens): "
+        "1 fold in 50 turns (turn 49)"
+    ) in out
+    assert "cost: the cache has gone cold" in out
     internal = [
         r
         for r in openai_env.requests
