@@ -11,7 +11,7 @@ Example:
     >>> from langchain_core.messages import HumanMessage, ToolMessage
     >>> budget = context_budget(1000)
     >>> budget.tokens, budget.source
-    (850, 'context_window=1000')
+    (850, 'context_window=1,000')
     >>> report = ToolMessage("row " * 2000, tool_call_id="c1", id="t1")
     >>> short = shorten_message(report, 120, counter="approximate")
     >>> short.id, short.additional_kwargs[SHORTENED_KEY]["original_tokens"] > 120
@@ -121,20 +121,20 @@ def context_budget(
 
     Example:
         >>> context_budget(None).source
-        'default window (128000 tokens)'
+        'default window (128,000 tokens)'
     """
     if isinstance(value, bool) or (isinstance(value, int) and value < 1):
         msg = f"context_window must be a positive number of tokens or a chat model, got {value!r}"
         raise ConfigurationError(msg)
     if isinstance(value, int):
-        return ContextBudget(value, f"context_window={value}")
+        return ContextBudget(value, f"context_window={value:,}")
     if value is not None:
         window = context_window_of(value)
         if window is not None:
             return ContextBudget(window, f"{type(value).__name__} profile")
         name = type(value).__name__
-        return ContextBudget(default, f"default window ({default} tokens; {name} has no profile)")
-    return ContextBudget(default, f"default window ({default} tokens)")
+        return ContextBudget(default, f"default window ({default:,} tokens; {name} has no profile)")
+    return ContextBudget(default, f"default window ({default:,} tokens)")
 
 
 # --------------------------------------------------------------------------- shortening

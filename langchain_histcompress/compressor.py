@@ -356,14 +356,19 @@ def _explain(
     size = f"{choice.view_tokens:,} of {budget.tokens:,} tokens ({budget.source})"
     if not chunks:
         why = cost_note or "the trigger did not fire"
-        return f"no fold: {pending} rounds pending, {size}; {why}"
+        return f"no fold: {pending} round{'s' if pending != 1 else ''} pending, {size}; {why}"
     rounds = sum(c.rounds for c in chunks)
-    what = f"fold {rounds} rounds" if rounds else "fold older tool steps of the latest round"
+    what = (
+        f"fold {rounds} round{'s' if rounds > 1 else ''}"
+        if rounds
+        else "fold older tool steps of the latest round"
+    )
     if rounds and any(c.partial_round for c in chunks):
         what += " and older tool steps of the latest round"
     words = [cost_note if r == "cost" else _REASON_WORDS[r] for r in reasons]
     deferred = f"; {choice.deferred} more rounds next turn" if choice.deferred else ""
-    return f"{what} in {len(chunks)} calls ({'; '.join(words)}), {size}{deferred}"
+    calls = "1 call" if len(chunks) == 1 else f"{len(chunks)} calls"
+    return f"{what} in {calls} ({'; '.join(words)}), {size}{deferred}"
 
 
 @dataclass(frozen=True)
@@ -441,7 +446,7 @@ class RoundCompressor:
         >>> for n in range(5):
         ...     history += [HumanMessage(f"q{n}", id=f"h{n}"), AIMessage(f"a{n}", id=f"a{n}")]
         >>> print(RoundCompressor(model, token_counter="approximate").plan(history).reason)
-        no fold: 5 rounds pending, 55 of 108,800 tokens (default window (128000 tokens)); \
+        no fold: 5 rounds pending, 55 of 108,800 tokens (default window (128,000 tokens)); \
 cost (openai-50, the default pricing): no fold pays yet
         >>> compressor = RoundCompressor(model, token_counter="approximate",
         ...                              trigger=("rounds", 5))

@@ -402,7 +402,7 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
             >>> state = {"messages": [HumanMessage("hi", id="h"), AIMessage("hello", id="a"),
             ...                       HumanMessage("and now?", id="h2")]}
             >>> node.explain(state).split(";")[0]
-            'no fold: 2 rounds pending, 18 of 108,800 tokens (default window (128000 tokens))'
+            'no fold: 2 rounds pending, 18 of 108,800 tokens (default window (128,000 tokens))'
         """
         summary = _readable_summary(state, self.summary_key)
         messages = _with_ids(_state_messages(state, self.messages_key), summary)

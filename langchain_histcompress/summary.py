@@ -72,7 +72,7 @@ from langchain_histcompress._model_edge import (
 )
 from langchain_histcompress.budget import context_budget, fit_messages
 from langchain_histcompress.coverage import CoveredIds, CoveredIdsField, as_covered_ids
-from langchain_histcompress.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.errors import BudgetError, ConfigurationError, SummarizationError
 from langchain_histcompress.render import wrap_data
 from langchain_histcompress.rounds import SUMMARY_SOURCE, is_summary_message
 from langchain_histcompress.summary_prompt import (
@@ -614,7 +614,14 @@ class Summarizer:
             if size <= limit:
                 break
             room = sum(message_costs(counter, shown)) - (size - limit) - 64
-            shown = tuple(fit_messages(request.messages, max(room, 1), counter, protected=_nothing))
+            try:
+                fitted = fit_messages(request.messages, max(room, 1), counter, protected=_nothing)
+            except BudgetError as error:
+                msg = (
+                    f"the summarizer prompt does not fit in its window ({limit:,} tokens): {error}"
+                )
+                raise SummarizationError(msg) from None
+            shown = tuple(fitted)
         else:
             msg = f"the summarizer prompt does not fit in {limit:,} tokens"
             raise SummarizationError(msg)

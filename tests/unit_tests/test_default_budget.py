@@ -204,7 +204,7 @@ def test_a_view_that_cannot_fit_raises_with_what_is_waiting() -> None:
         AIMessage("b", id="a0"),
         HumanMessage("now", id="h1"),
     ]
-    with pytest.raises(BudgetError, match="context_window=1000"):
+    with pytest.raises(BudgetError, match="context_window=1,000"):
         compressor.view(history)
     assert not any(is_summary_message(m) for m in history)
 

@@ -429,7 +429,7 @@ def test_full_demo_runs_the_defaults_and_says_why_it_folds(
     )
     no_fold = [line.strip() for line in report.splitlines() if line.startswith("  no fold, ")]
     assert no_fold and any(line.endswith(": cost: no fold pays yet") for line in no_fold)
-    assert sum("(default window (128000 tokens" in line for line in lines) == 0
+    assert sum("(default window (128,000 tokens" in line for line in lines) == 0
     assert sum("the default pricing" in line for line in lines) == 2  # header and report
 
 
