@@ -9,15 +9,23 @@ or the cache is cold after a pause). `FoldSchedule.decide` answers two questions
 one uncached input token:
 
 1. **When** (rent or buy): fold the oldest rounds once the rent already paid for carrying
-   them, the coming request's included, reaches what folding them costs. This is the classic
-   rent-or-buy rule: whatever the future holds, it never pays more than twice the best
-   schedule chosen in hindsight, and it needs no horizon. It sets the rhythm by itself: with
-   no caching every re-sent token is paid in full and a long conversation folds every few
-   rounds (as TaskWeaver does); under a warm 90%-off cache re-sending is cheap and folds wait
-   for the cache to go cold (a pause longer than its lifetime), when they cost no cache miss
-   and the coming request pays everything in full anyway.
+   them, the coming request's included, reaches the fold's *overhead*: its cost less the
+   summarizer's read of the folded rounds. That read is paid once for every round, by
+   whichever fold folds it, so it does not depend on when the fold happens; what folding
+   now rather than later adds is one more call's overhead (the instructions, the previous
+   summary read and rewritten, the cache miss). Over a long conversation this is the rhythm
+   that minimises the cost per round (rent grows with the square of the rounds carried, the
+   overhead is paid once per fold: their sum per round is least where they are equal). It
+   sets the rhythm by itself: with no caching every re-sent token is paid in full and a long
+   conversation folds every few rounds (as TaskWeaver does); under a warm 90%-off cache
+   re-sending is cheap and folds wait for the cache to go cold (a pause longer than its
+   lifetime), when they cost no cache miss and the coming request pays everything in full
+   anyway. Whether the conversation lasts long enough for the read to be worth paying at
+   all is the second question.
 2. **Whether** (payback): the tokens a fold removes (the folded rounds minus the summary's
-   growth) must repay its cost, with 90% confidence, on the requests still to come. The
+   growth) must repay its whole cost, the read of the folded rounds included (a
+   conversation that ends before another fold never needed it), with 90% confidence, on
+   the requests still to come. The
    coming request is certain; how many more will come is not. By the Copernican argument a
    conversation seen at a random moment of its life still has, with probability
    ``f / (f + 1)``, at least ``1 / f`` of its length so far ahead. Length is counted in
@@ -33,10 +41,10 @@ With ``F`` the folded tokens, ``S`` / ``S'`` the summary before / after (``S' = 
 cap)``), ``o`` the output / input price ratio and ``r`` / ``w`` the cache read / write price
 ratios, a fold costs ``instruction_tokens + S + F + o * S'`` plus, when the cache is warm and
 the view was cacheable, ``(S' + kept) * (w - r)`` for the miss; it removes ``F - (S' - S)``
-tokens from every later request. An append-only memory (fact extraction, ``append_ratio``
-``a``) reads only the folded rounds and writes what it adds: ``S' = min(S + a * F, cap)``
-and the call costs ``instruction_tokens + F + o * a * F`` (``memory_ratio`` replaces ``a`` in
-``S'`` when the memory is shown tersely).
+tokens from every later request; its overhead is that cost less ``F``. An append-only
+memory (fact extraction, ``append_ratio`` ``a``) reads only the folded rounds and writes what
+it adds: ``S' = min(S + a * F, cap)`` and the call costs ``instruction_tokens + F + o * a *
+F`` (``memory_ratio`` replaces ``a`` in ``S'`` when the memory is shown tersely).
 
 A verbatim floor keeps the view cacheable: when the provider caches from
 ``min_cached_tokens`` on, a fold never leaves the preamble + kept rounds under it (below it
@@ -82,7 +90,7 @@ logger = logging.getLogger(__name__)
 
 FoldReason = Literal["cold", "rent", "none"]
 """Why a fold was chosen: the cache is cold for the coming request (the fold costs no cache
-miss), the rent paid for the folded rounds reached the fold's cost, or no fold pays."""
+miss), the rent paid for the folded rounds reached the fold's overhead, or no fold pays."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,9 @@ class FoldDecision:
     """Expected cost of the fold (call and cache miss), in uncached input tokens."""
     rent: float = 0.0
     """Rent already paid for carrying the folded rounds (coming request included)."""
+    overhead: float = 0.0
+    """The part of ``cost`` that folding now rather than later adds: all of it but the
+    summarizer's read of the folded rounds (the rent reached it)."""
 
 
 @dataclass(frozen=True)
@@ -260,14 +271,14 @@ class FoldSchedule:
         Example:
             >>> from langchain_histcompress.pricing import PRICING_MODELS
             >>> schedule = FoldSchedule(pricing=PRICING_MODELS["openai-90"], summary_tokens=128)
-            >>> warm = [RoundLoad(tokens=300)] * 20
+            >>> warm = [RoundLoad(tokens=300)] * 12
             >>> cold = [*warm[:-1], RoundLoad(tokens=300, cold=True)]
             >>> state = dict(fixed_tokens=60, summary_tokens=128, rounds_so_far=200)
             >>> schedule.decide(rounds=warm, **state).rounds
             0
             >>> decision = schedule.decide(rounds=cold, **state)
             >>> decision.rounds, decision.reason
-            (16, 'cold')
+            (8, 'cold')
         """
         out, read, write = self._ratios()
         pricing = self.pricing
@@ -333,13 +344,14 @@ class FoldSchedule:
             if missed:
                 miss = (new_summary + kept + fixed_after) * miss_ratio
             cost = call + miss
+            overhead = cost - folded  # the folded rounds' read is paid whenever they fold
             removed = folded - (new_summary - summary_tokens)
             # the coming request is certain, the others as likely as the horizon says
             confident = removed * likely_price - likely_added
             net = removed * horizon_price - horizon_added - cost
-            if rent >= cost and confident >= cost and net > best.net_saving:
+            if rent >= overhead and confident >= cost and net > best.net_saving:
                 reason: FoldReason = "cold" if cold_now and caches else "rent"
-                best = FoldDecision(k, reason, net, cost, rent)
+                best = FoldDecision(k, reason, net, cost, rent, overhead)
         return best
 
 
