@@ -47,9 +47,11 @@ it adds: ``S' = min(S + a * F, cap)`` and the call costs ``instruction_tokens + 
 F`` (``memory_ratio`` replaces ``a`` in ``S'`` when the memory is shown tersely).
 
 A verbatim floor keeps the view cacheable: when the provider caches from
-``min_cached_tokens`` on, a fold never leaves the preamble + kept rounds under it (below it
-nothing at all is cached; the new summary is not counted, its size is not known in advance),
-and it always keeps ``retain_rounds`` newest rounds.
+``min_cached_tokens`` on, a fold never leaves the preamble + summary + kept rounds under it
+(below it nothing at all is cached; the summary is counted at its current size, which a
+rewrite folding more rounds into it does not shrink), and it always keeps ``retain_rounds``
+newest rounds. The floor is kept only when a cached view of its size costs less per request
+than the view without it (see `FoldSchedule`).
 
 Example:
     >>> from langchain_histcompress.pricing import PRICING_MODELS
@@ -211,18 +213,26 @@ class FoldSchedule:
     def _floor_for(self, head_tokens: int, rounds: Sequence[RoundLoad]) -> int:
         """The floor, when keeping the view cacheable is worth it.
 
-        A cached view of ``floor`` tokens costs about ``r * floor`` per request, plus a new
-        round at the full price; the view without a floor (``head_tokens`` of preamble and
-        summary, the retained rounds) costs its size. The floor is kept only when it is the
-        cheaper of the two (at 50% off, a short view sent in full costs less).
+        A cached view of ``floor`` tokens costs about ``r * floor`` per request, plus its new
+        tokens (about a round) at the price new tokens are billed: written at the cache-write
+        price where writes are charged (Anthropic), else in full, with on average half a
+        ``cache_step`` more in full where the cache only holds whole steps (OpenAI). The view
+        without a floor (``head_tokens``: preamble and the summary after the fold; the
+        retained rounds) costs its size. The floor is kept only when it is the cheaper of the
+        two (at 50% off, a short view sent in full costs less).
         """
         floor = self.floor
         if not floor or self.verbatim_floor is not None or not self.pricing.caches:
             return floor
-        read = self.pricing.cache_read_ratio
+        pricing = self.pricing
+        read = pricing.cache_read_ratio
+        if pricing.family == "anthropic":
+            new_price, unheld = max(1.0, pricing.cache_write_ratio), 0.0
+        else:
+            new_price, unheld = 1.0, pricing.cache_step / 2
         retained = [r.tokens for r in rounds[-self.retain_rounds :]]
         mean_round = sum(r.tokens for r in rounds) / len(rounds)
-        cached_view = read * floor + (1 - read) * mean_round
+        cached_view = read * floor + (new_price - read) * (mean_round + unheld)
         return floor if cached_view < head_tokens + sum(retained) else 0
 
     def _ratios(self) -> tuple[float, float, float]:
@@ -278,7 +288,7 @@ class FoldSchedule:
             0
             >>> decision = schedule.decide(rounds=cold, **state)
             >>> decision.rounds, decision.reason
-            (8, 'cold')
+            (9, 'cold')
         """
         out, read, write = self._ratios()
         pricing = self.pricing
@@ -286,7 +296,8 @@ class FoldSchedule:
         eligible = len(rounds) - retain
         if eligible <= 0:
             return FoldDecision(0, "none", 0.0)
-        floor = self._floor_for(fixed_tokens + summary_tokens, rounds)
+        out_summary = self._call(summary_tokens, sum(r.tokens for r in rounds[:eligible]), out)[0]
+        floor = self._floor_for(fixed_tokens + max(summary_tokens, round(out_summary)), rounds)
         latest = rounds[-1]
         cold_now = latest.cold and latest.requests <= 1
         # the price each round's requests paid per re-sent token, and the view's size then
@@ -323,6 +334,7 @@ class FoldSchedule:
         missed = caches and not cold_now and prompt >= min_cached
         miss_ratio = max(0.0, write - read)
         fixed_after = fixed_tokens if fixed_tokens < floor else 0
+        head = fixed_tokens + summary_tokens  # stays in the view: counts towards the floor
         likely_price = now_price + future_price * (likely - 1)
         likely_added = added_tokens * likely
         horizon_price = now_price + future_price * (horizon - 1)
@@ -331,13 +343,11 @@ class FoldSchedule:
             tokens = rounds[k - 1].tokens
             folded += tokens
             first = k - 1 + retain  # the first round after which round k-1 was foldable
-            while first < count and (
-                fixed_tokens + tokens_after[k] - tokens_after[first + 1] < floor
-            ):
+            while first < count and head + tokens_after[k] - tokens_after[first + 1] < floor:
                 first += 1
             rent += tokens * paid_after[first]
             kept = total - folded
-            if fixed_tokens + kept < floor:  # the new summary may be short: not counted
+            if head + kept < floor:
                 break  # folding more would only shrink the view further below the floor
             new_summary, call = self._call(summary_tokens, folded, out)
             miss = 0.0
