@@ -131,7 +131,7 @@ def render_transcript(messages: Sequence[BaseMessage]) -> str:
 
 
 _HEADER_UNSAFE = re.compile(r"[\]\s]")
-_TURN_LINE = re.compile(r"^\[(\S+) (\S+)((?: \S+)*)\] ?(.*)$")
+_TURN_LINE = re.compile(r"^\[([^\s\]]+) ([^\s\]]+)((?: [^\s\]]+)*)\] ?(.*)$")
 
 
 def _header_value(value: object) -> str:

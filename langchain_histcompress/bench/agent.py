@@ -84,7 +84,7 @@ AGENT_CALL_GAP = 10.0
 """Seconds between two model calls of a trajectory."""
 
 _ELEMENT = re.compile(r'<message\b[^>]*\bid="([^"]*)"[^>]*>([^<]*)</message>')
-_TURN_LINES = re.compile(r"^\[\S+ \S+(?: \S+)*\].*(?:\n  .*)*$", re.MULTILINE)
+_TURN_LINES = re.compile(r"^\[[^\s\]]+ [^\s\]]+(?: [^\s\]]+)*\].*(?:\n  .*)*$", re.MULTILINE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 

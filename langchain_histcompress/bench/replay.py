@@ -104,7 +104,7 @@ OperationsFormat = Literal["lines", "json"]
 _START_TAG = re.compile(r"<message\b([^>]*)>")
 _PLAIN_ELEMENT = re.compile(r"<message\b([^>]*)>([^<]*)</message>")
 _ID_ATTRIBUTE = re.compile(r'\bid="([^"]*)"')
-_TURN_LINES = re.compile(r"^\[\S+ \S+(?: \S+)*\].*(?:\n  .*)*$", re.MULTILINE)
+_TURN_LINES = re.compile(r"^\[[^\s\]]+ [^\s\]]+(?: [^\s\]]+)*\].*(?:\n  .*)*$", re.MULTILINE)
 """A `render.render_turn_lines` line and its continuation lines (data, not instructions)."""
 _OPERATIONS_MARKER = re.compile(r'"op"|\bADD\b')
 _JSON_OPERATIONS_MARKER = re.compile(r'"op"')
