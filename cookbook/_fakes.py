@@ -2,7 +2,8 @@
 
 `ScriptedChatModel` answers with a plain Python function of the messages it receives and
 keeps every input in ``calls``. The functions below read the package's own prompts
-(transcript lines such as ``<message id="m1" role="user">text</message>``) and answer
+(transcript lines such as ``<message id="m1" role="user">text</message>``, or ``[m1 user]
+text`` in summarizer prompts) and answer
 like a terse, very literal model. Each notebook uses ``ChatOpenAI`` instead when
 ``OPENAI_API_KEY`` is set.
 """
@@ -20,6 +21,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
+
+from langchain_histcompress.render import read_turn_lines
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -50,9 +53,12 @@ _MESSAGE = re.compile(r'<message id="([^"]*)" role="(\w+)"[^>]*>(.*?)</message>'
 
 
 def transcript(messages: Sequence[BaseMessage]) -> list[tuple[str, str, str]]:
-    """``(id, role, text)`` of every ``<message>`` line in the last prompt message."""
-    found = _MESSAGE.findall(str(messages[-1].content))
-    return [(html.unescape(i), role, html.unescape(text)) for i, role, text in found]
+    """``(id, role, text)`` of every message shown in the last prompt message: ``<message>``
+    elements (extraction, rephrasing) and ``[id role] text`` lines (summaries)."""
+    text = str(messages[-1].content)
+    found = _MESSAGE.findall(text)
+    elements = [(html.unescape(i), role, html.unescape(body)) for i, role, body in found]
+    return elements + read_turn_lines(text)
 
 
 def block(text: str, tag: str) -> str:

@@ -3,11 +3,11 @@
 A `RunningSummary` is the cumulative summary of everything compressed so far, with the exact ids
 of the messages it represents. `Summarizer` turns the previous summary plus the next messages into
 a new summary with one model call: the previous summary is passed once, as data; the messages are
-shown with `render.render_transcript`; the answer is parsed, validated (non-empty, not a refusal,
-within ``max_summary_tokens``) and only then returned. Transient model errors (rate limits, 5xx,
-timeouts, dropped connections) and unusable answers are retried a bounded number of times; anything
-else fails at once. Every failure raises `SummarizationError` and changes nothing.
-The prompt, its configuration and the answer's parser are in `summary_prompt`.
+shown as compact lines (`render.render_turn_lines`); the answer is parsed, validated (non-empty,
+not a refusal, within ``max_summary_tokens``) and only then returned. Transient model errors
+(rate limits, 5xx, timeouts, dropped connections) and unusable answers are retried a bounded
+number of times; anything else fails at once. Every failure raises `SummarizationError` and
+changes nothing. The prompt, its configuration and the answer's parser are in `summary_prompt`.
 
 Summary profiles:
 

@@ -27,6 +27,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import Field
 
 from langchain_histcompress.compressor import RoundCompressor
+from langchain_histcompress.render import escape_data, read_turn_lines
 from langchain_histcompress.summary import RunningSummary
 
 # --------------------------------------------------------------------------- package prompts
@@ -35,8 +36,10 @@ _MESSAGE_ID = re.compile(r'<message id="([^"]*)"')
 
 
 def prompt_ids(prompt: Sequence[BaseMessage]) -> list[str]:
-    """Ids of the conversation messages shown in a summary or extraction prompt."""
-    return _MESSAGE_ID.findall(str(prompt[-1].content))
+    """Ids of the conversation messages shown in a summary prompt (``[id role]`` lines) or
+    an extraction prompt (``<message id=...>`` elements)."""
+    text = str(prompt[-1].content)
+    return _MESSAGE_ID.findall(text) + [i for i, _role, _body in read_turn_lines(text)]
 
 
 _MESSAGE_TEXT = re.compile(r"<message [^>]*>([^<]*)</message>")
@@ -45,7 +48,9 @@ _MESSAGE_TEXT = re.compile(r"<message [^>]*>([^<]*)</message>")
 def prompt_message_texts(prompt: Sequence[BaseMessage]) -> list[str]:
     """Texts of the conversation messages shown in a summary or extraction prompt (long
     ids are shown as aliases there, texts as they are)."""
-    return _MESSAGE_TEXT.findall(str(prompt[-1].content))
+    text = str(prompt[-1].content)
+    lines = [escape_data(body) for _i, _role, body in read_turn_lines(text)]
+    return _MESSAGE_TEXT.findall(text) + lines
 
 
 def prompt_text(prompt: Sequence[BaseMessage]) -> str:

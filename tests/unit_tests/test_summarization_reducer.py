@@ -41,7 +41,7 @@ def test_summarizes_older_part_once_and_tags_summary() -> None:
     assert reduced[2:] == history[-4:]
     assert validate_history(reduced) == []
     [prompt] = [prompt_text(p) for p in model.prompts]
-    assert 'id="h0"' in prompt and 'id="a3"' in prompt and 'id="h4"' not in prompt
+    assert "[h0 " in prompt and "[a3 " in prompt and "[h4 " not in prompt
 
 
 def test_extends_previous_summary_from_reduced_input() -> None:
@@ -55,8 +55,8 @@ def test_extends_previous_summary_from_reduced_input() -> None:
     assert model.calls == 2
     new_prompt = prompt_text(model.prompts[1])
     assert "summary #1" in new_prompt  # previous summary passed as input data
-    assert 'id="h0"' not in new_prompt  # already covered messages are not re-sent
-    assert 'id="h4"' in new_prompt and 'id="a4"' in new_prompt
+    assert "[h0 " not in new_prompt  # already covered messages are not re-sent
+    assert "[h4 " in new_prompt and "[a4 " in new_prompt
     assert [m.id for m in second[2:]] == ["h5", "a5", "h6", "a6"]
     assert sum(is_summary_message(m) for m in second) == 1
 
@@ -98,8 +98,8 @@ def test_full_history_every_turn_only_summarizes_new_messages() -> None:
     reducer.reduce(_chat(6))
     reducer.reduce(_chat(7))
     assert model.calls == 2
-    assert 'id="h0"' not in prompt_text(model.prompts[1])
-    assert 'id="h4"' in prompt_text(model.prompts[1])
+    assert "[h0 " not in prompt_text(model.prompts[1])
+    assert "[h4 " in prompt_text(model.prompts[1])
     reducer.reduce(_chat(7))  # nothing new: no call
     assert model.calls == 2
 
