@@ -143,3 +143,18 @@ def test_a_speaker_name_alone_retrieves_no_turn() -> None:
     ranked = [r.item.id for r in retriever.rank("What did Cleo adopt?", [], named)]
     assert sorted(ranked) == ["a2", "h2"]  # not her greeting
     assert [r.item.id for r in retriever.rank("Cleo", [], named)] == ["c1"]
+
+
+def test_speaker_names_are_kept_per_conversation() -> None:
+    """A name one conversation's messages carry is a plain word in another's."""
+    retriever = EvidenceRetriever(neighbour_window=0)
+    first = [HumanMessage("Hello there", id="m1", name="Rex"), AIMessage("Hi", id="m2")]
+    assert [r.item.id for r in retriever.rank("hello", [], first)] == ["m1"]
+    other = [
+        HumanMessage("Rex chased the ball", id="m1"),
+        AIMessage("Our dog naps all day", id="m2"),
+    ]
+    ranked = [r.item.id for r in retriever.rank("What did the dog Rex do?", [], other)]
+    assert sorted(ranked) == ["m1", "m2"]  # "rex" retrieves here: no speaker is called Rex
+    ranked = [r.item.id for r in retriever.rank("What did Rex say, hello?", [], first)]
+    assert ranked == ["m1"]
