@@ -314,8 +314,11 @@ class BM25TurnRetriever:
             1.3 KB per chat message (13 MB for a conversation of 10,000 messages).
         include_tool_results: Also rank tool results.
         speaker_names: Message type -> speaker name (``{"human": "Ann", "ai": "Bob"}``),
-            indexed with each message's text so questions naming a speaker find that
-            speaker's turns; a message's own ``name`` takes precedence.
+            indexed with each message's text so that, of the messages a question's other
+            words find, the named speaker's rank first; a message's own ``name`` takes
+            precedence. A name ranks but does not retrieve: a message matching nothing
+            but a speaker's name (a greeting, a bare "Thanks, Ann!") is left out, unless
+            no other word of the question is found at all.
         max_term_postings: Query words found in more messages than this are ignored (see
             `BM25Index.scores`); ``None`` scores every word.
         k1: BM25 term-frequency saturation.
@@ -366,7 +369,10 @@ class BM25TurnRetriever:
             turns = self._turns = self._conversations.pick(messages, 0).turns
             turns.sync(messages)
             scores = turns.index.scores(
-                query, allowed=turns.allowed(), max_postings=self.max_term_postings
+                query,
+                allowed=turns.allowed(),
+                max_postings=self.max_term_postings,
+                modifiers=turns.name_terms,
             )
             best = heapq.nsmallest(k, scores.items(), key=lambda i: (-i[1], turns.order[i[0]]))
             return [messages[turns.position[key]] for key, _ in best]
@@ -417,10 +423,15 @@ class EvidenceRetriever:
     fact or only in an old turn, and where the turn that names a topic is often not the turn
     that answers it. Three BM25 signals, then one fused list:
 
-    1. **Turns**: BM25 over every message of the conversation (speaker names indexed with
-       the text when known), plus ``neighbour_weight`` times the best score among the
-       ``neighbour_window`` messages on either side, so the reply to a matching question
-       (and the question before a matching answer) ranks too.
+    1. **Turns**: BM25 over every message of the conversation, plus ``neighbour_weight``
+       times the best score among the ``neighbour_window`` messages on either side, so
+       the reply to a matching question (and the question before a matching answer)
+       ranks too. Speaker names, when known, are indexed with the text; they rank the
+       messages the question's other words find and retrieve none alone (see
+       ``speaker_names`` of `BM25TurnRetriever`). A message's time (``"timestamp"`` or
+       ``"created_at"`` in ``additional_kwargs`` or ``response_metadata``, as the
+       compressor reads it) is indexed as month and year terms, so a question naming a
+       month or a year ("in June", "in 2022") finds the messages written then.
     2. **Facts**: BM25 over fact contents, plus ``source_weight`` times the best score of
        the turns the fact was extracted from (``source_ids``).
     3. **Fusion**: reciprocal rank fusion, ``1 / (rrf_k + rank)`` in each list (a fact
@@ -440,7 +451,8 @@ class EvidenceRetriever:
         neighbour_weight: Share of the best neighbour's score added to a message's score.
         source_weight: Share of the best source turn's score added to a fact's score.
         rrf_k: Reciprocal rank fusion constant.
-        speaker_names: Message type -> speaker name, indexed with the messages.
+        speaker_names: Message type -> speaker name, indexed with the messages (they rank
+            but do not retrieve, see `BM25TurnRetriever`).
         include_tool_results: Also rank tool results.
         max_cached: Cache bound of a conversation's message index (see `BM25TurnRetriever`).
         max_conversations: Conversations whose indexes (messages, facts) are kept; the least
@@ -536,7 +548,12 @@ class EvidenceRetriever:
         turns = self._turns
         turns.sync(messages, known_prefix)
         index = turns.index
-        base = index.scores(query, allowed=turns.allowed(), max_postings=self.max_term_postings)
+        base = index.scores(
+            query,
+            allowed=turns.allowed(),
+            max_postings=self.max_term_postings,
+            modifiers=turns.name_terms,
+        )
         base = _top(base, _MATCH_LIMIT, index.slot)
         if not spread:
             return base, {}
@@ -595,7 +612,9 @@ class EvidenceRetriever:
     ) -> tuple[list[tuple[str, float]], Iterator[tuple[int, BaseMessage]]]:
         turns, pad = self._turns, work.pad
         index = turns.index
-        slots, scores, counts = index._posting_scores(np, query, self.max_term_postings)
+        slots, scores, counts = index._posting_scores(
+            np, query, self.max_term_postings, turns.name_terms
+        )
         # ``at``: each match's padded turn (in no fixed order); ``slots``: its slot, which
         # breaks ties at a limit (the earliest indexed is kept); a turn when ``identity``
         identity = turns.identity and index.slots == len(turns.keys)

@@ -176,9 +176,9 @@ class _Counts:
             self.postings += len(out[0])
             return out
 
-        def counting_add(index: BM25Index, key: str, text: str) -> None:
+        def counting_add(index: BM25Index, key: str, text: str, **kwargs: Any) -> None:
             self.indexed += 1
-            add(index, key, text)
+            add(index, key, text, **kwargs)
 
         def counting_slot_key(index: BM25Index, slot: int) -> str:
             self.resolved += 1

@@ -426,9 +426,9 @@ def test_retrievers_index_only_new_messages(monkeypatch: pytest.MonkeyPatch) -> 
     tokenized: list[int] = []
     original = retrieval.BM25Index.add
 
-    def counting_add(self: retrieval.BM25Index, key: str, text: str) -> None:
+    def counting_add(self: retrieval.BM25Index, key: str, text: str, **kwargs: Any) -> None:
         tokenized.append(1)
-        original(self, key, text)
+        original(self, key, text, **kwargs)
 
     monkeypatch.setattr(retrieval.BM25Index, "add", counting_add)
     facts = [Fact(id="f-1", content="The user likes question 7", source_ids=["h7"])]
