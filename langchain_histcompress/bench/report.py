@@ -1,4 +1,7 @@
-"""Benchmark reports: a plain-text table, a JSON file with every figure, Markdown, PNG plots.
+"""Benchmark reports: console tables, a JSON file with every figure, Markdown, PNG plots.
+
+Console tables and the README's section stay within 100 columns; ``bench.md`` and the
+documentation's benchmark page (`docs_section`) hold every table.
 
 Plots are drawn with matplotlib's object API on the Agg canvas (no pyplot, no GUI backend,
 no global state changed).
