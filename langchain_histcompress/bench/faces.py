@@ -40,7 +40,13 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 
 from langchain_histcompress.bench.metrics import extended_history
-from langchain_histcompress.bench.strategies import StrategyEnv, build_strategy, kept_verbatim
+from langchain_histcompress.bench.plot_style import strategy_styles
+from langchain_histcompress.bench.strategies import (
+    DEFAULT_STRATEGIES,
+    StrategyEnv,
+    build_strategy,
+    kept_verbatim,
+)
 from langchain_histcompress.coverage import CoveredIds
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.rounds import ensure_ids, split_rounds
@@ -556,22 +562,28 @@ def plot_face_overhead(figures: Sequence[FaceOverhead], path: Path) -> Path:
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     figure = Figure(figsize=(8, 5))
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    for name, points in _series(figures).items():
-        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    series = _series(figures)
+    styles = strategy_styles(list(series), order=(*DEFAULT_STRATEGIES, *FACES))
+    for name, points in series.items():
+        style = styles[name]
+        axes.plot([p[0] for p in points], [p[1] for p in points], label=name, color=style.colour,
+                  linestyle=style.linestyle, **style.marker_kwargs(6))  # fmt: skip
     axes.set_xscale("log")
     axes.set_yscale("log")
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    axes.xaxis.set_minor_formatter(NullFormatter())
     axes.set_xlabel("history size (messages)")
     axes.set_ylabel("library overhead per turn (ms, mean)")
     axes.set_title("Overhead per turn against history size (flat = constant work)")
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize="small", ncol=2)
-    figure.tight_layout()
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
     return path
 
 

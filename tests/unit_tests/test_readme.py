@@ -45,3 +45,10 @@ def test_install_instructions_work_without_a_public_index() -> None:
     assert "pip install langchain-histcompress" not in text.replace("`", "")
     assert 'pip install "./langchain-histcompress[agents]"' in text
     assert "pip wheel --no-deps -w dist" in text and ".whl[agents,postgres]" in text
+
+
+def test_generated_benchmark_tables_fit_100_columns() -> None:
+    text = README.read_text(encoding="utf-8")
+    block = text[text.index("<!-- bench:start -->") : text.index("<!-- bench:end -->")]
+    assert block.count("| strategy |") >= 2
+    assert max(map(len, block.splitlines())) <= 100
