@@ -359,6 +359,66 @@ def controlled_compressor(control: Control, **kw: Any) -> RoundCompressor:
     return RoundCompressor(ControlledSummarizer(control=control), **by_round_count(options))
 
 
+# --------------------------------------------------------------------------- agent middleware
+
+
+def model_request(
+    model: Any,
+    messages: Sequence[BaseMessage],
+    state: dict[str, Any],
+    system: BaseMessage | None = None,
+) -> Any:
+    """A ``ModelRequest`` as ``create_agent`` builds it: the system prompt apart, the state's
+    messages, the state itself."""
+    from langchain.agents.middleware.types import ModelRequest
+    from langgraph.runtime import Runtime
+
+    return ModelRequest(
+        model=model,
+        messages=list(messages) if not isinstance(messages, list) else messages,
+        system_message=system,  # type: ignore[arg-type]
+        state=state,  # type: ignore[arg-type]
+        runtime=Runtime(),
+    )
+
+
+def _sent_and_update(out: Any, sent: list[Any]) -> tuple[Any, dict[str, Any]]:
+    from langchain.agents.middleware.types import ExtendedModelResponse
+
+    update: dict[str, Any] = {}
+    if isinstance(out, ExtendedModelResponse) and out.command is not None:
+        update = dict(out.command.update or {})  # type: ignore[call-overload]
+    return (sent[0] if sent else None), update
+
+
+def through_middleware(middleware: Any, request: Any) -> tuple[Any, dict[str, Any]]:
+    """Run ``middleware.wrap_model_call`` around a model call that answers ``ok``: the request
+    the model received (``None`` when it was not called) and the state update returned with
+    the answer (``{}`` when none)."""
+    from langchain.agents.middleware.types import ModelResponse
+
+    sent: list[Any] = []
+
+    def handler(req: Any) -> Any:
+        sent.append(req)
+        return ModelResponse(result=[AIMessage("ok")])
+
+    return _sent_and_update(middleware.wrap_model_call(request, handler), sent)
+
+
+async def athrough_middleware(middleware: Any, request: Any) -> tuple[Any, dict[str, Any]]:
+    """Async `through_middleware` (``awrap_model_call``)."""
+    from langchain.agents.middleware.types import ModelResponse
+
+    sent: list[Any] = []
+
+    async def handler(req: Any) -> Any:
+        sent.append(req)
+        return ModelResponse(result=[AIMessage("ok")])
+
+    return _sent_and_update(await middleware.awrap_model_call(request, handler), sent)
+
+
 # --------------------------------------------------------------------------- provider errors
 
 
