@@ -310,40 +310,9 @@ async def _no_sleep(_: float) -> None:
     return None
 
 
-def by_round_count(options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` folding by round count (the rhythm most tests script) unless they choose
-    another trigger.
-
-    ``rounds_to_compress`` (c, default 2) and ``rounds_to_retain`` (r, default 3) say it the
-    TaskWeaver way: fold once c + r rounds are pending, keep r (``trigger=("rounds", c + r),
-    keep=("rounds", r)``).
-    """
-    out = dict(options)
-    step = out.pop("rounds_to_compress", 2)
-    retain = out.pop("rounds_to_retain", 3)
-    out.setdefault("keep", ("rounds", retain))
-    if "trigger" in out:
-        return out
-    triggers: list[Any] = []
-    if "pricing" in out:
-        pricing = out.pop("pricing")
-        triggers.append(("cost", pricing) if pricing is not None else "cost")
-    elif out.pop("compress_on_rounds", True):
-        triggers.append(("rounds", step + max(retain, 1)))
-    if out.get("compression_threshold_tokens") is not None:
-        triggers.append(("tokens", out.pop("compression_threshold_tokens")))
-    out.pop("compression_threshold_tokens", None)
-    if out.get("idle_gap") is not None:
-        triggers.append(("idle", out.pop("idle_gap")))
-    out.pop("idle_gap", None)
-    if out.pop("enabled", True) is False:
-        triggers = []
-    out["trigger"] = (triggers[0] if len(triggers) == 1 else triggers) if triggers else None
-    return out
-
-
 def controlled_compressor(control: Control, **kw: Any) -> RoundCompressor:
-    """A quick RoundCompressor (2 rounds folded, 1 kept) over a ControlledSummarizer."""
+    """A quick RoundCompressor (folds once 3 rounds are pending, keeps 1) over a
+    ControlledSummarizer."""
     options: dict[str, Any] = {
         "trigger": ("rounds", 3),
         "keep": ("rounds", 1),
@@ -356,7 +325,7 @@ def controlled_compressor(control: Control, **kw: Any) -> RoundCompressor:
         "async_sleep": _no_sleep,
         **kw,
     }
-    return RoundCompressor(ControlledSummarizer(control=control), **by_round_count(options))
+    return RoundCompressor(ControlledSummarizer(control=control), **options)
 
 
 # --------------------------------------------------------------------------- agent middleware
