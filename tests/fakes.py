@@ -315,40 +315,9 @@ async def _no_sleep(_: float) -> None:
     return None
 
 
-def by_round_count(options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` folding by round count (the rhythm most tests script) unless they choose
-    another trigger.
-
-    ``rounds_to_compress`` (c, default 2) and ``rounds_to_retain`` (r, default 3) say it the
-    TaskWeaver way: fold once c + r rounds are pending, keep r (``trigger=("rounds", c + r),
-    keep=("rounds", r)``).
-    """
-    out = dict(options)
-    step = out.pop("rounds_to_compress", 2)
-    retain = out.pop("rounds_to_retain", 3)
-    out.setdefault("keep", ("rounds", retain))
-    if "trigger" in out:
-        return out
-    triggers: list[Any] = []
-    if "pricing" in out:
-        pricing = out.pop("pricing")
-        triggers.append(("cost", pricing) if pricing is not None else "cost")
-    elif out.pop("compress_on_rounds", True):
-        triggers.append(("rounds", step + max(retain, 1)))
-    if out.get("compression_threshold_tokens") is not None:
-        triggers.append(("tokens", out.pop("compression_threshold_tokens")))
-    out.pop("compression_threshold_tokens", None)
-    if out.get("idle_gap") is not None:
-        triggers.append(("idle", out.pop("idle_gap")))
-    out.pop("idle_gap", None)
-    if out.pop("enabled", True) is False:
-        triggers = []
-    out["trigger"] = (triggers[0] if len(triggers) == 1 else triggers) if triggers else None
-    return out
-
-
 def controlled_compressor(control: Control, **kw: Any) -> RoundCompressor:
-    """A quick RoundCompressor (2 rounds folded, 1 kept) over a ControlledSummarizer."""
+    """A quick RoundCompressor (folds once 3 rounds are pending, keeps 1) over a
+    ControlledSummarizer."""
     options: dict[str, Any] = {
         "trigger": ("rounds", 3),
         "keep": ("rounds", 1),
@@ -361,7 +330,67 @@ def controlled_compressor(control: Control, **kw: Any) -> RoundCompressor:
         "async_sleep": _no_sleep,
         **kw,
     }
-    return RoundCompressor(ControlledSummarizer(control=control), **by_round_count(options))
+    return RoundCompressor(ControlledSummarizer(control=control), **options)
+
+
+# --------------------------------------------------------------------------- agent middleware
+
+
+def model_request(
+    model: Any,
+    messages: Sequence[BaseMessage],
+    state: dict[str, Any],
+    system: BaseMessage | None = None,
+) -> Any:
+    """A ``ModelRequest`` as ``create_agent`` builds it: the system prompt apart, the state's
+    messages, the state itself."""
+    from langchain.agents.middleware.types import ModelRequest
+    from langgraph.runtime import Runtime
+
+    return ModelRequest(
+        model=model,
+        messages=list(messages) if not isinstance(messages, list) else messages,
+        system_message=system,  # type: ignore[arg-type]
+        state=state,  # type: ignore[arg-type]
+        runtime=Runtime(),
+    )
+
+
+def _sent_and_update(out: Any, sent: list[Any]) -> tuple[Any, dict[str, Any]]:
+    from langchain.agents.middleware.types import ExtendedModelResponse
+
+    update: dict[str, Any] = {}
+    if isinstance(out, ExtendedModelResponse) and out.command is not None:
+        update = dict(out.command.update or {})  # type: ignore[call-overload]
+    return (sent[0] if sent else None), update
+
+
+def through_middleware(middleware: Any, request: Any) -> tuple[Any, dict[str, Any]]:
+    """Run ``middleware.wrap_model_call`` around a model call that answers ``ok``: the request
+    the model received (``None`` when it was not called) and the state update returned with
+    the answer (``{}`` when none)."""
+    from langchain.agents.middleware.types import ModelResponse
+
+    sent: list[Any] = []
+
+    def handler(req: Any) -> Any:
+        sent.append(req)
+        return ModelResponse(result=[AIMessage("ok")])
+
+    return _sent_and_update(middleware.wrap_model_call(request, handler), sent)
+
+
+async def athrough_middleware(middleware: Any, request: Any) -> tuple[Any, dict[str, Any]]:
+    """Async `through_middleware` (``awrap_model_call``)."""
+    from langchain.agents.middleware.types import ModelResponse
+
+    sent: list[Any] = []
+
+    async def handler(req: Any) -> Any:
+        sent.append(req)
+        return ModelResponse(result=[AIMessage("ok")])
+
+    return _sent_and_update(await middleware.awrap_model_call(request, handler), sent)
 
 
 # --------------------------------------------------------------------------- provider errors

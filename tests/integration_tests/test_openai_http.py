@@ -33,7 +33,7 @@ from langchain_histcompress import (
     create_history_rephraser,
 )
 from langchain_histcompress.errors import SummarizationError
-from tests.fakes import Sleeps, by_round_count
+from tests.fakes import Sleeps
 from tests.openai_server import (
     Fault,
     OpenAIServer,
@@ -320,15 +320,15 @@ def test_the_extractor_call_has_a_run_name(server: OpenAIServer) -> None:
 
 
 def _compressor(server: OpenAIServer, **kwargs: Any) -> RoundCompressor:
-    return RoundCompressor(
-        chat(server, "summarizer"),
-        rounds_to_compress=1,
-        rounds_to_retain=1,
-        token_counter="approximate",
-        retry_backoff=0.0,
-        timeout=5.0,
-        **by_round_count(kwargs),
-    )
+    options: dict[str, Any] = {
+        "trigger": ("rounds", 2),
+        "keep": ("rounds", 1),
+        "token_counter": "approximate",
+        "retry_backoff": 0.0,
+        "timeout": 5.0,
+        **kwargs,
+    }
+    return RoundCompressor(chat(server, "summarizer"), **options)
 
 
 def test_node_in_a_streamed_graph_reports_internal_usage(server: OpenAIServer) -> None:
@@ -387,7 +387,7 @@ def test_middleware_in_create_agent_with_real_tools(server: OpenAIServer) -> Non
     agent = create_agent(
         chat(server, "agent"),
         tools=[look_up],
-        middleware=[RoundCompressionMiddleware(_compressor(server))],
+        middleware=[RoundCompressionMiddleware(_compressor(server), on_error="raise")],
     )
     messages: list[BaseMessage] = []
     for turn in range(4):
@@ -405,6 +405,15 @@ def test_middleware_in_create_agent_with_real_tools(server: OpenAIServer) -> Non
     with pytest.raises(SummarizationError):
         agent.invoke({"messages": [*messages, HumanMessage("one more?")]})
     assert len(messages) == before
+    # by default the failure is logged and the agent answers without a new summary
+    lenient = create_agent(
+        chat(server, "agent"),
+        tools=[look_up],
+        middleware=[RoundCompressionMiddleware(_compressor(server))],
+    )
+    state = lenient.invoke({"messages": [*messages, HumanMessage("one more?")]})
+    assert isinstance(state["messages"][-1], AIMessage) and not state["messages"][-1].tool_calls
+    assert state.get("running_summary") is None
 
 
 def test_chat_history_compresses_through_the_real_client(

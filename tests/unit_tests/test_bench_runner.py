@@ -187,7 +187,9 @@ def test_pricing_aware_strategies_are_replayed_per_pricing_model(
     original = strategies_module._compressor
 
     def spy(env: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs.get("pricing"))
+        trigger = kwargs.get("trigger")
+        if isinstance(trigger, tuple) and trigger[0] == "cost":  # ("cost", pricing)
+            seen.append(getattr(trigger[1], "name", trigger[1]))
         return original(env, **kwargs)
 
     monkeypatch.setattr(strategies_module, "_compressor", spy)

@@ -112,18 +112,13 @@ def _compressor(kind: str) -> RoundCompressor:
         "clock": lambda: T0,
     }
     if kind == "rounds":
-        options["compress_on_rounds"] = True
+        options["trigger"] = ("rounds", 5)
     elif kind in {"none", "openai-90"}:
-        options["pricing"] = kind
+        options["trigger"] = ("cost", kind)
     elif kind == "threshold":
-        options.update(compress_on_rounds=False, compression_threshold_tokens=400)
+        options["trigger"] = ("tokens", 400)
     elif kind == "thread":  # a fold after every answered round
-        options.update(
-            compress_on_rounds=True,
-            rounds_to_compress=1,
-            rounds_to_retain=0,
-            fold_answered_round=True,
-        )
+        options.update(trigger=("rounds", 1), keep=("rounds", 0))
     return RoundCompressor(ScriptedSummarizer(), **options)
 
 
@@ -210,13 +205,12 @@ def _per_turn(
     """Messages validated and counted, and checks of the covered prefix, at each of 5 turns
     with ``tail_rounds`` rounds pending."""
     counter = _Counting()
-    options: dict[str, Any] = {"pricing": "none"} if schedule else {"compress_on_rounds": False}
     subject = RoundCompressor(
         ScriptedSummarizer(),
         token_counter=counter,
         timeout=None,
-        rounds_to_retain=10_000,  # never folds: the tail only grows
-        **options,
+        trigger=("cost", "none") if schedule else None,
+        keep=("rounds", 10_000),  # never folds: the tail only grows
     )
     history: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
     for n in range(10 + tail_rounds + 6):
@@ -265,12 +259,11 @@ def test_a_turn_reads_only_the_new_messages(
     short = _per_turn(5, monkeypatch, schedule=schedule)
     long = _per_turn(300, monkeypatch, schedule=schedule)
     assert short == long
+    # the budget applies to every trigger: only the new messages are counted for it
     assert all(validated <= 4 and counted <= 6 for validated, counted, _ in long)
     # the covered prefix (the only part read in O(history), pointer by pointer) is checked
     # once per call
     assert all(checks == 1 for _, _, checks in long)
-    if not schedule:  # no schedule, threshold or trigger reads token costs: none are counted
-        assert all(counted == 0 for _, counted, _ in long)
 
 
 def test_a_replaced_tail_message_is_read_again() -> None:
@@ -278,7 +271,7 @@ def test_a_replaced_tail_message_is_read_again() -> None:
         ScriptedSummarizer(),
         token_counter=count_tokens_approximately,
         timeout=None,
-        compress_on_rounds=False,
+        trigger=None,
     )
     history: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
     for n in range(6):
@@ -323,7 +316,7 @@ def test_a_new_summary_text_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> 
 
     counter = TiktokenCounter(cache_size=0)  # every count encodes
     subject = RoundCompressor(
-        ScriptedSummarizer(), token_counter=counter, timeout=None, pricing="none"
+        ScriptedSummarizer(), token_counter=counter, timeout=None, trigger=("cost", "none")
     )
     history: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
     for n in range(12):

@@ -35,7 +35,7 @@ from langchain_histcompress.rounds import ensure_ids
 from langchain_histcompress.summary import RunningSummary, _next_summary
 from langchain_histcompress.thread_summary import thread_summarizer
 from langchain_histcompress.tokens import TiktokenCounter
-from tests.fakes import ScriptedSummarizer, conversation
+from tests.fakes import ScriptedSummarizer, conversation, model_request, through_middleware
 from tests.unit_tests.test_compressor_incremental import Probe
 
 SHORT, LONG = 250, 5_000  # rounds: 500 and 10,000 messages
@@ -140,7 +140,7 @@ def test_compression_node_reads_only_the_tail(ids: bool) -> None:
                 ScriptedSummarizer(),
                 token_counter=count_tokens_approximately,
                 timeout=None,
-                compress_on_rounds=True,
+                trigger=("rounds", 5),
             )
         )
         history = grown(rounds, ids=ids)
@@ -159,9 +159,11 @@ def test_compression_node_reads_only_the_tail(ids: bool) -> None:
             if "running_summary" in update:
                 folds += 1
                 state["running_summary"] = update["running_summary"]
-            assert not probe.iterated
+            assert not probe.iterated, "the node read the whole history"
+            shown = node.model_input({**state, "messages": probe})  # what the model node sends
+            assert not probe.iterated, "model_input read the whole history"
             out.append(len(far_reads(probe, end, 40)))
-            assert all(m.id for m in update["model_input"])
+            assert all(m.id for m in shown)
         assert folds >= 2
         reads[rounds] = out
     assert reads[SHORT] == reads[LONG]
@@ -175,7 +177,7 @@ def _node_replay(history: list[BaseMessage], ends: range) -> tuple[list[Any], An
             ScriptedSummarizer(),
             token_counter=count_tokens_approximately,
             timeout=None,
-            compress_on_rounds=True,
+            trigger=("rounds", 5),
         )
     )
     state: dict[str, Any] = {"running_summary": None}
@@ -183,7 +185,8 @@ def _node_replay(history: list[BaseMessage], ends: range) -> tuple[list[Any], An
     for end in ends:
         update = node.invoke({**state, "messages": history[:end]})
         state["running_summary"] = update.get("running_summary", state["running_summary"])
-        views.append([(m.id, m.content) for m in update["model_input"]])
+        shown = node.model_input({**state, "messages": history[:end]})
+        views.append([(m.id, m.content) for m in shown])
     return views, state["running_summary"]["covered_ids"]
 
 
@@ -215,8 +218,7 @@ def _plain_node() -> RoundCompressionNode:
             ScriptedSummarizer(),
             token_counter=count_tokens_approximately,
             timeout=None,
-            compress_on_rounds=True,
-            rounds_to_compress=50,
+            trigger=("rounds", 53),
         )
     )
 
@@ -240,17 +242,14 @@ def test_node_without_ids_derives_ids_only_for_new_messages(
         update = node.invoke({**state, "messages": history[:end]})
         assert "running_summary" not in update
         assert made == [end - 2, end - 1]  # the two messages added since the last turn
-        assert [m.id for m in update["model_input"][2:]] == [
-            m.id for m in ensure_ids(history[:end])[61:]
-        ]
+        shown = node.model_input({**state, "messages": history[:end]})
+        assert [m.id for m in shown[2:]] == [m.id for m in ensure_ids(history[:end])[61:]]
 
 
 def test_middleware_without_ids_derives_ids_only_for_new_messages(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``before_model`` and the request it wraps copy only the messages added since."""
-    from langchain.agents.middleware import ModelRequest
-
+    """A model call through the middleware copies only the messages added since."""
     from langchain_histcompress.middleware import RoundCompressionMiddleware
 
     history = grown(40, ids=False)[1:]  # an agent's state holds no system message
@@ -262,9 +261,11 @@ def test_middleware_without_ids_derives_ids_only_for_new_messages(
 
     def turn(end: int) -> list[BaseMessage]:
         turn_state = {**state, "messages": history[:end]}
-        assert middleware.before_model(turn_state, None) is None  # type: ignore[arg-type]
-        request = ModelRequest(model=model, messages=history[:end], state=turn_state)  # type: ignore[arg-type]
-        return middleware.compressed_request(request).messages
+        sent, update = through_middleware(
+            middleware, model_request(model, history[:end], turn_state)
+        )
+        assert update == {}  # nothing folded
+        return list(sent.messages)
 
     turn(66)  # warm: the tail gets its ids
     made = counting_identified(monkeypatch)
@@ -323,8 +324,8 @@ def test_node_without_ids_rederives_a_replaced_message() -> None:
     edited = [*history[:67]]
     edited[63] = edited[63].model_copy(update={"content": "edited"})
     edited[64].content = "changed in place"
-    update = node.invoke({**state, "messages": edited})
-    shown = {m.id: m.content for m in update["model_input"]}
+    node.invoke({**state, "messages": edited})
+    shown = {m.id: m.content for m in node.model_input({**state, "messages": edited})}
     expected = ensure_ids(edited)
     assert shown[expected[63].id] == "edited"
     assert shown[expected[64].id] == "changed in place"

@@ -36,12 +36,12 @@ def _short() -> ScriptedSummarizer:
 
 
 def _compressor(model: ScriptedSummarizer, pricing: str = "openai-90") -> RoundCompressor:
-    return RoundCompressor(model, pricing=pricing, max_summary_tokens=128)
+    return RoundCompressor(model, trigger=("cost", pricing), max_summary_tokens=128)
 
 
 def test_unknown_pricing_name_is_rejected() -> None:
     with pytest.raises(ConfigurationError, match="unknown pricing 'openai-99'"):
-        RoundCompressor(ScriptedSummarizer(), pricing="openai-99")
+        RoundCompressor(ScriptedSummarizer(), trigger=("cost", "openai-99"))
 
 
 @pytest.mark.parametrize(
@@ -122,14 +122,15 @@ def test_without_caching_a_long_history_is_folded() -> None:
 def test_the_default_folds_by_cost_and_round_count_is_opt_in() -> None:
     history = [SystemMessage("You help."), *_stamped(6)]
     by_cost = RoundCompressor(_short(), max_summary_tokens=128)
-    assert by_cost.schedule is not None
-    assert by_cost.schedule.pricing.name == "openai-50"
+    assert by_cost.target.schedule is not None
+    assert by_cost.target.schedule.pricing.name == "openai-50"
     assert by_cost.plan(history).chunks == ()
-    by_rounds = RoundCompressor(_short(), max_summary_tokens=128, compress_on_rounds=True)
-    assert by_rounds.schedule is None
+    by_rounds = RoundCompressor(_short(), max_summary_tokens=128, trigger=("rounds", 5))
+    assert by_rounds.target.schedule is None
     assert by_rounds.plan(history).reasons == ("rounds",)
-    with pytest.raises(ConfigurationError, match="either pricing"):
-        RoundCompressor(_short(), pricing="none", compress_on_rounds=True)
+    either = RoundCompressor(_short(), max_summary_tokens=128, trigger=["cost", ("rounds", 5)])
+    assert either.target.schedule is not None
+    assert either.plan(history).reasons == ("rounds",)  # the cost does not pay yet
 
 
 @settings(max_examples=60, deadline=None)
