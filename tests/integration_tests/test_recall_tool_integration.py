@@ -24,7 +24,7 @@ from langchain_histcompress import (
     RoundCompressor,
 )
 from langchain_histcompress.storage import SQLHistoryStore
-from tests.fakes import CountingSummarizer, by_round_count
+from tests.fakes import CountingSummarizer
 from tests.openai_server import OpenAIServer, Reply
 
 SECRET_TURN = "My passport number is X123-{who}."
@@ -51,8 +51,14 @@ def chat(server: OpenAIServer, lane: str) -> ChatOpenAI:
 
 
 def compressor(summarizer: Any) -> RoundCompressor:
-    options = {"trigger": ("rounds", 2), "keep": ("rounds", 1), "token_counter": "approximate"}
-    return RoundCompressor(summarizer, retry_backoff=0.0, timeout=5.0, **by_round_count(options))
+    return RoundCompressor(
+        summarizer,
+        trigger=("rounds", 2),
+        keep=("rounds", 1),
+        token_counter="approximate",
+        retry_backoff=0.0,
+        timeout=5.0,
+    )
 
 
 QUESTIONS = [
