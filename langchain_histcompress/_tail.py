@@ -266,8 +266,8 @@ def _remember(summary: RunningSummary, parts: _Parts, grown_from: _Cursor | None
     """
     messages, start, lead_end = parts.messages, parts.tail_start, parts.lead_end
     start_id = _message_id(messages, start) if start < len(messages) else None
-    if start_id is None and start < len(messages):
-        return None
+    if start_id is None and (start < len(messages) or start <= lead_end):
+        return None  # no id to check, or an empty tail right after the lead: nothing to skip
     source = originals(messages)
     objects = None
     if grown_from is not None and grown_from.lead_end == lead_end and grown_from.start <= start:

@@ -253,18 +253,19 @@ def fit_messages(
         return isinstance(message, SystemMessage) or index == latest_human
 
     keep = protected or default_protected
-    movable = [i for i, m in enumerate(out) if not keep(i, m) and _text_of(m) is not None]
+    movable = [i for i, m in enumerate(out) if not keep(i, m) and _text_of(m)]
     fixed = sum(costs) - sum(costs[i] for i in movable) + overhead
     room = max_tokens - fixed
-    floor = (_MIN_KEPT + 60) * len(movable)
-    if room < floor:
+    cap = _water_level([costs[i] for i in movable], room) if room > 0 else 0
+    # messages under the cap stay whole; those over it must keep a head, a tail and the marker
+    if cap < _MIN_KEPT + 60:
         what = _largest(out, costs, movable)
         msg = (
-            f"the view needs {fixed:,} tokens for what cannot be shortened ({what}) but the "
-            f"budget is {max_tokens:,} tokens"
+            f"the view needs {fixed:,} tokens for what cannot be shortened ({what}) and "
+            f"{sum(costs[i] for i in movable):,} for the rest, but the budget is "
+            f"{max_tokens:,} tokens"
         )
         raise BudgetError(msg)
-    cap = _water_level([costs[i] for i in movable], room)
     for i in movable:
         if costs[i] > cap:
             out[i] = shorten_message(out[i], cap, count)

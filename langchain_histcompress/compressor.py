@@ -65,7 +65,12 @@ from langchain_histcompress._views import Placement as Placement
 from langchain_histcompress._views import _check_placement, _visible, _with_summary
 from langchain_histcompress._views import _view as _view
 from langchain_histcompress._views import view as view
-from langchain_histcompress.budget import ContextBudget, context_budget, fit_messages
+from langchain_histcompress.budget import (
+    ContextBudget,
+    context_budget,
+    context_window_of,
+    fit_messages,
+)
 from langchain_histcompress.errors import BudgetError, ConfigurationError, InvalidHistoryError
 from langchain_histcompress.fold_plan import FoldChoice, decide_fold
 from langchain_histcompress.pricing import DEFAULT_PRICING, PRICING_MODELS, preset_for_model
@@ -83,7 +88,6 @@ from langchain_histcompress.rounds import (
 )
 from langchain_histcompress.schedule import FoldDecision, FoldSchedule, RoundLoad, round_loads
 from langchain_histcompress.summary import (
-    _TEXT_TOKENS_KEY,
     RunningSummary,
     Summarizer,
     SummaryProfile,
@@ -91,7 +95,6 @@ from langchain_histcompress.summary import (
     build_summary_prompt,
 )
 from langchain_histcompress.tokens import (
-    TiktokenCounter,
     TokenCounter,
     count_request,
     message_costs,
@@ -531,7 +534,6 @@ cost (openai-50, the default pricing): no fold pays yet
         self.target = self._make_target(context_window)
         """The budget and pricing for the ``context_window`` given here."""
         self._timing_made: _Timing | None = None
-        self._framing_made: tuple[TiktokenCounter, int] | None = None
 
     @property
     def token_counter(self) -> TokenCounter:
@@ -587,6 +589,8 @@ cost (openai-50, the default pricing): no fold pays yet
         """The budget and pricing for an answering model given per call (cached per model)."""
         if answering is None or answering is self.context_window:
             return self.target
+        if self.context_window is not None and context_window_of(answering) is None:
+            return self.target  # the window given here beats a model that does not know its own
         key = id(answering)
         with self._target_lock:
             found = self._targets.get(key)
@@ -667,8 +671,9 @@ cost (openai-50, the default pricing): no fold pays yet
         ends = list(itertools.accumulate(sizes))
         return [sum(costs[end - size : end]) for end, size in zip(ends, sizes, strict=True)]
 
-    def _summary_messages(self, summary: RunningSummary | None) -> list[BaseMessage]:
-        return [] if summary is None else view([], summary, placement="system_message")
+    @staticmethod
+    def _summary_messages(summary: RunningSummary | None) -> list[BaseMessage]:
+        return [] if summary is None else [summary.to_message()]
 
     def _idle(self, parts: _Parts, gap: timedelta) -> bool:
         tail = parts.tail
@@ -699,28 +704,15 @@ cost (openai-50, the default pricing): no fold pays yet
         return sum(message_costs(self.token_counter, parts.preamble))
 
     def _summary_tokens(self, summary: RunningSummary) -> int:
-        """Tokens of ``summary``'s text as a system message, counted once per summary."""
+        """Tokens of ``summary``'s message as the view shows it, counted once per summary."""
         counter = self.token_counter
         cache = memo(summary)
         known = cache.get(_SUMMARY_TOKENS_KEY)
         if known is not None and known[0] is counter:
             return int(known[1])
-        text = cache.get(_TEXT_TOKENS_KEY)
-        if type(counter) is TiktokenCounter and text is not None and text[0] is counter:
-            # its text was counted when the summary was made: a system message adds a fixed
-            # framing to its text's tokens, so the text is not encoded again
-            tokens = int(text[1]) + self._system_framing(counter)
-        else:
-            tokens = counter([SystemMessage(summary.text)])
+        tokens = sum(message_costs(counter, self._summary_messages(summary)))
         cache[_SUMMARY_TOKENS_KEY] = (counter, tokens)
         return tokens
-
-    def _system_framing(self, counter: TiktokenCounter) -> int:
-        """Tokens ``counter`` gives a system message beyond those of its text."""
-        made = self._framing_made
-        if made is None or made[0] is not counter:
-            made = self._framing_made = (counter, counter([SystemMessage("")]))
-        return made[1]
 
     @staticmethod
     def _shown_pinned(pinned: Sequence[BaseMessage], folded: Sequence[Round]) -> set[int]:
@@ -759,6 +751,8 @@ cost (openai-50, the default pricing): no fold pays yet
         summary: RunningSummary | None = None,
         *,
         context_window: int | object | None = None,
+        after_reply: bool = False,
+        overhead_tokens: int = 0,
     ) -> CompressionPlan:
         """Decide what `compress` would fold, and say why, without calling the model.
 
@@ -767,6 +761,10 @@ cost (openai-50, the default pricing): no fold pays yet
             summary: The current summary (``None`` before the first compression).
             context_window: The answering model for this call (tokens or a chat model),
                 when it is not the one given to the constructor.
+            after_reply: The latest round is answered and no model call needs it any more:
+                with ``keep=("rounds", 0)`` it is folded too (thread summarization).
+            overhead_tokens: Tokens the request carries besides ``messages`` (a system
+                prompt or tool schemas sent separately); they count against the budget.
 
         Raises:
             InvalidHistoryError: Two messages share an id, or ``on_invalid_history="raise"``
@@ -782,7 +780,8 @@ cost (openai-50, the default pricing): no fold pays yet
             >>> [[m.id for m in c.messages] for c in plan.chunks], plan.reasons
             ([['h0', 'h1']], ('rounds',))
         """
-        return self._plan(messages, summary, self.target_for(context_window))[0]
+        target = self.target_for(context_window)
+        return self._plan(messages, summary, target, after_reply, overhead_tokens)[0]
 
     def _timing(self, target: _Target) -> _Timing:
         schedule = target.schedule
@@ -797,7 +796,12 @@ cost (openai-50, the default pricing): no fold pays yet
         return made
 
     def _plan(
-        self, messages: Sequence[BaseMessage], summary: RunningSummary | None, target: _Target
+        self,
+        messages: Sequence[BaseMessage],
+        summary: RunningSummary | None,
+        target: _Target,
+        after_reply: bool = False,
+        overhead_tokens: int = 0,
     ) -> tuple[CompressionPlan, _Parts]:
         timing = self._timing(target)
         parts, state, clean = self._check_input(messages, summary, timing)
@@ -816,6 +820,7 @@ cost (openai-50, the default pricing): no fold pays yet
         assert costs is not None
         if fixed is None:
             fixed = self._fixed_tokens(parts)
+        fixed += overhead_tokens
         summary_tokens = self._summary_tokens(summary) if summary is not None else 0
         pinned = parts.pinned
         pinned_tokens = sum(message_costs(self.token_counter, pinned)) if pinned else 0
@@ -823,7 +828,7 @@ cost (openai-50, the default pricing): no fold pays yet
         keep = kept_rounds(
             self.keep, costs, [len(r.messages) for r in pending], window=budget.window
         )
-        answered = _answered(pending)
+        answered = after_reply and _answered(pending)
         eligible = max(len(pending) - (0 if keep == 0 and answered else max(keep, 1)), 0)
         chosen = 0
         reasons: list[TriggerReason] = []
@@ -868,7 +873,7 @@ cost (openai-50, the default pricing): no fold pays yet
                 chosen = max(chosen, eligible)
                 reasons.append(_clause_reason(trigger))
         if trigger.idle is not None and len(pending) >= 2 and self._idle(parts, trigger.idle):
-            chosen = max(chosen, len(pending) - 1)
+            chosen = len(pending) - 1  # everything before the resumed round, whatever `keep`
             reasons.append("idle_gap")
         choice = decide_fold(
             costs=costs,
@@ -907,7 +912,8 @@ cost (openai-50, the default pricing): no fold pays yet
         latest_is_last = bool(pending) and pending[-1].messages[-1] is parts.tail[-1]
         if latest_is_last and folded < len(pending):
             kept_tokens = sum(costs[folded:-1])
-            new_summary = self.max_summary_tokens if folded else summary_tokens
+            # a fold of older tool steps makes (or grows) the summary too
+            new_summary = max(summary_tokens, self.max_summary_tokens)
             room = budget.tokens - fixed - pinned_tokens - new_summary - kept_tokens
             if costs[-1] > room:
                 fold = self._oversized_fold(pending[-1], max(room, 0))
@@ -938,6 +944,7 @@ cost (openai-50, the default pricing): no fold pays yet
         summary: RunningSummary | None = None,
         *,
         context_window: int | object | None = None,
+        overhead_tokens: int = 0,
     ) -> list[BaseMessage]:
         """The model view for ``summary``, within the budget, without any model call.
 
@@ -949,14 +956,21 @@ cost (openai-50, the default pricing): no fold pays yet
                 folded, or the preamble or latest question alone is too large).
         """
         shown = view(messages, summary, placement=self.placement)
-        return self._fitted(shown, self.target_for(context_window), None)
+        return self._fitted(shown, self.target_for(context_window), None, overhead_tokens)
 
     def _fitted(
-        self, shown: list[BaseMessage], target: _Target, expected: int | None
+        self,
+        shown: list[BaseMessage],
+        target: _Target,
+        expected: int | None,
+        overhead_tokens: int = 0,
     ) -> list[BaseMessage]:
-        """``shown`` within the target's budget (``expected``: its tokens, when known)."""
-        limit = target.budget.tokens
-        if expected is not None and expected <= limit:
+        """``shown`` within the target's budget, less what the request carries besides it.
+
+        ``expected`` is its tokens with that overhead, when known (else they are counted).
+        """
+        limit = target.budget.tokens - overhead_tokens
+        if expected is not None and expected - overhead_tokens <= limit:
             return shown
         if expected is None and count_request(self.token_counter, shown) <= limit:
             return shown
@@ -985,6 +999,7 @@ cost (openai-50, the default pricing): no fold pays yet
         updates: list[SummaryUpdate],
         summary: RunningSummary | None,
         target: _Target,
+        overhead_tokens: int = 0,
     ) -> CompressionResult:
         if plan.chunks:
             attempts = sum(u.attempts for u in updates)
@@ -1030,7 +1045,7 @@ cost (openai-50, the default pricing): no fold pays yet
             else:
                 messages = _view(parts, final, self.placement)
         return CompressionResult(
-            messages=self._fitted(messages, target, expected),
+            messages=self._fitted(messages, target, expected, overhead_tokens),
             summary=final,
             compressed=bool(updates),
             calls=len(updates),
@@ -1047,6 +1062,8 @@ cost (openai-50, the default pricing): no fold pays yet
         *,
         config: RunnableConfig | None = None,
         context_window: int | object | None = None,
+        after_reply: bool = False,
+        overhead_tokens: int = 0,
     ) -> CompressionResult:
         """Fold due rounds into the summary and return the new view and summary.
 
@@ -1058,6 +1075,9 @@ cost (openai-50, the default pricing): no fold pays yet
                 internal tags to a copy.
             context_window: The answering model for this call (tokens or a chat model),
                 when it is not the one given to the constructor.
+            after_reply: The latest round is answered and no model call needs it any more
+                (see `plan`).
+            overhead_tokens: Tokens the request carries besides ``messages`` (see `plan`).
 
         Returns:
             The view, the (possibly new) summary and call counts. Nothing is changed in place.
@@ -1071,7 +1091,7 @@ cost (openai-50, the default pricing): no fold pays yet
             ConfigurationError: A message has no id.
         """
         target = self.target_for(context_window)
-        plan, parts = self._plan(messages, summary, target)
+        plan, parts = self._plan(messages, summary, target, after_reply, overhead_tokens)
         updates: list[SummaryUpdate] = []
         current = summary
         for chunk in plan.chunks:
@@ -1085,7 +1105,7 @@ cost (openai-50, the default pricing): no fold pays yet
             )
             updates.append(update)
             current = update.summary
-        return self._finish(parts, plan, updates, summary, target)
+        return self._finish(parts, plan, updates, summary, target, overhead_tokens)
 
     async def acompress(
         self,
@@ -1094,10 +1114,12 @@ cost (openai-50, the default pricing): no fold pays yet
         *,
         config: RunnableConfig | None = None,
         context_window: int | object | None = None,
+        after_reply: bool = False,
+        overhead_tokens: int = 0,
     ) -> CompressionResult:
         """Async `compress` (same arguments and guarantees; cancellation propagates)."""
         target = self.target_for(context_window)
-        plan, parts = self._plan(messages, summary, target)
+        plan, parts = self._plan(messages, summary, target, after_reply, overhead_tokens)
         updates: list[SummaryUpdate] = []
         current = summary
         for chunk in plan.chunks:
@@ -1111,4 +1133,4 @@ cost (openai-50, the default pricing): no fold pays yet
             )
             updates.append(update)
             current = update.summary
-        return self._finish(parts, plan, updates, summary, target)
+        return self._finish(parts, plan, updates, summary, target, overhead_tokens)

@@ -106,13 +106,16 @@ def decide_fold(
         summary_cap: Largest summary the summarizer writes, in tokens.
         call_tokens: Conversation tokens one summarizer call may read.
         max_calls: Calls per fold unless the budget forces more.
-        chosen: Oldest rounds the trigger chose to fold (cost, thresholds, idle gap).
+        chosen: Oldest rounds the trigger chose to fold (cost and thresholds down to
+            ``keep``; the idle gap everything before the latest round).
         answered: The latest round is answered (``keep_rounds=0`` may fold it).
     """
     pending = len(costs)
     view_tokens = fixed_tokens + summary_tokens + pinned_tokens + sum(costs)
-    retain = 0 if keep_rounds == 0 and answered else max(keep_rounds, 1)
-    due = min(chosen, max(pending - retain, 0))
+    # the trigger's choice already keeps what it means to keep; the latest round stays unless
+    # it is answered and nothing is to be kept
+    latest = 0 if keep_rounds == 0 and answered else 1
+    due = min(chosen, max(pending - latest, 0))
     forced = 0
     if view_tokens > budget_tokens and pending > 1:
         room = budget_tokens // 2 - fixed_tokens - pinned_tokens - summary_cap

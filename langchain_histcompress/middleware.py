@@ -42,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - exercised with lan
     raise ImportError(_msg, name=__name__) from _missing
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
@@ -75,6 +77,7 @@ from langchain_histcompress.compressor import (
     RoundCompressor,
     _summary_detached,
     _with_ids,
+    view,
 )
 from langchain_histcompress.context import ContextBuilder
 from langchain_histcompress.errors import BudgetError, ConfigurationError, HistCompressError
@@ -85,7 +88,9 @@ from langchain_histcompress.nodes import (
     summary_to_state,
 )
 from langchain_histcompress.recall_tool import HistoryRecall
+from langchain_histcompress.rounds import is_summary_message
 from langchain_histcompress.summary import RunningSummary
+from langchain_histcompress.tokens import message_costs
 
 try:  # langchain >= 1.3: keep internal model calls out of the agent's v2 message stream
     from langchain.agents.middleware.internal_call_transformer import (
@@ -205,6 +210,8 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         # The last request prepared, by identity: a retry of the same model call (retry or
         # fallback middleware around this one) reuses it instead of folding again.
         self._last: tuple[object, object, object, _Prepared] | None = None
+        # tokens of each system prompt and tool set seen (by identity; no user data)
+        self._overheads: dict[tuple[int, tuple[int, ...]], tuple[Any, tuple[Any, ...], int]] = {}
 
     def __repr__(self) -> str:
         """Show the configuration (never message content)."""
@@ -226,7 +233,9 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         system = request.system_message
         lead: list[BaseMessage] = [system] if system is not None else []
         summary = summary_from_state(request.state, SUMMARY_KEY)
-        messages = _with_ids([*lead, *request.messages], summary)
+        # the system prompt travels apart from the messages: counted as overhead, never copied
+        # in front of a long history
+        messages = _with_ids(request.messages, summary)
         if not self.destructive and _summary_detached(messages, summary):
             logger.info("none of the summarized messages is in state; starting a new summary")
             return lead, messages, None, True
@@ -270,11 +279,42 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         update: dict[str, Any] | None,
     ) -> _Prepared:
         if self.context_builder is not None:
-            full = [*lead, *_with_ids(messages[len(lead) :], summary, lead_too=True)]
+            full = [*lead, *_with_ids(messages, summary, lead_too=True)]
             shown = self.context_builder.build(full, summary=summary)
+        else:
+            shown = self._with_lead(lead, shown, summary)
         prepared = _Prepared(self._hinted(self._override(request, lead, shown)), update)
         self._last = (request.state, request.messages, request.model, prepared)
         return prepared
+
+    def _with_lead(
+        self, lead: list[BaseMessage], shown: list[BaseMessage], summary: RunningSummary | None
+    ) -> list[BaseMessage]:
+        """The view with the system prompt in front (carrying the summary when so placed)."""
+        if not lead:
+            return shown
+        if summary is not None and shown and is_summary_message(shown[0]):
+            return [*view(lead, summary, placement=self.compressor.placement), *shown[1:]]
+        return [*lead, *shown]
+
+    def _overhead(self, request: ModelRequest[Any]) -> int:
+        """Tokens of the system prompt and the tool schemas, sent besides the messages."""
+        system, tools = request.system_message, request.tools
+        key = (id(system), tuple(map(id, tools)))
+        found = self._overheads.get(key)
+        if found is not None and found[0] is system and found[1] == tuple(tools):
+            return found[2]
+        counter = self.compressor.token_counter
+        tokens = sum(message_costs(counter, [system])) if system is not None else 0
+        if tools:
+            text = json.dumps(
+                [convert_to_openai_tool(t) for t in tools], ensure_ascii=False, default=str
+            )
+            tokens += sum(message_costs(counter, [SystemMessage(text)]))
+        if len(self._overheads) >= 16:
+            self._overheads.pop(next(iter(self._overheads)))
+        self._overheads[key] = (system, tuple(tools), tokens)
+        return tokens
 
     def _fallback(
         self,
@@ -292,11 +332,16 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
             summary = None
         report_fold_failure(error, _internal_config(), summary)
         if messages is None:
-            messages = _with_ids([*lead, *request.messages], summary)
+            messages = _with_ids(request.messages, summary)
         if summary is not None and not self.destructive and _summary_detached(messages, summary):
             summary = None
         try:
-            shown = self.compressor.view(messages, summary, context_window=request.model)
+            shown = self.compressor.view(
+                messages,
+                summary,
+                context_window=request.model,
+                overhead_tokens=self._overhead(request),
+            )
         except BudgetError as overflow:
             msg = f"{overflow}; folding failed ({type(error).__name__}: {error})"
             raise BudgetError(msg) from error
@@ -311,7 +356,11 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         try:
             lead, messages, summary, dropped = self._inputs(request)
             result = self.compressor.compress(
-                messages, summary, config=_internal_config(), context_window=request.model
+                messages,
+                summary,
+                config=_internal_config(),
+                context_window=request.model,
+                overhead_tokens=self._overhead(request),
             )
             _keep_copies(messages, result.summary)
         except HistCompressError as error:
@@ -329,7 +378,11 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         try:
             lead, messages, summary, dropped = self._inputs(request)
             result = await self.compressor.acompress(
-                messages, summary, config=_internal_config(), context_window=request.model
+                messages,
+                summary,
+                config=_internal_config(),
+                context_window=request.model,
+                overhead_tokens=self._overhead(request),
             )
             _keep_copies(messages, result.summary)
         except HistCompressError as error:

@@ -383,7 +383,8 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
             BudgetError: The view cannot fit the budget (the message says what does not).
         """
         summary = _readable_summary(state, self.summary_key)
-        messages = _with_ids(_state_messages(state, self.messages_key), summary)
+        raw = _state_messages(state, self.messages_key, check=False)  # the view reads the tail
+        messages = _with_ids(raw, summary)
         if not self.destructive and _summary_detached(messages, summary):
             summary = None
         return self.compressor.view(messages, summary, context_window=context_window)
@@ -405,7 +406,7 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
             'no fold: 2 rounds pending, 18 of 108,800 tokens (default window (128,000 tokens))'
         """
         summary = _readable_summary(state, self.summary_key)
-        messages = _with_ids(_state_messages(state, self.messages_key), summary)
+        messages = _with_ids(_state_messages(state, self.messages_key, check=False), summary)
         if not self.destructive and _summary_detached(messages, summary):
             summary = None
         return self.compressor.plan(messages, summary, context_window=context_window).reason

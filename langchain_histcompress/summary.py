@@ -137,9 +137,6 @@ def _utcnow() -> datetime:
 
 # Private per-summary caches (see `_memos`): a history cursor, the sorted covered ids, the
 # summary a new one was built from.
-_TEXT_TOKENS_KEY = "text_tokens"
-"""Private memo key: ``(counter, tokens)`` of a summary's text, from the counter's
-``count_text`` (set by `Summarizer` when it checks the size cap)."""
 
 _existing_memo = _memos.existing_memo
 _memo = _memos.memo
@@ -675,9 +672,6 @@ class Summarizer:
             prompt_version=PROMPT_VERSION,
             created_at=self._clock(),
         )
-        if callable(getattr(self.token_counter, "count_text", None)):
-            # the text's count, kept so that a compressor does not encode the text again
-            _memo(summary)[_TEXT_TOKENS_KEY] = (self.token_counter, size)
         return summary
 
     def _after_error(self, exc: Exception, attempt: int) -> Pause:

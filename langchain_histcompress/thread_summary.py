@@ -30,9 +30,9 @@ def thread_summarizer(model: Runnable[Any, Any], **kwargs: Any) -> RoundCompress
     own message right after the unchanged system preamble (``placement="system_message"``),
     so the preamble stays a cacheable prefix; pass ``placement="append_to_system"`` to write
     it into the system prompt instead (which rewrites the system text at every fold). The
-    latest round is folded only once it is answered, so the current question always stays
-    verbatim: before the reply a round is folded once a newer round exists, after the reply
-    the exchange just answered is folded.
+    latest round stays verbatim before the reply (a round is folded once a newer one exists);
+    after the reply, ``compress(..., after_reply=True)`` (what `compress_in_background` does)
+    folds the exchange just answered too.
 
     To answer first and summarize after, build the view with ``compressor.view(history,
     summary)`` (no model call), reply, then fold in the background with
@@ -87,8 +87,12 @@ def compress_in_background(
     """
     snapshot = list(messages)
     if executor is not None:
-        return executor.submit(compressor.compress, snapshot, summary, config=config)
-    return submit_to_worker(lambda: compressor.compress(snapshot, summary, config=config))
+        return executor.submit(
+            compressor.compress, snapshot, summary, config=config, after_reply=True
+        )
+    return submit_to_worker(
+        lambda: compressor.compress(snapshot, summary, config=config, after_reply=True)
+    )
 
 
 def acompress_in_background(
@@ -124,5 +128,6 @@ def acompress_in_background(
     snapshot = list(messages)
     loop = asyncio.get_running_loop()
     return loop.create_task(
-        compressor.acompress(snapshot, summary, config=config), name="histcompress-compress"
+        compressor.acompress(snapshot, summary, config=config, after_reply=True),
+        name="histcompress-compress",
     )

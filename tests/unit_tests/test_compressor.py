@@ -290,8 +290,10 @@ def test_token_threshold_never_folds_the_current_question() -> None:
     question = HumanMessage("question 0 " + "lorem " * 100, id="h0")
     messages: list[BaseMessage] = [SYSTEM, question]
     assert c.plan(messages).chunks == ()
-    answered = [SYSTEM, *big_exchange(0, 100)]  # keep zero rounds: an answered round folds
-    assert [[m.id for m in ch.messages] for ch in c.plan(answered).chunks] == [["h0", "a0"]]
+    answered = [SYSTEM, *big_exchange(0, 100)]  # keep zero rounds: after the reply it folds
+    assert c.plan(answered).chunks == ()
+    after = c.plan(answered, after_reply=True).chunks
+    assert [[m.id for m in ch.messages] for ch in after] == [["h0", "a0"]]
     messages = [*answered, HumanMessage("question 1 " + "lorem " * 100, id="h1")]
     plan = c.plan(messages)
     assert [[m.id for m in ch.messages] for ch in plan.chunks] == [["h0", "a0"]]
@@ -492,7 +494,8 @@ def test_thread_summarizer_folds_each_finished_exchange_never_the_question() -> 
     result = c.compress(messages)
     assert not result.compressed  # the current question is never summarized
     messages.append(AIMessage("hello", id="a0"))
-    after_reply = c.compress(messages)  # once answered, the exchange itself folds
+    assert not c.compress(messages).compressed  # before the reply the latest round stays
+    after_reply = c.compress(messages, after_reply=True)  # after it, the exchange folds
     assert after_reply.calls == 1 and prompt_ids(model.prompts[-1]) == ["h0", "a0"]
     assert [m.id for m in after_reply.messages] == ["sys", after_reply.messages[1].id]
     for n in range(1, 6):
@@ -628,7 +631,9 @@ def test_configuration_is_validated(kwargs: dict[str, Any], match: str) -> None:
 def test_keep_zero_rounds_folds_the_latest_round_only_once_answered() -> None:
     c = compressor(trigger=("rounds", 3), keep=("rounds", 0))
     assert c.plan(history(2)).chunks == ()
-    (chunk,) = c.plan(history(3)).chunks
+    (chunk,) = c.plan(history(3)).chunks  # before the reply the latest round stays
+    assert [m.id for m in chunk.messages] == ["h0", "a0", "h1", "a1"]
+    (chunk,) = c.plan(history(3), after_reply=True).chunks
     assert [m.id for m in chunk.messages] == ["h0", "a0", "h1", "a1", "h2", "a2"]
     asked = [*history(3), HumanMessage("next", id="h3")]
     (chunk,) = c.plan(asked).chunks

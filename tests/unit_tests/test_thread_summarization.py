@@ -79,7 +79,9 @@ def test_keep_zero_rounds_on_any_compressor_and_the_async_path() -> None:
         trigger=("rounds", 1),
         keep=("rounds", 0),
     )
-    assert eager.compress(answered).summary.covered_ids == {"h0", "a0"}  # type: ignore[union-attr]
+    assert eager.compress(answered).summary is None  # before the reply the round stays
+    folded = eager.compress(answered, after_reply=True).summary
+    assert folded is not None and folded.covered_ids == {"h0", "a0"}
 
     async def after_reply() -> frozenset[str]:
         plain = thread_summarizer(ScriptedSummarizer(), token_counter=count_tokens_approximately)
