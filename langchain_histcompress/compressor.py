@@ -578,8 +578,8 @@ cost (openai-50, the default pricing): no fold pays yet
             retain_rounds=max(int(self.keep[1]), 1) if self.keep[0] == "rounds" else 1,
         )
         logger.info(
-            "round compression: budget %d tokens (%s); folds by cost under %s",
-            budget.tokens,
+            "round compression: budget %s tokens (%s); folds by cost under %s",
+            f"{budget.tokens:,}",
             budget.source,
             source,
         )
@@ -1003,7 +1003,7 @@ cost (openai-50, the default pricing): no fold pays yet
     ) -> CompressionResult:
         if plan.chunks:
             attempts = sum(u.attempts for u in updates)
-            logger.info("round compression: %s (%d attempts)", plan.reason, attempts)
+            logger.info("round compression: %s (attempts: %d)", plan.reason, attempts)
         final = updates[-1].summary if updates else summary
         expected = plan.view_tokens
         if updates:
