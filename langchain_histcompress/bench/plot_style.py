@@ -21,13 +21,14 @@ __all__ = ["Style", "label_column", "strategy_styles"]
 _COLOURS = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf", "#000000", "#b8860b", "#000080", "#008080", "#800000", "#f032e6",
-    "#556b2f", "#4363d8",
+    "#556b2f", "#4363d8", "#9a6324", "#469990", "#aaffc3", "#808000",
 )  # fmt: skip
-# (marker, filled): filled shapes first, then hollow ones, so no two of the 18 look alike.
+# (marker, filled): filled shapes first, then hollow ones, so no two of the 22 look alike.
 _MARKERS = (
     ("o", True), ("s", True), ("^", True), ("D", True), ("v", True), ("P", True), ("X", True),
     ("*", True), ("<", True), (">", True), ("h", True), ("p", True), ("d", True), ("8", True),
-    ("o", False), ("s", False), ("^", False), ("D", False),
+    ("o", False), ("s", False), ("^", False), ("D", False), ("v", False), ("h", False),
+    ("p", False), ("8", False),
 )  # fmt: skip
 
 
@@ -58,9 +59,9 @@ class Style:
 def strategy_styles(names: Sequence[str], order: Sequence[str]) -> dict[str, Style]:
     """One distinct style per name of ``names``.
 
-    The first 18 names of ``order`` always get the same style; the other names take the
+    The first 22 names of ``order`` always get the same style; the other names take the
     styles no name of this plot holds. No two names of a plot share a colour or a marker
-    up to 18 names; beyond that, styles repeat with dotted and dash-dotted lines.
+    up to 22 names; beyond that, styles repeat with dotted and dash-dotted lines.
     """
     size = len(_COLOURS)
     fixed = {name: i for i, name in enumerate(dict.fromkeys(order)) if i < size}

@@ -148,7 +148,7 @@ def test_reports_show_the_tool_recall_and_say_what_is_not_measured(result: Bench
     markdown = markdown_tool_recall_tables(result)
     assert "round_compression_recall (all)" in markdown and TOOL_RECALL_NOTE in markdown
     assert "one call / bill" in format_tool_recall_tables(result)
-    assert "Recall tool at question time" in readme_section(result)
+    assert "round_compression_recall" in readme_section(result)
     data = result_to_dict(result)["tool_recall"]
     assert data == json.loads(json.dumps(tool_recall_to_dict(result)))
     assert set(data["round_compression_recall"]) == {"t1", "all"}

@@ -308,27 +308,18 @@ def test_a_history_without_ids_grows_too(monkeypatch: pytest.MonkeyPatch) -> Non
     assert replayed == _node_replay(ensure_ids(plain), ends)
 
 
-def test_a_new_summary_text_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The schedule reads a summary's tokens from the count the size cap made."""
-    from langchain_core.messages import SystemMessage as System
-
-    from langchain_histcompress.tokens import TiktokenCounter
+def test_a_summary_is_counted_as_shown_and_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget and the schedule read a summary's tokens as its message in the view costs
+    them, counted once per summary."""
+    from langchain_histcompress.tokens import TiktokenCounter, message_costs
 
     counter = TiktokenCounter(cache_size=0)  # every count encodes
     subject = RoundCompressor(
         ScriptedSummarizer(), token_counter=counter, timeout=None, trigger=("cost", "none")
     )
-    history: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
-    for n in range(12):
-        history += [HumanMessage(f"q{n} <&>", id=f"h{n}"), AIMessage(f"a{n} é", id=f"a{n}")]
-    summary = RunningSummary(content="x", text="x", covered_ids=["h0", "a0"])
-    made = [summary]
-    while made[-1] is summary:  # fold until the compressor makes a summary of its own
-        result = subject.compress(history, summary)
-        if result.summary is not None and result.summary is not summary:
-            made.append(result.summary)
-        history.append(HumanMessage("more", id=f"h{len(history)}"))
-    new = made[-1]
+    summary = RunningSummary(content="y", text="y <summary> é", covered_ids=["h0"])
+    shown = sum(message_costs(counter, [summary.to_message()]))
+    assert subject._summary_tokens(summary) == shown > counter([SystemMessage(summary.text)])
     encoded: list[str] = []
     encode = counter._encode
 
@@ -337,9 +328,4 @@ def test_a_new_summary_text_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> 
         return encode(text)
 
     monkeypatch.setattr(counter, "_encode", spy)
-    tokens = subject._summary_tokens(new)
-    assert new.text not in encoded  # counted when the summary was made, not again
-    monkeypatch.undo()
-    assert tokens == counter([System(new.text)])  # what counting the message gives
-    other = RunningSummary(content="y", text="y <summary> é", covered_ids=["h0"])
-    assert subject._summary_tokens(other) == counter([System(other.text)])  # no kept count
+    assert subject._summary_tokens(summary) == shown and encoded == []  # remembered

@@ -57,7 +57,7 @@ def test_the_quickstart_folds_with_the_defaults_and_says_why(
     finally:
         logging.getLogger("langchain_histcompress").removeHandler(handler)
     folds = [r for r in records if r.startswith("round compression: fold")]
-    assert folds and "cost (" in folds[0]  # the default folded, by cost, and said why
+    assert any("cost (" in r for r in folds)  # the default folded, by cost, and said why
     why = capsys.readouterr().out.splitlines()[-1]  # explain(): the budget and the pricing
     assert "108,800 of" in why or " of 108,800 tokens" in why
     assert "openai-50" in why or "no fold pays" in why or "cost (" in why
