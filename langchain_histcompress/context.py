@@ -356,8 +356,8 @@ class ContextBuilder:
             prepared = self._prepared = _Prepared(messages)
             self._costed = 0
         assert prepared is not None
-        # a preparation with id-less or repaired input is rebuilt on every call: no priming
-        if self._eager and prepared.by_object is None and prepared.valid:
+        # a preparation with repaired input is rebuilt on every call: no priming
+        if self._eager and prepared.valid:
             body = prepared.body
             if self._costed < len(body):
                 self._costs.prime_turns(body[self._costed :], cold=cold)
@@ -678,13 +678,22 @@ class ContextBuilder:
             kept = win.fit(avail - estimate.total)
             # hybrid: raw turns retrieved from the rounds left out of the window.
             if self.raw_turn_retrieval and query:
-                candidates = win.body[: win.start(kept)]
-                positions = {id(m): i for i, m in enumerate(candidates)}
-                hits = self.turn_retriever.retrieve(query, candidates, self.raw_turn_retrieval)
-                for hit in hits[: self.raw_turn_retrieval]:
-                    position = positions.get(id(hit))
-                    if position is None:
+                prepared = self._prepared
+                assert prepared is not None
+                # the messages before the window, as one list that grows with the history
+                # (extra messages past the window's start are skipped)
+                start = win.start(kept)
+                candidates, extra = prepared.candidates(start)
+                limit = self.raw_turn_retrieval
+                hits = self.turn_retriever.retrieve(query, candidates, limit + extra)
+                considered = 0
+                for hit in hits[: limit + extra]:
+                    position = prepared.position(hit)
+                    if position is None or position >= start:
                         continue
+                    considered += 1
+                    if considered > limit:
+                        break
                     fitting = costs.fitting_turn_cost(hit, estimate, ceiling)
                     if fitting is not None:
                         data.turns.append((position, hit))
