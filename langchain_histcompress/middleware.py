@@ -75,6 +75,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from typing_extensions import NotRequired
 
+from langchain_histcompress._identified import IdentifiedLists
 from langchain_histcompress._tail import _keep_copies
 from langchain_histcompress.compressor import (
     CompressionResult,
@@ -108,6 +109,9 @@ __all__ = ["RoundCompressionMiddleware", "RoundCompressionState"]
 logger = logging.getLogger(__name__)
 
 SUMMARY_KEY = "running_summary"
+
+_IDENTIFIED = IdentifiedLists()
+"""The histories handed to context builders, one list per conversation (matched by object)."""
 """Agent state key of the running summary (JSON dict form)."""
 
 
@@ -310,9 +314,9 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         system = request.system_message
         lead: list[BaseMessage] = [system] if system is not None else []
         if self.context_builder is not None:
-            # ids derived as `ensure_ids` would, only where some are missing (an agent's
-            # messages carry ids: then nothing is read beyond the uncovered tail)
-            full = [*lead, *_with_ids(request.messages, summary, lead_too=True)]
+            # ids derived as `ensure_ids` would, once per message: the conversation's own list,
+            # grown as it grows, so the builder only prepares what is new
+            full = _IDENTIFIED.get(lead, request.messages)
             built = self.context_builder.build(full, summary=summary)
         else:
             assert summary is not None

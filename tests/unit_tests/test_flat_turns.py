@@ -303,8 +303,9 @@ def test_middleware_context_builder_reads_only_new_messages(
         calls.clear()
         request = ModelRequest(model=model, messages=history[:end], state={"messages": []})  # type: ignore[arg-type]
         shown = middleware.compressed_request(request).messages
-        # with ids nothing is derived; without, every message is (no summary names a prefix)
-        assert len(calls) == (0 if ids else end)
+        # with ids nothing is derived; without, each message once: all of them on the first
+        # turn, then the two added since
+        assert len(calls) == (0 if ids else end if end == 60 else 2)
         assert [m.id for m in shown] == [m.id for m in ensure_ids(history[:end])]
 
 
