@@ -70,6 +70,10 @@ class _Folded:
     messages: tuple[SystemMessage, ...]
     pinned: tuple[SystemMessage, ...] = ()
 
+    def starts_with(self, message: BaseMessage) -> bool:
+        """Whether ``message`` is the very object this state folded first."""
+        return self.count > 0 and self.originals[self.head] is message
+
     def covers_start_of(self, messages: list[BaseMessage], head: int) -> bool:
         """Whether ``messages[head:]`` begins with exactly the messages this state folded.
 
@@ -214,13 +218,22 @@ class SummarizationReducer(cut.ConfigEquality):
     # ------------------------------------------------------------------ planning
 
     def _recall(self, messages: list[BaseMessage], head: int) -> _Folded | None:
-        """This conversation's remembered state, if ``messages`` begins with what it folded."""
+        """This conversation's remembered state, if ``messages`` begins with what it folded.
+
+        The states whose first folded message is the very object at ``head`` are tried
+        first, most recent first (conversations sharing that object, a fixed greeting, each
+        have their own); then, for a history read back from storage, every state by value.
+        """
+        if len(messages) <= head:
+            return None
+        first = messages[head]
         with self._lock:
-            likely = self._memory.get(id(messages[head])) if len(messages) > head else None
-            if likely is not None and likely.covers_start_of(messages, head):
-                return likely
-            for state in reversed(self._memory.values()):
-                if state is not likely and state.covers_start_of(messages, head):
+            states = list(reversed(self._memory.values()))
+            for state in states:
+                if state.starts_with(first) and state.covers_start_of(messages, head):
+                    return state
+            for state in states:
+                if not state.starts_with(first) and state.covers_start_of(messages, head):
                     return state
         return None
 
@@ -286,7 +299,9 @@ class SummarizationReducer(cut.ConfigEquality):
                 originals = list(plan.preamble)
             originals.extend(plan.older)
             state = _Folded(originals, head, len(originals) - head, summaries, shown, pinned)
-            key = id(originals[head])
+            # one entry per list of folded originals (a conversation), which the state keeps
+            # alive: conversations sharing their first messages never replace each other's
+            key = id(originals)
             self._memory[key] = state
             self._memory.move_to_end(key)
             while len(self._memory) > self.max_conversations:
