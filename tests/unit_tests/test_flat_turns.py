@@ -629,3 +629,27 @@ def test_faces_report_the_lowest_of_their_passes() -> None:
         assert figure.mean_ms == pytest.approx(sum(figure.samples_ms) / figure.turns)
     with pytest.raises(ConfigurationError, match="passes"):
         measure_faces(base, sizes=(10,), turns=2, faces=["tiktoken_counter"], passes=0)
+
+
+def test_faces_report_the_memory_a_turn_allocates() -> None:
+    from langchain_histcompress.bench.faces import face_overhead_table, measure_faces
+    from langchain_histcompress.errors import ConfigurationError
+
+    base = conversation(30, system=SystemMessage("Be brief.", id="sys"))
+    names = ["reducer_full_history", "reducer_fed_back_reloaded", "context_builder_no_ids"]
+    figures = measure_faces(base, sizes=(50,), turns=2, faces=names, traced_turns=3)
+    assert [f.face for f in figures] == names
+    for f in figures:
+        assert f.error is None and f.turns == 2
+        assert len(f.alloc_samples_kib) == len(f.alloc_folded) == 3
+        assert f.alloc_kib == pytest.approx(sum(f.alloc_samples_kib) / 3)
+        assert all(kib > 0 for kib in f.alloc_samples_kib)
+        assert (f.fold_alloc_kib is None) == (not any(f.alloc_folded))
+        assert (f.plain_alloc_kib is None) == all(f.alloc_folded)
+    reducer = figures[0]
+    assert reducer.folds == reducer.turns and all(reducer.alloc_folded)  # a fold every turn
+    assert f"| {reducer.fold_alloc_kib:,.0f} | - |" in face_overhead_table([reducer])
+    untraced = measure_faces(base, sizes=(50,), turns=2, faces=names[:1], traced_turns=0)
+    assert untraced[0].alloc_kib is None and not untraced[0].alloc_samples_kib
+    with pytest.raises(ConfigurationError, match="traced_turns"):
+        measure_faces(base, sizes=(50,), turns=2, faces=names[:1], traced_turns=-1)
