@@ -357,19 +357,56 @@ class BM25TurnRetriever:
         self._turns = self._conversations.states[-1].turns
         self._lock = threading.Lock()
 
-    def retrieve(self, query: str, messages: Sequence[BaseMessage], k: int) -> list[BaseMessage]:
-        """The at most ``k`` messages sharing words with ``query``, best first (ties: earliest)."""
+    def retrieve(
+        self, query: str, messages: Sequence[BaseMessage], k: int, *, known_prefix: int = 0
+    ) -> list[BaseMessage]:
+        """The at most ``k`` messages sharing words with ``query``, best first (ties: earliest).
+
+        ``known_prefix``: the caller vouches that ``messages[:known_prefix]`` are the message
+        objects, in order, that began the previous call's ``messages`` (a list it only
+        appends to), as in `EvidenceRetriever.rank`: honoured only when ``messages`` is the
+        same list object as in the previous call; the result is the same either way.
+        """
         _check_k(k)
+        _check_known_prefix(known_prefix)
         if not k or not messages:
             return []
         with self._lock:
-            turns = self._turns = self._conversations.pick(messages, 0).turns
-            turns.sync(messages)
+            turns = self._turns = self._conversations.pick(messages, known_prefix).turns
+            turns.sync(messages, known_prefix)
+            np = _numpy()
+            if np is not None:
+                return self._best_over_arrays(np, turns, query, messages, k)
             scores = turns.index.scores(
                 query, allowed=turns.allowed(), max_postings=self.max_term_postings
             )
             best = heapq.nsmallest(k, scores.items(), key=lambda i: (-i[1], turns.order[i[0]]))
             return [messages[turns.position[key]] for key, _ in best]
+
+    def _best_over_arrays(
+        self, np: Any, turns: _TurnIndex, query: str, messages: Sequence[BaseMessage], k: int
+    ) -> list[BaseMessage]:
+        """`retrieve` with numpy: the same scores and order, chosen over arrays.
+
+        Every match is scored (`BM25Index.slot_scores`, identical to `BM25Index.scores`) and
+        the ``k`` best are selected at C speed (ties: earliest), so only those are handled
+        in Python: the work per match does not go through the interpreter.
+        """
+        index = turns.index
+        slots, scores = index.slot_scores(np, query, max_postings=self.max_term_postings)
+        if turns.identity and index.slots == len(turns.keys):
+            order = slots  # every slot is the message's place among the indexed ones
+        else:
+            order = turns.gather(np, turns.slot_turns, slots)
+            if turns.allowed() is not None:  # texts this call does not hold
+                mine = order >= 0
+                order, scores = order[mine], scores[mine]
+        chosen = best_n(np, scores, k, order)
+        if chosen is not None:
+            order, scores = order[chosen], scores[chosen]
+        best = sorted(zip((-scores).tolist(), order.tolist(), strict=True))[:k]
+        positions = turns.turn_positions
+        return [messages[positions[at]] for _, at in best]
 
 
 @dataclass(frozen=True)
