@@ -328,6 +328,8 @@ class ContextBuilder:
         self._prepared: _Prepared | None = None
         self._costed = 0
         """How many of the preparation's ``body`` messages had their lines counted."""
+        self._retrieved: tuple[list[BaseMessage], int] | None = None
+        """The candidate list last handed to the turn retriever, and its length then."""
         self._ranked: tuple[Sequence[BaseMessage], int] | None = None
         # the history list last handed to the evidence retriever, and its length then:
         # the preparation only appends to its lists, so that much of it is unchanged
@@ -685,7 +687,7 @@ class ContextBuilder:
                 start = win.start(kept)
                 candidates, extra = prepared.candidates(start)
                 limit = self.raw_turn_retrieval
-                hits = self.turn_retriever.retrieve(query, candidates, limit + extra)
+                hits = self._retrieve_turns(query, candidates, limit + extra)
                 considered = 0
                 for hit in hits[: limit + extra]:
                     position = prepared.position(hit)
@@ -711,6 +713,22 @@ class ContextBuilder:
                 break
             kept = grown
         return selected, data, kept
+
+    def _retrieve_turns(
+        self, query: str, candidates: list[BaseMessage], k: int
+    ) -> Sequence[BaseMessage]:
+        """The turn retriever's hits among ``candidates`` (a list the builder only appends to).
+
+        The package's BM25 retriever is told how much of the list it saw last time, so it
+        does not compare that part again.
+        """
+        retriever = self.turn_retriever
+        if not isinstance(retriever, BM25TurnRetriever):
+            return retriever.retrieve(query, candidates, k)
+        last = self._retrieved
+        known = last[1] if last is not None and last[0] is candidates else 0
+        self._retrieved = (candidates, len(candidates))
+        return retriever.retrieve(query, candidates, k, known_prefix=known)
 
     def _select_evidence(
         self,
