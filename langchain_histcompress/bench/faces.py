@@ -6,10 +6,10 @@ each size (1k / 10k / 100k messages by default). At each size the face first cat
 the history (untimed warm-up), then handles a fixed number of turns, the history growing by one
 round per turn; every turn is timed with the internal model's time subtracted. A few more
 turns then run under `tracemalloc`, untimed, for the memory a turn allocates (the peak above
-what was in use when it started). A turn *folds* when the face made an internal model call
-for it (a summary or fact extraction) or reports a compression; folding and non-folding
-turns are averaged apart, and together, because whether a turn folds changes its work and a
-median over a few turns hides which kind it measured.
+what was in use when it started, the internal model's own memory left out). A turn *folds*
+when the face made an internal model call for it (a summary or fact extraction) or reports a
+compression; folding and non-folding turns are averaged apart, and together, because whether
+a turn folds changes its work and a median over a few turns hides which kind it measured.
 
 `plot_face_overhead` draws mean overhead per turn against history size on log-log axes (a flat
 line is constant work per turn; a slope of 1 is work proportional to the history).
@@ -101,7 +101,8 @@ class FaceOverhead:
     """The mean of every pass, in the order they ran (the figure is the lowest of them)."""
     alloc_kib: float | None = None
     """Mean memory a turn allocated, in KiB: the `tracemalloc` peak above what was in use
-    when the turn started, over the traced turns (``None`` when none was traced)."""
+    when the turn started (internal model calls' own memory left out, see
+    `ModelClock.traced_peak`), over the traced turns (``None`` when none was traced)."""
     fold_alloc_kib: float | None = None
     """The same over the traced turns that folded (``None`` without any)."""
     plain_alloc_kib: float | None = None
@@ -147,11 +148,33 @@ class ModelClock:
         self.seconds = 0.0
         self.calls = 0
         self._lock = threading.Lock()
+        self._peaks: list[int] = []
 
     def _add(self, seconds: float) -> None:
         with self._lock:
             self.seconds += seconds
             self.calls += 1
+
+    def _call_starts(self) -> None:
+        """Under `tracemalloc`: keep the peak so far (the model's own peak is not the face's)."""
+        if tracemalloc.is_tracing():
+            with self._lock:
+                self._peaks.append(tracemalloc.get_traced_memory()[1])
+
+    def _call_ends(self) -> None:
+        """Under `tracemalloc`: the peak starts again from what the call left in use."""
+        if tracemalloc.is_tracing():
+            tracemalloc.reset_peak()
+
+    def traced_peak(self) -> int:
+        """The `tracemalloc` peak since the last reading, internal model calls left out.
+
+        What a call allocated and freed again is not counted; what it returned (still in
+        use when it ended) is.
+        """
+        with self._lock:
+            peaks, self._peaks = self._peaks, []
+        return max([tracemalloc.get_traced_memory()[1], *peaks])
 
     def reading(self) -> tuple[float, int]:
         """Seconds and calls so far."""
@@ -165,18 +188,22 @@ class ModelClock:
 
         class Timed(base):  # type: ignore[valid-type,misc]
             def invoke(self, *args: Any, **kwargs: Any) -> Any:
+                clock._call_starts()
                 start = time.perf_counter()
                 try:
                     return super().invoke(*args, **kwargs)
                 finally:
                     clock._add(time.perf_counter() - start)
+                    clock._call_ends()
 
             async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
+                clock._call_starts()
                 start = time.perf_counter()
                 try:
                     return await super().ainvoke(*args, **kwargs)
                 finally:
                     clock._add(time.perf_counter() - start)
+                    clock._call_ends()
 
         Timed.__name__ = base.__name__
         copy = model.model_copy()
@@ -560,7 +587,8 @@ def _traced_turns(
 
     A turn's input stays alive until the next turn has run, so what a turn lets go of from
     the previous one (a summary a cache held) is freed between turns, where it cannot hide
-    what the turn allocates.
+    what the turn allocates. What an internal model call allocates and frees again is left
+    out, as its time is (what it returns is counted).
     """
     allocations: list[float] = []
     folded: list[bool] = []
@@ -575,10 +603,11 @@ def _traced_turns(
             prefix = face.prepare(history[:position])
             gc.collect(1)
             _, calls_before = clock.reading()
+            clock.traced_peak()
             tracemalloc.reset_peak()
             before, _ = tracemalloc.get_traced_memory()
             compressed = face.turn(prefix)
-            _, peak = tracemalloc.get_traced_memory()
+            peak = clock.traced_peak()
             _, calls_after = clock.reading()
             allocations.append(max(0, peak - before) / 1024)
             folded.append(compressed or calls_after > calls_before)
@@ -807,8 +836,8 @@ def write_face_reports(
         "in several passes far apart in time (a fresh face and warm-up each) and the pass "
         "with the lowest mean is shown: other processes only add time. Beside the time, the "
         "memory a turn allocates (KiB, the tracemalloc peak above what was in use when the "
-        "turn started, the internal model's call included), over a few more turns run under "
-        "tracemalloc after the timed ones.",
+        "turn started; an internal model call's own memory left out, what it returns "
+        "counted), over a few more turns run under tracemalloc after the timed ones.",
         "",
         face_overhead_table(figures),
         "",
