@@ -340,3 +340,22 @@ def test_context_builder_does_flat_work_per_turn(
     _check_flat(short, long)
     if not ids:
         assert max(long.copied) <= 4  # the new round
+
+
+def test_context_builder_lets_go_of_the_callers_summary() -> None:
+    """A summary read back each turn is freed with the caller's reference, not in a later call
+    (freeing one that covers a long history is work in proportion to it)."""
+    import weakref
+
+    builder = ContextBuilder(max_context_tokens=500, token_counter="gpt-4o-mini")
+    history: list[BaseMessage] = [_SYSTEM]
+    for n in range(30):
+        history += _round(n, ids=True)
+    summary = RunningSummary(
+        content="earlier", text="earlier", covered_ids=[str(m.id) for m in history[1:-12]]
+    )
+    assert builder.assemble(history, summary=summary).summary_included
+    gone = weakref.ref(summary)
+    del summary
+    gc.collect()
+    assert gone() is None
