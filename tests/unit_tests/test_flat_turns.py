@@ -653,3 +653,36 @@ def test_faces_report_the_memory_a_turn_allocates() -> None:
     assert untraced[0].alloc_kib is None and not untraced[0].alloc_samples_kib
     with pytest.raises(ConfigurationError, match="traced_turns"):
         measure_faces(base, sizes=(50,), turns=2, faces=names[:1], traced_turns=-1)
+
+
+def test_identified_lists_keep_one_growing_list_per_conversation() -> None:
+    from langchain_histcompress._identified import IdentifiedLists
+
+    lists = IdentifiedLists(max_messages=100)
+    lead = [SystemMessage("Be brief.")]
+    shared, more = HumanMessage("hello"), HumanMessage("more")  # the very same objects
+    a = [shared, *(m.model_copy(update={"id": None}) for m in conversation(range(1, 4)))]
+    b = [shared, *(m.model_copy(update={"id": None}) for m in conversation(range(5, 8)))]
+    first = lists.get(lead, a)
+    copies = list(first)
+    other = lists.get(lead, b)
+    grown = lists.get(lead, [*a, more])
+    assert grown is first and other is not first
+    assert all(x is y for x, y in zip(copies, grown, strict=False))  # the same copies
+    assert [m.id for m in grown[1:]] == [m.id for m in ensure_ids([*a, more])]
+    assert [m.id for m in lists.get(lead, [*b, AIMessage("x")])[1:]] == [
+        m.id for m in ensure_ids([*b, AIMessage("x")])
+    ]
+    # the same copies under another system prompt; an edited history gets a list of its own
+    kind = [SystemMessage("Be kind.")]
+    relead = lists.get(kind, [*a, more])
+    assert relead[0].content == "Be kind."
+    assert all(x is y for x, y in zip(relead[1:], grown[1:], strict=True))
+    edited = [*a[:2], HumanMessage("changed"), *a[3:]]
+    fresh = lists.get(lead, edited)
+    assert fresh is not relead
+    assert [m.id for m in fresh[1:]] == [m.id for m in ensure_ids(edited)]
+    # at most ``max_messages`` messages are kept: the least recent conversations go first
+    assert lists.get(kind, [*a, more]) is relead
+    lists.get(lead, conversation(60, prefix="big"))
+    assert lists.get(kind, [*a, more]) is not relead
