@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import weakref
 from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -179,16 +180,17 @@ def _turn_line(message: BaseMessage) -> str:
     return line
 
 
-_summary_block: list[tuple[RunningSummary, str]] = []
-"""The last summary rendered (a summary is frozen: the same object renders the same)."""
+_summary_block: list[tuple[weakref.ref[RunningSummary], str]] = []
+"""The last summary rendered (a summary is frozen: the same object renders the same), held
+weakly so that it is freed with its caller's last reference, not in a later call."""
 
 
 def _summary_text(summary: RunningSummary) -> str:
     memo = _summary_block[:1]
-    if memo and memo[0][0] is summary:
+    if memo and memo[0][0]() is summary:
         return memo[0][1]
     text = summary.render()
-    _summary_block[:] = [(summary, text)]
+    _summary_block[:] = [(weakref.ref(summary), text)]
     return text
 
 

@@ -71,6 +71,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
+from langchain_histcompress._identified import IdentifiedLists
 from langchain_histcompress._tail import _keep_copies
 from langchain_histcompress.compressor import (
     CompressionResult,
@@ -107,6 +108,9 @@ logger = logging.getLogger(__name__)
 
 SUMMARY_KEY = "running_summary"
 """Agent state key of the running summary (JSON dict form)."""
+
+_IDENTIFIED = IdentifiedLists()
+"""The histories handed to context builders, one list per conversation (matched by object)."""
 
 
 class RoundCompressionState(AgentState[Any]):
@@ -233,9 +237,15 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         system = request.system_message
         lead: list[BaseMessage] = [system] if system is not None else []
         summary = summary_from_state(request.state, SUMMARY_KEY)
-        # the system prompt travels apart from the messages: counted as overhead, never copied
-        # in front of a long history
-        messages = _with_ids(request.messages, summary)
+        messages: Sequence[BaseMessage]
+        if self.context_builder is not None:
+            # the conversation's own list, ids derived once per message and the system prompt
+            # in front, grown as it grows: the builder then prepares only what is new
+            messages = _IDENTIFIED.get(lead, request.messages)
+        else:
+            # the system prompt travels apart from the messages: counted as overhead, never
+            # copied in front of a long history
+            messages = _with_ids(request.messages, summary)
         if not self.destructive and _summary_detached(messages, summary):
             logger.info("none of the summarized messages is in state; starting a new summary")
             return lead, messages, None, True
@@ -279,7 +289,7 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         update: dict[str, Any] | None,
     ) -> _Prepared:
         if self.context_builder is not None:
-            full = [*lead, *_with_ids(messages, summary, lead_too=True)]
+            full = _IDENTIFIED.get(lead, request.messages)
             shown = self.context_builder.build(full, summary=summary)
         else:
             shown = self._with_lead(lead, shown, summary)
@@ -297,9 +307,11 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
             return [*view(lead, summary, placement=self.compressor.placement), *shown[1:]]
         return [*lead, *shown]
 
-    def _overhead(self, request: ModelRequest[Any]) -> int:
-        """Tokens of the system prompt and the tool schemas, sent besides the messages."""
+    def _overhead(self, request: ModelRequest[Any], messages: Sequence[BaseMessage]) -> int:
+        """Tokens of the system prompt and the tool schemas, sent besides ``messages``."""
         system, tools = request.system_message, request.tools
+        if system is not None and messages and messages[0] is system:
+            system = None  # the messages hold it
         key = (id(system), tuple(map(id, tools)))
         found = self._overheads.get(key)
         if found is not None and found[0] is system and found[1] == tuple(tools):
@@ -340,7 +352,7 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
                 messages,
                 summary,
                 context_window=request.model,
-                overhead_tokens=self._overhead(request),
+                overhead_tokens=self._overhead(request, messages),
             )
         except BudgetError as overflow:
             msg = f"{overflow}; folding failed ({type(error).__name__}: {error})"
@@ -360,7 +372,7 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
                 summary,
                 config=_internal_config(),
                 context_window=request.model,
-                overhead_tokens=self._overhead(request),
+                overhead_tokens=self._overhead(request, messages),
             )
             _keep_copies(messages, result.summary)
         except HistCompressError as error:
@@ -382,7 +394,7 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
                 summary,
                 config=_internal_config(),
                 context_window=request.model,
-                overhead_tokens=self._overhead(request),
+                overhead_tokens=self._overhead(request, messages),
             )
             _keep_copies(messages, result.summary)
         except HistCompressError as error:

@@ -374,9 +374,15 @@ class _Step:
         message: AIMessage,
         add: Callable[[ViolationKind, int, str], None],
     ) -> None:
+        calls = _calls(message)
+        if not calls:  # no step to open (`close` just left nothing pending or answered)
+            self.index = index
+            if self.pending or self.answered or self.invalid:
+                self.pending, self.answered, self.invalid = Counter(), set(), set()
+            return
         self.index, self.pending, self.answered = index, Counter(), set()
         self.invalid = {str(c["id"]) for c in message.invalid_tool_calls if c.get("id")}
-        for call in _calls(message):
+        for call in calls:
             call_id = call.get("id")
             if not call_id:
                 add("missing_tool_call_id", index, f"tool call {call.get('name')!r} has no id")
@@ -393,18 +399,20 @@ class _Step:
         return "duplicate_tool_result" if call_id in self.answered else "orphan_tool_result"
 
     def close(self, add: Callable[[ViolationKind, int, str], None]) -> None:
-        valid = sorted(i for i in self.pending if i not in self.invalid)
-        invalid = sorted(i for i in self.pending if i in self.invalid)
-        if valid:
-            add("unanswered_tool_calls", self.index, f"tool calls {valid} have no result")
-        if invalid:
-            add(
-                "unanswered_invalid_tool_calls",
-                self.index,
-                f"invalid tool calls {invalid} have no result",
-            )
-        self.pending = Counter()
-        self.answered = set()
+        if self.pending:
+            valid = sorted(i for i in self.pending if i not in self.invalid)
+            invalid = sorted(i for i in self.pending if i in self.invalid)
+            if valid:
+                add("unanswered_tool_calls", self.index, f"tool calls {valid} have no result")
+            if invalid:
+                add(
+                    "unanswered_invalid_tool_calls",
+                    self.index,
+                    f"invalid tool calls {invalid} have no result",
+                )
+            self.pending = Counter()
+        if self.answered:
+            self.answered = set()
 
 
 _REPAIRED_KINDS = frozenset(

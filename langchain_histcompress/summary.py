@@ -524,9 +524,10 @@ class Summarizer:
         )
         self._clock = clock or _utcnow
         self.max_output_tokens = summary_output_cap(max_summary_tokens, max_output_tokens)
-        self.max_input_tokens = context_budget(model).tokens - (
-            self.max_output_tokens or max_summary_tokens
-        )
+        budget = context_budget(model).tokens
+        # an answer never takes more than half the window: the summary is read back next time
+        answer = min(self.max_output_tokens or max_summary_tokens, budget // 2)
+        self.max_input_tokens = budget - answer
         """Tokens a prompt may hold: the model's window budget less its answer."""
         self._runnable: Runnable[Any, Any] = model
         self._structured_output = structured_output

@@ -547,7 +547,8 @@ class TiktokenCounter:
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
-        self._prefixes: OrderedDict[tuple[int, int], _Counted] = OrderedDict()
+        self._prefixes: list[_Counted] = []
+        """Remembered lists with their counts, the most recently used last."""
         self._roles: dict[str, int] = {}
 
     @property
@@ -746,7 +747,10 @@ class TiktokenCounter:
         messages:
 
         * a list is matched only with a remembered list that starts with the same two
-          objects (so lists sharing only a system message do not evict each other);
+          objects, and every conversation keeps its own: lists sharing their first
+          messages (a fixed system prompt and greeting) do not evict each other, and a list
+          that shares at least half of a remembered one (the same history, edited) takes
+          its place;
         * when the part they share is at most 2,048 messages long, every reference in it is
           compared (exact: any message replaced, inserted or removed is seen);
         * when it is longer, each call compares its first 64 and last 512 references and
@@ -774,16 +778,8 @@ class TiktokenCounter:
 
     def _counted(self, messages: Sequence[BaseMessage]) -> _Counted:
         """A memo whose first ``len(messages)`` entries are the counts of ``messages``."""
-        # Keyed by the first two messages: lists that share only their system message (a
-        # history, a prompt built from it, a short list of fixed parts) keep their own memos
-        # instead of replacing each other's.
-        key = (id(messages[0]), id(messages[1]) if len(messages) > 1 else 0)
         with self._lock:
-            memo = self._prefixes.get(key)
-            kept = 0
-            if memo is not None and memo.messages[0] is messages[0]:
-                kept = memo.shared_prefix(messages)
-                self._prefixes.move_to_end(key)
+            memo, kept = self._best_memo(messages)
             size = len(memo.messages) if memo is not None else 0
         if memo is not None and kept == len(messages):
             return memo
@@ -793,12 +789,54 @@ class TiktokenCounter:
                 memo.extend(messages[kept:], fresh)  # still the newest list: grow in place
             else:
                 counts = memo.counts[:kept] if memo is not None else []
+                replaced = memo if memo is not None and 2 * kept >= len(memo.messages) else None
                 memo = _Counted(_as_list(messages[:]), counts + fresh)
-                self._prefixes[key] = memo
-                self._prefixes.move_to_end(key)
-                while len(self._prefixes) > _PREFIX_MEMOS:
-                    self._prefixes.popitem(last=False)
+                self._remember(memo, replaced)
         return memo
+
+    def _remember(self, memo: _Counted, replaced: _Counted | None) -> None:
+        """Keep ``memo`` as the most recently used list (the caller holds the lock).
+
+        It takes the place of ``replaced``, a list it shares at least half of (the same
+        conversation, edited or tried with another last message); otherwise it is another
+        list (a conversation sharing only its first messages) and the least recently used
+        memo goes when there are too many.
+        """
+        memos = self._prefixes
+        if replaced is not None:
+            memos[:] = [m for m in memos if m is not replaced]
+        memos.append(memo)
+        if len(memos) > _PREFIX_MEMOS:
+            del memos[0]
+
+    def _best_memo(self, messages: Sequence[BaseMessage]) -> tuple[_Counted | None, int]:
+        """The remembered list sharing the longest beginning with ``messages``, and its length.
+
+        Only lists that start with the same two objects are compared (so lists sharing only a
+        system message cost a pointer comparison each), most recently used first; a list
+        holding all of ``messages``, or wholly held by it, ends the search. The memo found
+        becomes the most recently used. The caller holds the counter's lock.
+        """
+        first = messages[0]
+        second = messages[1] if len(messages) > 1 else None
+        memos = self._prefixes
+        best: _Counted | None = None
+        kept = 0
+        at_best = -1
+        for at in range(len(memos) - 1, -1, -1):
+            mine = memos[at].messages
+            if mine[0] is not first or (
+                second is not None and len(mine) > 1 and mine[1] is not second
+            ):
+                continue
+            shared = memos[at].shared_prefix(messages)
+            if best is None or shared > kept:
+                best, kept, at_best = memos[at], shared, at
+            if shared in (len(mine), len(messages)):
+                break
+        if best is not None:
+            memos.append(memos.pop(at_best))
+        return best, kept
 
     def _count_each(self, messages: Sequence[BaseMessage]) -> list[int]:
         """Per-message counts: cached ones under one lock, the others computed outside it."""

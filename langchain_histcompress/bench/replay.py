@@ -434,8 +434,9 @@ class ReplayChatModel(BaseChatModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    conversation: InstanceOf[LocomoConversation]
-    """The conversation whose session summaries and observations are replayed."""
+    conversation: InstanceOf[LocomoConversation] = Field(repr=False)
+    """The conversation whose session summaries and observations are replayed (left out of
+    the model's repr, which LangChain's callbacks build on every call)."""
     counter: InstanceOf[TiktokenCounter] | None = None
     """Counter for usage metadata and the summary cap (default: the shared gpt-4o-mini one)."""
     summary_token_cap: int = Field(default=128, gt=0)

@@ -304,8 +304,9 @@ def test_middleware_context_builder_reads_only_new_messages(
         calls.clear()
         request = ModelRequest(model=model, messages=history[:end], state={"messages": []})  # type: ignore[arg-type]
         shown = middleware.compressed_request(request).messages
-        # with ids nothing is derived; without, every message is (no summary names a prefix)
-        assert len(calls) == (0 if ids else end)
+        # with ids nothing is derived; without, each message once: all of them on the first
+        # turn, then the two added since
+        assert len(calls) == (0 if ids else end if end == 60 else 2)
         assert [m.id for m in shown] == [m.id for m in ensure_ids(history[:end])]
 
 
@@ -629,3 +630,60 @@ def test_faces_report_the_lowest_of_their_passes() -> None:
         assert figure.mean_ms == pytest.approx(sum(figure.samples_ms) / figure.turns)
     with pytest.raises(ConfigurationError, match="passes"):
         measure_faces(base, sizes=(10,), turns=2, faces=["tiktoken_counter"], passes=0)
+
+
+def test_faces_report_the_memory_a_turn_allocates() -> None:
+    from langchain_histcompress.bench.faces import face_overhead_table, measure_faces
+    from langchain_histcompress.errors import ConfigurationError
+
+    base = conversation(30, system=SystemMessage("Be brief.", id="sys"))
+    names = ["reducer_full_history", "reducer_fed_back_reloaded", "context_builder_no_ids"]
+    figures = measure_faces(base, sizes=(50,), turns=2, faces=names, traced_turns=3)
+    assert [f.face for f in figures] == names
+    for f in figures:
+        assert f.error is None and f.turns == 2
+        assert len(f.alloc_samples_kib) == len(f.alloc_folded) == 3
+        assert f.alloc_kib == pytest.approx(sum(f.alloc_samples_kib) / 3)
+        assert all(kib > 0 for kib in f.alloc_samples_kib)
+        assert (f.fold_alloc_kib is None) == (not any(f.alloc_folded))
+        assert (f.plain_alloc_kib is None) == all(f.alloc_folded)
+    reducer = figures[0]
+    assert reducer.folds == reducer.turns and all(reducer.alloc_folded)  # a fold every turn
+    assert f"| {reducer.fold_alloc_kib:,.0f} | - |" in face_overhead_table([reducer])
+    untraced = measure_faces(base, sizes=(50,), turns=2, faces=names[:1], traced_turns=0)
+    assert untraced[0].alloc_kib is None and not untraced[0].alloc_samples_kib
+    with pytest.raises(ConfigurationError, match="traced_turns"):
+        measure_faces(base, sizes=(50,), turns=2, faces=names[:1], traced_turns=-1)
+
+
+def test_identified_lists_keep_one_growing_list_per_conversation() -> None:
+    from langchain_histcompress._identified import IdentifiedLists
+
+    lists = IdentifiedLists(max_messages=100)
+    lead = [SystemMessage("Be brief.")]
+    shared, more = HumanMessage("hello"), HumanMessage("more")  # the very same objects
+    a = [shared, *(m.model_copy(update={"id": None}) for m in conversation(range(1, 4)))]
+    b = [shared, *(m.model_copy(update={"id": None}) for m in conversation(range(5, 8)))]
+    first = lists.get(lead, a)
+    copies = list(first)
+    other = lists.get(lead, b)
+    grown = lists.get(lead, [*a, more])
+    assert grown is first and other is not first
+    assert all(x is y for x, y in zip(copies, grown, strict=False))  # the same copies
+    assert [m.id for m in grown[1:]] == [m.id for m in ensure_ids([*a, more])]
+    assert [m.id for m in lists.get(lead, [*b, AIMessage("x")])[1:]] == [
+        m.id for m in ensure_ids([*b, AIMessage("x")])
+    ]
+    # the same copies under another system prompt; an edited history gets a list of its own
+    kind = [SystemMessage("Be kind.")]
+    relead = lists.get(kind, [*a, more])
+    assert relead[0].content == "Be kind."
+    assert all(x is y for x, y in zip(relead[1:], grown[1:], strict=True))
+    edited = [*a[:2], HumanMessage("changed"), *a[3:]]
+    fresh = lists.get(lead, edited)
+    assert fresh is not relead
+    assert [m.id for m in fresh[1:]] == [m.id for m in ensure_ids(edited)]
+    # at most ``max_messages`` messages are kept: the least recent conversations go first
+    assert lists.get(kind, [*a, more]) is relead
+    lists.get(lead, conversation(60, prefix="big"))
+    assert lists.get(kind, [*a, more]) is not relead
