@@ -210,3 +210,36 @@ def test_a_mid_conversation_system_message_is_kept_verbatim_not_summarized() -> 
     assert again is not None and model.calls == 2
     assert [m.content for m in again].count(reminder.content) == 1
     assert all("closes at 6pm" not in prompt_text(p) for p in model.prompts)
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+def test_history_beyond_the_summarizer_window_folds_in_calls_that_fit(run_async: bool) -> None:
+    """A first fold larger than the summarizer's window is split between rounds, chained."""
+    import asyncio
+
+    from langchain_histcompress.tokens import TiktokenCounter, count_request
+
+    model = ScriptedChatModel(
+        default=numbered(lambda n: summary_json(f"summary #{n}")),
+        profile={"max_input_tokens": 8_000},
+    )
+    history: list[BaseMessage] = [SystemMessage("sys", id="sys")]
+    for i in range(150):
+        history += [
+            HumanMessage(f"question {i}: " + "tell me about the lake " * 12, id=f"h{i}"),
+            AIMessage(f"answer {i}: " + "the lake is calm today " * 12, id=f"a{i}"),
+        ]
+    reducer = SummarizationReducer(model, target_count=4)
+    reduced = asyncio.run(reducer.areduce(history)) if run_async else reducer.reduce(history)
+    assert reduced is not None and validate_history(reduced) == []
+    assert model.calls >= 3  # about 30k tokens of history through a 8k window
+    counter = TiktokenCounter()
+    assert all(count_request(counter, prompt) <= 8_000 for prompt in model.prompts)
+    assert f"summary #{model.calls}" in str(reduced[1].content)  # one chained summary
+    sent = [prompt_text(p) for p in model.prompts]
+    for message in history[1:-4]:  # every folded message reaches exactly one call
+        assert sum(f"[{message.id} " in text for text in sent) == 1, message.id
+    assert [m.id for m in reduced[2:]] == [m.id for m in history[-4:]]
+    for earlier, later in itertools.pairwise(model.prompts):
+        assert "summary #" in prompt_text(later)  # the previous summary passed as input
+        assert prompt_text(earlier) != prompt_text(later)
