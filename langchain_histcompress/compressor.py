@@ -589,7 +589,11 @@ cost (openai-50, the default pricing): no fold pays yet
         """The budget and pricing for an answering model given per call (cached per model)."""
         if answering is None or answering is self.context_window:
             return self.target
-        if self.context_window is not None and context_window_of(answering) is None:
+        if (
+            self.context_window is not None
+            and not isinstance(answering, int)
+            and context_window_of(answering) is None
+        ):
             return self.target  # the window given here beats a model that does not know its own
         key = id(answering)
         with self._target_lock:
