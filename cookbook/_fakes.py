@@ -2,7 +2,8 @@
 
 `ScriptedChatModel` answers with a plain Python function of the messages it receives and
 keeps every input in ``calls``. The functions below read the package's own prompts
-(transcript lines such as ``<message id="m1" role="user">text</message>``) and answer
+(transcript lines such as ``<message id="m1" role="user">text</message>``, or ``[m1 user]
+text`` in summarizer prompts) and answer
 like a terse, very literal model. Each notebook uses ``ChatOpenAI`` instead when
 ``OPENAI_API_KEY`` is set.
 """
@@ -20,6 +21,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
+
+from langchain_histcompress.render import read_turn_lines
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -50,9 +53,12 @@ _MESSAGE = re.compile(r'<message id="([^"]*)" role="(\w+)"[^>]*>(.*?)</message>'
 
 
 def transcript(messages: Sequence[BaseMessage]) -> list[tuple[str, str, str]]:
-    """``(id, role, text)`` of every ``<message>`` line in the last prompt message."""
-    found = _MESSAGE.findall(str(messages[-1].content))
-    return [(html.unescape(i), role, html.unescape(text)) for i, role, text in found]
+    """``(id, role, text)`` of every message shown in the last prompt message: ``<message>``
+    elements (extraction, rephrasing) and ``[id role] text`` lines (summaries)."""
+    text = str(messages[-1].content)
+    found = _MESSAGE.findall(text)
+    elements = [(html.unescape(i), role, html.unescape(body)) for i, role, body in found]
+    return elements + read_turn_lines(text)
 
 
 def block(text: str, tag: str) -> str:
@@ -241,3 +247,24 @@ def weather_agent(messages: list[BaseMessage]) -> AIMessage:
             break
         results.insert(0, str(message.content))
     return AIMessage("Here is what I found: " + " ".join(results))
+
+
+# -- an agent that looks things up: recall_history for "remember" questions, then answers ----
+
+_RECALLED_LINE = re.compile(r"^\[[^\]]+ user\] (.*)$", re.MULTILINE)
+
+
+def recall_agent(messages: list[BaseMessage]) -> AIMessage:
+    last = messages[-1]
+    if last.type == "tool":  # answer from the first thing the user said in the recalled turns
+        found = _RECALLED_LINE.search(html.unescape(str(last.content)))
+        return AIMessage(f"You told me: {found.group(1)}" if found else "I could not find it.")
+    question = str(last.content)
+    if "remember" in question.lower():
+        call = {
+            "name": "recall_history",
+            "args": {"query": question},
+            "id": f"call_{next(_call_ids)}",
+        }
+        return AIMessage("", tool_calls=[call])
+    return AIMessage(f"Noted: {clip(question, 8)}")

@@ -23,6 +23,7 @@ from langchain_histcompress.errors import (
     ConfigurationError,
     HistCompressError,
     InvalidHistoryError,
+    RecallError,
     StorageError,
     SummarizationError,
     TokenizerError,
@@ -57,6 +58,7 @@ from langchain_histcompress.pricing import (
     encode_request,
     price_requests,
 )
+from langchain_histcompress.recall_tool import HistoryRecall
 from langchain_histcompress.reducers import (
     HistoryReducer,
     MaxTokensReducer,
@@ -160,6 +162,7 @@ __all__ = [
     "FactsState",
     "HistCompressError",
     "HistCompressState",
+    "HistoryRecall",
     "HistoryReducer",
     "HistoryRephraseNode",
     "HistoryViolation",
@@ -169,6 +172,7 @@ __all__ = [
     "PricingModel",
     "PromptCache",
     "PromptRequest",
+    "RecallError",
     "RepairedHistory",
     "RequestCost",
     "Round",

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -167,7 +168,9 @@ class DataCosts:
         self._text_costs: dict[str, int] = {}
         self._empty_cost: int | None = None
         self._fact_joins: dict[str, tuple[Fact, JoinedLine]] = {}
-        self._summary_line: tuple[RunningSummary, str, int] | None = None
+        self._summary_line: tuple[weakref.ref[RunningSummary], str, int] | None = None
+        """The last summary (held weakly: the caller's summary is freed with the caller's
+        last reference, not in a later call), its line and the line's cost."""
         self._empty_costs: dict[type[BaseMessage], int] = {}
         self._newline_costs: dict[str, int] = {}
 
@@ -280,10 +283,10 @@ class DataCosts:
 
     def _summary_cost(self, summary: RunningSummary, line: str) -> int:
         memo = self._summary_line
-        if memo is not None and memo[0] is summary and memo[1] == line:
+        if memo is not None and memo[0]() is summary and memo[1] == line:
             return memo[2]
         cost = self.text_cost(line)
-        self._summary_line = (summary, line, cost)
+        self._summary_line = (weakref.ref(summary), line, cost)
         return cost
 
     def text_cost(self, text: str) -> int:

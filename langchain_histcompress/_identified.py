@@ -6,6 +6,10 @@ history computed lazily: a face that reads only the uncovered tail of a long his
 ids to those messages only, and the copies it made can be handed to the next turn's view
 (`IdentifiedMessages.adopt`) so a grown history derives ids only for its new messages.
 
+`IdentifiedLists` keeps, for a face that hands a whole history to a component that keeps
+work between calls (a context builder), one such list per conversation grown in place, so the
+component sees the same id-bearing copies, in the same list, on every turn.
+
 Example:
     >>> from langchain_core.messages import HumanMessage, SystemMessage
     >>> view = IdentifiedMessages([SystemMessage("s"), HumanMessage("hi")], lead_end=1)
@@ -16,17 +20,20 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Mapping, Sequence
 from typing import overload
 
 from langchain_core.messages import BaseMessage
 
-__all__ = ["IdentifiedMessages", "MessageView", "identified", "originals"]
+from langchain_histcompress._prefix import holds
+
+__all__ = ["IdentifiedLists", "IdentifiedMessages", "MessageView", "identified", "originals"]
 
 
 def identified(message: BaseMessage, index: int, namespace: str = "") -> BaseMessage:
     """``message`` itself when it has an id, else a copy with the id `ensure_ids` gives it."""
-    if message.id is not None:
+    if message.id:  # an empty-string id counts as no id
         return message
     digest = hashlib.sha256(
         f"{namespace}\x00{index}\x00{message.type}\x00{message.content!r}\x00"
@@ -113,3 +120,97 @@ def originals(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
     prefix of identical originals proves an identical prefix without identifying it.
     """
     return messages.originals if isinstance(messages, IdentifiedMessages) else messages
+
+
+class _Grown:
+    """One conversation of `IdentifiedLists`: its messages as given, and the list handed out."""
+
+    __slots__ = ("given", "lead", "shown")
+
+    def __init__(self, lead: Sequence[BaseMessage]) -> None:
+        self.given: list[BaseMessage] = []
+        """The messages seen so far, as given (references: their ids cannot be reused)."""
+        self.lead = tuple(lead)
+        """The messages put before them."""
+        self.shown: list[BaseMessage] = list(lead)
+        """``[*lead, *ensure_ids(given)]``, grown in place."""
+
+
+class IdentifiedLists:
+    """``[*lead, *ensure_ids(messages, namespace=...)]`` per conversation, grown in place.
+
+    A call whose messages begin with those of a remembered conversation (the same objects,
+    compared as pointers at C speed; never by id, which may repeat across users) gives ids
+    to its new messages only and returns that conversation's list, extended; any other call
+    starts a new one. The list is shared with the next calls of its conversation, which run
+    one after the other (a graph thread's steps do), and only ever grows while the lead stays
+    the same objects. At most ``max_messages`` messages are remembered over every
+    conversation (the least recently used conversations are forgotten first).
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+        >>> lists = IdentifiedLists()
+        >>> lead, history = [SystemMessage("s")], [HumanMessage("hi"), AIMessage("hello")]
+        >>> first = lists.get(lead, history)
+        >>> grown = lists.get(lead, [*history, HumanMessage("more")])
+        >>> grown is first, first[1].id.startswith("hc-"), len(grown)
+        (True, True, 4)
+    """
+
+    def __init__(self, max_messages: int = 262_144) -> None:
+        """Remember at most ``max_messages`` messages."""
+        self.max_messages = max_messages
+        self._grown: list[_Grown] = []
+        """Most recently used last."""
+        self._lock = threading.Lock()
+
+    def _find(self, messages: Sequence[BaseMessage]) -> _Grown | None:
+        if not isinstance(messages, list) or not messages:
+            return None
+        first = messages[0]
+        for at in range(len(self._grown) - 1, -1, -1):
+            grown = self._grown[at]
+            given = grown.given
+            if given and given[0] is first and holds(messages, given, len(given)):
+                self._grown.append(self._grown.pop(at))
+                return grown
+        return None
+
+    def get(
+        self, lead: Sequence[BaseMessage], messages: Sequence[BaseMessage], namespace: str = ""
+    ) -> list[BaseMessage]:
+        """``[*lead, *ensure_ids(messages, namespace=namespace)]``, the conversation's own list.
+
+        Messages that already have an id are the caller's own objects; the others are the
+        copies made when they first arrived (anything not a message is left as it is, for
+        the component that reads it to report).
+        """
+        with self._lock:
+            grown = self._find(messages)
+            if grown is None:
+                grown = _Grown(lead)
+                self._grown.append(grown)
+            elif len(grown.lead) != len(lead) or any(
+                a is not b for a, b in zip(grown.lead, lead, strict=False)
+            ):
+                # another lead (a system prompt that changed): a new list with the same copies
+                grown.shown = [*lead, *grown.shown[len(grown.lead) :]]
+                grown.lead = tuple(lead)
+            known = len(grown.given)
+            new = messages[known:]
+            grown.given.extend(new)
+            grown.shown.extend(
+                [
+                    identified(m, index, namespace)
+                    if isinstance(m, BaseMessage) and not m.id
+                    else m
+                    for index, m in enumerate(new, known)
+                ]
+            )
+            self._forget(grown)
+            return grown.shown
+
+    def _forget(self, keep: _Grown) -> None:
+        total = sum(len(g.given) for g in self._grown)
+        while total > self.max_messages and self._grown[0] is not keep:
+            total -= len(self._grown.pop(0).given)

@@ -83,7 +83,8 @@ class RephraseOutput(TypedDict):
     original_question: str
     """The follow-up question exactly as received."""
     rephrased: bool
-    """Whether the model's rephrasing was used."""
+    """Whether the model's rephrasing was used (``False`` too when the model gave the
+    question back unchanged: it was already standalone)."""
     fallback_reason: FallbackReason | None
     """Why the original question was used after a model call; ``None`` otherwise."""
     history_messages: int
@@ -123,6 +124,11 @@ def _summary_block(summary: object, max_chars: int | None) -> str:
     if not text:
         return ""
     return wrap_data("conversation_summary", text, attributes) + "\n\n"
+
+
+def _same_text(answer: str, question: str) -> bool:
+    """Whether the model gave the question back (whitespace and letter case aside)."""
+    return " ".join(answer.split()).casefold() == " ".join(question.split()).casefold()
 
 
 def _truncate(text: str, max_chars: int | None) -> str:
@@ -281,13 +287,17 @@ class _Rephraser:
         question, reason = _check_output(raw, limit=plan.limit, style=self.style)
         if question is None:
             return self.fallback(plan, reason or "garbage")
+        unchanged = _same_text(question, plan.question)
         logger.debug(
-            "history rephrased from %d messages (%d chars)", len(plan.window), len(question)
+            "history rephrasing from %d messages: %s (%d chars)",
+            len(plan.window),
+            "question already standalone" if unchanged else "rephrased",
+            len(question),
         )
         return RephraseOutput(
-            question=question,
+            question=plan.question if unchanged else question,
             original_question=plan.question,
-            rephrased=True,
+            rephrased=not unchanged,
             fallback_reason=None,
             history_messages=len(plan.window),
             model_calls=1,

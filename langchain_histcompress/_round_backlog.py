@@ -103,7 +103,7 @@ class RoundScans:
             index = scan.end
             while not starts and index < end:  # leading system messages open no round
                 message = messages[index]
-                if not isinstance(message, BaseMessage) or message.id is None:
+                if not isinstance(message, BaseMessage) or not message.id:
                     del starts[known:]
                     return None
                 if not isinstance(message, SystemMessage):
@@ -111,7 +111,7 @@ class RoundScans:
                 index += 1
             for position in range(index, end):
                 message = messages[position]
-                if not isinstance(message, BaseMessage) or message.id is None:
+                if not isinstance(message, BaseMessage) or not message.id:
                     del starts[known:]
                     return None
                 if isinstance(message, HumanMessage):

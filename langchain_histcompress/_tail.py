@@ -75,8 +75,8 @@ class _Cursor:
     """Number of leading system messages of the history."""
     start: int
     """Index of the tail's first message."""
-    start_id: str
-    """Id of ``messages[start]``."""
+    start_id: str | None
+    """Id of ``messages[start]`` (``None``: the tail was empty, ``start`` was the end)."""
     before_id: str | None
     """Id of ``messages[start - 1]`` (``None`` when the tail starts right after the lead)."""
     tail_covered: frozenset[str]
@@ -223,9 +223,10 @@ def _verified_cursor(
     if cursor is None or cursor.lead_end != lead_end:
         return None
     start = cursor.start
-    if not lead_end <= start < len(messages):
-        return None
-    if _message_id(messages, start) != cursor.start_id:
+    if cursor.start_id is None:
+        if not lead_end <= start <= len(messages):
+            return None
+    elif not lead_end <= start < len(messages) or _message_id(messages, start) != cursor.start_id:
         return None
     before = _message_id(messages, start - 1) if start > lead_end else None
     if before != cursor.before_id:
@@ -265,8 +266,8 @@ def _remember(summary: RunningSummary, parts: _Parts, grown_from: _Cursor | None
     """
     messages, start, lead_end = parts.messages, parts.tail_start, parts.lead_end
     start_id = _message_id(messages, start) if start < len(messages) else None
-    if start_id is None:
-        return None
+    if start_id is None and (start < len(messages) or start <= lead_end):
+        return None  # no id to check, or an empty tail right after the lead: nothing to skip
     source = originals(messages)
     objects = None
     if grown_from is not None and grown_from.lead_end == lead_end and grown_from.start <= start:
@@ -295,12 +296,20 @@ def _remember(summary: RunningSummary, parts: _Parts, grown_from: _Cursor | None
 def _systems_between(
     messages: Sequence[BaseMessage], start: int, stop: int, covered: AbstractSet[str]
 ) -> tuple[int, ...]:
-    """Indexes of the system messages of ``messages[start:stop]`` (covered chunks skipped)."""
+    """Indexes of the uncovered system messages of ``messages[start:stop]``.
+
+    Pinned messages are covered once a fold takes them (see `RoundCompressor`); whole chunks of
+    covered messages are skipped.
+    """
     found: list[int] = []
     while start < stop:
         end = min(start + _SCAN_CHUNK, stop)
         if not covers_all(covered, map(_get_id, messages[start:end])):
-            found.extend(i for i in range(start, end) if isinstance(messages[i], SystemMessage))
+            found.extend(
+                i
+                for i in range(start, end)
+                if isinstance(messages[i], SystemMessage) and messages[i].id not in covered
+            )
         start = end
     return tuple(found)
 
@@ -345,7 +354,8 @@ def _locate(
             while start > lead_end and not isinstance(messages[start], HumanMessage):
                 start -= 1
         if start >= scan_from:
-            systems = (*known_systems, *_systems_between(messages, scan_from, start, covered))
+            known = tuple(i for i in known_systems if messages[i].id not in covered)
+            systems = (*known, *_systems_between(messages, scan_from, start, covered))
         else:  # the tail starts before the known start: collect again
             systems = _systems_between(messages, lead_end, start, covered)
     tail = [m for m in messages[start:] if not is_summary_message(m)]
@@ -411,10 +421,11 @@ def _with_ids(
             start = cursor.start
     try:
         # A grown history without ids misses one at its end: no need to scan it then.
-        complete = bool(messages) and _get_id(messages[-1]) is not None
-        complete = complete and None not in map(_get_id, messages[start:])
+        # An empty-string id counts as no id.
+        complete = bool(messages) and bool(_get_id(messages[-1]))
+        complete = complete and all(map(_get_id, messages[start:]))
         if lead_too:
-            complete = complete and None not in map(_get_id, messages[:lead_end])
+            complete = complete and all(map(_get_id, messages[:lead_end]))
     except AttributeError:  # not a message: the compressor names it
         return messages
     if complete:

@@ -372,7 +372,7 @@ def carry(
         or cursor.tail_covered
         or after.lead_end != before.lead_end
         or after.tail_start != before.tail_start + folded_messages
-        or folded_rounds >= len(state.rounds)
+        or folded_rounds > len(state.rounds)
         or sum(len(r.messages) for r in state.rounds[:folded_rounds]) != folded_messages
         or len(after.tail) != len(state.tail) - folded_messages
     ):

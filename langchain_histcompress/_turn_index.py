@@ -10,13 +10,57 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Container, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
 from langchain_histcompress._prefix import extends, holds
-from langchain_histcompress.bm25 import BM25Index
+from langchain_histcompress.bm25 import BM25Index, date_terms, tokenize
 from langchain_histcompress.render import message_text
+
+_TIME_KEYS = ("timestamp", "created_at")
+
+
+def _time_value(value: object) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = value / 1000 if value > 1e11 else value  # milliseconds past 5138
+        try:
+            return datetime.fromtimestamp(seconds, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return None
+
+
+def message_date_terms(message: BaseMessage) -> tuple[str, ...]:
+    """The `date_terms` of when ``message`` was sent, or ``()`` when it carries no time.
+
+    The time is read as the compressor reads it: ``"timestamp"`` then ``"created_at"`` in
+    ``additional_kwargs``, then in ``response_metadata``; a ``datetime``, epoch seconds (or
+    milliseconds) or an ISO 8601 string.
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> message_date_terms(
+        ...     HumanMessage("hi", additional_kwargs={"timestamp": "2023-06-27T13:56:00Z"}))
+        ('@june', '@2023')
+        >>> message_date_terms(HumanMessage("hi"))
+        ()
+    """
+    for source in (message.additional_kwargs, message.response_metadata):
+        for key in _TIME_KEYS:
+            if key in source:
+                found = _time_value(source[key])
+                if found is not None:
+                    return date_terms(found)
+    return ()
 
 
 class _TurnIndex:
@@ -46,13 +90,17 @@ class _TurnIndex:
         self.include_tool_results = include_tool_results
         self.speaker_names = dict(speaker_names)
         self.index = BM25Index(k1=k1, b=b)
-        self._seen: dict[str, tuple[BaseMessage, str]] = {}
+        self.name_terms: set[str] = {t for n in self.speaker_names.values() for t in tokenize(n)}
+        """The words of the speaker names indexed with the messages: they rank a message
+        but do not retrieve it (``modifiers`` of `BM25Index.scores`)."""
+        self._seen: dict[str, tuple[BaseMessage, str, tuple[str, ...]]] = {}
         self._previous: list[BaseMessage] = []
         self.keys: list[str] = []
         self.order: dict[str, int] = {}
         self.position: dict[str, int] = {}
         self.by_key: dict[str, BaseMessage] = {}
         self._anonymous: list[str] = []
+        self._names: set[str] = set()
         self.turn_slots: array[int] = array("q")
         """Index in ``keys`` -> the key's `BM25Index` slot."""
         self.slot_turns: array[int] = array("q")
@@ -117,7 +165,12 @@ class _TurnIndex:
     def text(self, message: BaseMessage) -> str:
         text = message_text(message)
         name = message.name or self.speaker_names.get(message.type)
-        return f"{text}\n{name}" if name else text
+        if not name:
+            return text
+        if message.name and message.name not in self._names:
+            self._names.add(message.name)
+            self.name_terms.update(tokenize(message.name))
+        return f"{text}\n{name}"
 
     def _restart(self) -> None:
         for key in self._anonymous:
@@ -170,9 +223,9 @@ class _TurnIndex:
             self._previous.append(message)
             if not self.eligible(message):
                 continue
-            if message.id is None:
+            if not message.id:  # an empty-string id counts as no id
                 key = f"\x00anon-{position}"
-                self.index.add(key, self.text(message))
+                self.index.add(key, self.text(message), terms=message_date_terms(message))
                 self._anonymous.append(key)
             else:
                 key = f"id:{message.id}"
@@ -180,10 +233,10 @@ class _TurnIndex:
                     continue
                 cached = self._seen.get(key)
                 if cached is None or cached[0] is not message:
-                    text = self.text(message)
-                    if cached is None or cached[1] != text:
-                        self.index.add(key, text)
-                    self._seen[key] = (message, text)
+                    text, terms = self.text(message), message_date_terms(message)
+                    if cached is None or cached[1] != text or cached[2] != terms:
+                        self.index.add(key, text, terms=terms)
+                    self._seen[key] = (message, text, terms)
             slot = self.index.slot(key)
             if slot >= len(self.slot_turns):
                 self.slot_turns.extend(array("q", [-1]) * (self.index.slots - len(self.slot_turns)))

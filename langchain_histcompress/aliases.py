@@ -10,6 +10,12 @@ the package maps whatever the model answers (a fact's ``source_ids``) back to th
 Coverage never depends on the model's answer: the ids recorded as covered are those of the
 messages sent.
 
+What the *answering* model reads (facts' sources, retrieved and recalled messages) must not
+change from turn to turn, or the provider's prompt cache misses: `stable_ref` gives each long
+id a short reference that depends on that id alone (``#`` and nine digits of its sha256, about
+4 tokens instead of about 23 for a UUID); short ids are shown as they are. The real ids travel
+in the message metadata, and `resolve_ref` finds the id behind a reference among candidates.
+
 Example:
     >>> from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
     >>> uuid = "0f8e2a4c-1b7d-4e59-9a3c-5d2b8f1e6a70"
@@ -26,15 +32,20 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-__all__ = ["SHORT_ID_CHARS", "IdAliases"]
+__all__ = ["REF_DIGITS", "SHORT_ID_CHARS", "IdAliases", "resolve_ref", "stable_ref", "stable_refs"]
 
 SHORT_ID_CHARS = 16
 """Ids this short are shown as they are."""
+
+REF_DIGITS = 9
+"""Digits of a `stable_ref` (a billion values: two ids of one conversation share a reference
+with a probability of about n²/2e9, 0.05% for 1,000 messages)."""
 
 
 @dataclass(frozen=True)
@@ -123,3 +134,63 @@ def _call_ids(message: BaseMessage) -> list[str]:
         ids = [c["id"] or "" for c in message.tool_calls]
         return ids + [c["id"] or "" for c in message.invalid_tool_calls]
     return []
+
+
+_REFS_CACHED = 65_536
+_refs: dict[str, str] = {}
+
+
+def stable_ref(real: str, *, short: int = SHORT_ID_CHARS) -> str:
+    """A short reference for ``real`` that depends on ``real`` alone, so it never changes.
+
+    Ids of at most ``short`` characters are their own reference; a longer id is shown as
+    ``#`` followed by `REF_DIGITS` decimal digits of its sha256 (about 4 tokens, where a UUID
+    takes about 23).
+
+    Example:
+        >>> stable_ref("D3:14")
+        'D3:14'
+        >>> ref = stable_ref("0f8e2a4c-1b7d-4e59-9a3c-5d2b8f1e6a70")
+        >>> ref
+        '#081204972'
+        >>> ref == stable_ref("0f8e2a4c-1b7d-4e59-9a3c-5d2b8f1e6a70")
+        True
+    """
+    if len(real) <= short:
+        return real
+    hit = _refs.get(real)
+    if hit is None:
+        digest = hashlib.sha256(real.encode("utf-8")).digest()
+        hit = f"#{int.from_bytes(digest[:8], 'big') % 10**REF_DIGITS:0{REF_DIGITS}d}"
+        if len(_refs) >= _REFS_CACHED:
+            _refs.clear()
+        _refs[real] = hit
+    return hit
+
+
+def stable_refs(ids: Iterable[str], *, short: int = SHORT_ID_CHARS) -> dict[str, str]:
+    """Reference -> real id for the ids whose reference differs from the id (shortened ones).
+
+    Example:
+        >>> stable_refs(["h1", "0f8e2a4c-1b7d-4e59-9a3c-5d2b8f1e6a70"])
+        {'#081204972': '0f8e2a4c-1b7d-4e59-9a3c-5d2b8f1e6a70'}
+    """
+    out: dict[str, str] = {}
+    for real in ids:
+        ref = stable_ref(real, short=short)
+        if ref != real:
+            out.setdefault(ref, real)
+    return out
+
+
+def resolve_ref(ref: str, candidates: Iterable[str], *, short: int = SHORT_ID_CHARS) -> str | None:
+    """The first of ``candidates`` whose `stable_ref` is ``ref`` (``None`` when none is).
+
+    Example:
+        >>> uuid = "0f8e2a4c-1b7d-4e59-9a3c-5d2b8f1e6a70"
+        >>> resolve_ref("#081204972", ["h1", uuid]) == uuid, resolve_ref("h1", ["h1", uuid])
+        (True, 'h1')
+        >>> resolve_ref("#000000000", ["h1", uuid]) is None
+        True
+    """
+    return next((c for c in candidates if stable_ref(c, short=short) == ref), None)

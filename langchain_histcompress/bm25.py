@@ -1,10 +1,13 @@
 """BM25 over keyed texts: the tokenizer, the stemmer and the incremental index.
 
 Deterministic: NFKC, casefold, split on anything that is not a letter or digit, drop English
-stopwords and chat filler, light suffix stemming (`stem`). Ties are broken by insertion
-order, so results are reproducible. When numpy is installed, `BM25Index` also scores a query
-over whole arrays (`BM25Index.slot_scores`) with the same floating-point operations as the
-pure-Python `BM25Index.scores`, so both give identical scores.
+stopwords and chat filler, light suffix stemming (`stem`). A text may carry the `date_terms`
+of when it was written, which a query names with a capitalized month or a year
+(`query_terms`); a query's *modifier* terms, such as a speaker's name, rank the texts its
+other terms match without retrieving any alone (`BM25Index.scores`). Ties are broken by
+insertion order, so results are reproducible. When numpy is installed, `BM25Index` also
+scores a query over whole arrays (`BM25Index.slot_scores`) with the same floating-point
+operations as the pure-Python `BM25Index.scores`, so both give identical scores.
 
 Example:
     >>> index = BM25Index()
@@ -25,12 +28,13 @@ import re
 import unicodedata
 from array import array
 from collections.abc import Callable, Container, Iterable, Sequence
+from datetime import date
 from typing import Any
 
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import Fact
 
-__all__ = ["STOPWORDS", "BM25Index", "stem", "tokenize"]
+__all__ = ["STOPWORDS", "BM25Index", "date_terms", "query_terms", "stem", "tokenize"]
 
 STOPWORDS = frozenset(
     """a about after again all also am an and another any are as at be because been before
@@ -125,13 +129,57 @@ def tokenize(
     return [w for w in words if w not in stopwords]
 
 
-@functools.lru_cache(maxsize=64)
-def _query_words(query: str) -> tuple[str, ...]:
-    """The distinct `tokenize` words of ``query``, in order.
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+_MONTH_RE = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b")
+_YEAR_RE = re.compile(r"(?<![^\W_])(1[89]\d\d|2[01]\d\d)(?![^\W_])")
 
-    Remembered: one question is scored against several indexes (messages, facts).
+
+def date_terms(when: date) -> tuple[str, str]:
+    """The index terms of the month and year a text was written in.
+
+    They are kept apart from the words of texts (no word holds ``@``), so a date never
+    matches the verb "may" or a number in a text; a query names them with a capitalized
+    month or a year (see `query_terms`).
+
+    Example:
+        >>> from datetime import date
+        >>> date_terms(date(2023, 5, 8))
+        ('@may', '@2023')
     """
-    return tuple(dict.fromkeys(tokenize(query)))
+    return f"@{_MONTHS[when.month - 1].lower()}", f"@{when.year}"
+
+
+@functools.lru_cache(maxsize=64)
+def query_terms(query: str) -> tuple[str, ...]:
+    """The distinct terms ``query`` is scored by: its `tokenize` words, then its date terms.
+
+    The date terms (see `date_terms`) are those of each month name written capitalized
+    (``"in June"``, not ``"may"``) and each year from 1800 to 2199; they match texts
+    indexed with the time they were written (see `BM25Index.add`).
+    Remembered: one question is scored against several indexes (messages, facts).
+
+    Example:
+        >>> query_terms("What did Ann paint in May 2023? She may paint again")
+        ('ann', 'paint', 'may', '2023', '@may', '@2023')
+    """
+    words = tokenize(query)
+    if any(c.isdigit() or c.isupper() for c in query):
+        words += [f"@{m.lower()}" for m in _MONTH_RE.findall(query)]
+        words += [f"@{y}" for y in _YEAR_RE.findall(query)]
+    return tuple(dict.fromkeys(words))
 
 
 def _check_k(k: int) -> None:
@@ -187,13 +235,30 @@ class BM25Index:
         """Whether ``key`` is indexed."""
         return key in self._lengths
 
-    def add(self, key: str, text: str) -> None:
-        """Index ``text`` under ``key`` (replacing an earlier text with that key)."""
+    def add(self, key: str, text: str, *, terms: Sequence[str] = ()) -> None:
+        """Index ``text`` under ``key`` (replacing an earlier text with that key).
+
+        Args:
+            key: The text's key.
+            text: The text (tokenized with `tokenize`).
+            terms: Further terms of the text that are not among its words, such as the
+                `date_terms` of when it was written; they do not count in its length.
+
+        Example:
+            >>> from datetime import date
+            >>> index = BM25Index()
+            >>> index.add("a", "We went camping", terms=date_terms(date(2023, 6, 27)))
+            >>> index.add("b", "We went camping", terms=date_terms(date(2023, 8, 1)))
+            >>> [key for key, _ in index.search("camping in June", 2)]
+            ['a', 'b']
+        """
         if key in self._lengths:
             self.remove(key)
         tokens = tokenize(text)
         counts: dict[str, int] = {}
         for token in tokens:
+            counts[token] = counts.get(token, 0) + 1
+        for token in terms:
             counts[token] = counts.get(token, 0) + 1
         slot, length = self._next, float(len(tokens))
         for term, tf in counts.items():
@@ -238,32 +303,50 @@ class BM25Index:
         *,
         allowed: Container[str] | None = None,
         max_postings: int | None = None,
+        modifiers: Container[str] = (),
     ) -> dict[str, float]:
         """BM25 score of every key sharing a term with ``query`` (only scores > 0).
 
         Work is proportional to the postings of the query's terms, not to the index size.
 
         Args:
-            query: Free text (tokenized with `tokenize`).
+            query: Free text (tokenized with `tokenize`; see `query_terms`).
             allowed: When given, only these keys are scored.
             max_postings: When given, query terms found in more than this many texts are
                 ignored: such words carry little evidence, and skipping them keeps the work
                 bounded as the index grows. If every term is that frequent, the rarest one
                 is scored in its ``max_postings`` most recently added texts only.
+            modifiers: Terms that rank but do not retrieve: they add to the score of a
+                text that another query term matches, and match nothing alone (unless no
+                other term of the query is indexed at all). For a speaker's name, which says
+                whose turn is meant, not what it is about.
+
+        Example:
+            >>> index = BM25Index()
+            >>> index.add("a", "Ann: hi")
+            >>> index.add("b", "Bob: I painted a boat")
+            >>> index.add("c", "Ann: I painted a lake")
+            >>> sorted(index.scores("what did ann paint", modifiers={"ann"}))
+            ['b', 'c']
         """
         n = len(self._lengths)
         if not n:
             return {}
         scores: dict[str, float] = {}
-        terms, newest_only = self._query_terms(query, max_postings)
+        terms, newest_only, retrieving = self._query_terms(query, max_postings, modifiers)
         lengths = self._lengths
         fixed, scale = self._length_terms()
-        for term in terms:
+        for at, term in enumerate(terms):
             postings = self._postings[term]
             weight = self._weight(len(postings))
             items: Iterable[tuple[str, int]] = postings.items()
             if newest_only and max_postings is not None:
                 items = itertools.islice(reversed(postings.items()), max_postings)
+            if at >= retrieving:  # a modifier: only texts another term matched
+                for key, tf in items:
+                    if key in scores:
+                        scores[key] += weight * tf / (tf + fixed + scale * lengths[key])
+                continue
             if not scores:  # first scored term: 0.0 + score is score, same order
                 scores = {
                     key: weight * tf / (tf + fixed + scale * lengths[key])
@@ -279,19 +362,33 @@ class BM25Index:
             return scores
         return {key: score for key, score in scores.items() if score > 0}
 
-    def _query_terms(self, query: str, max_postings: int | None) -> tuple[list[str], bool]:
-        """The indexed terms of ``query`` to score, and whether only their newest postings.
+    def _query_terms(
+        self, query: str, max_postings: int | None, modifiers: Container[str] = ()
+    ) -> tuple[list[str], bool, int]:
+        """The indexed terms of ``query`` to score, newest postings only?, how many retrieve.
 
+        The retrieving terms come first (in query order), then the ``modifiers`` among the
+        terms (see `scores`); when no retrieving term is indexed, every term retrieves.
         See ``max_postings`` in `scores`.
         """
         postings = self._postings
-        found = [t for t in _query_words(query) if t in postings]
-        if max_postings is None or not found:
-            return found, False
-        kept = [t for t in found if len(postings[t]) <= max_postings]
-        if kept:
-            return kept, False
-        return [min(found, key=lambda t: len(postings[t]))], True
+        found = [t for t in query_terms(query) if t in postings]
+        newest_only = False
+        if max_postings is not None and found:
+            kept = [t for t in found if len(postings[t]) <= max_postings]
+            if kept:
+                found = kept
+            else:
+                found, newest_only = [min(found, key=lambda t: len(postings[t]))], True
+        if modifiers and found:
+            retrieving = [t for t in found if t not in modifiers]
+            if retrieving and len(retrieving) < len(found):
+                return (
+                    [*retrieving, *(t for t in found if t in modifiers)],
+                    newest_only,
+                    len(retrieving),
+                )
+        return found, newest_only, len(found)
 
     def _length_terms(self) -> tuple[float, float]:
         """``(fixed, scale)``: a posting's score denominator is ``tf + fixed + scale * length``."""
@@ -338,7 +435,14 @@ class BM25Index:
         """Slots used so far: every slot is below this."""
         return self._next
 
-    def slot_scores(self, np: Any, query: str, *, max_postings: int | None = None) -> Any:
+    def slot_scores(
+        self,
+        np: Any,
+        query: str,
+        *,
+        max_postings: int | None = None,
+        modifiers: Container[str] = (),
+    ) -> Any:
         """`scores` over whole arrays: ``(slots, scores)``, numpy arrays, slots ascending.
 
         A key's *slot* numbers its current text in insertion order (`slot`, `slot_key`).
@@ -350,6 +454,7 @@ class BM25Index:
             np: The numpy module.
             query: Free text.
             max_postings: See `scores`.
+            modifiers: See `scores`.
 
         Example:
             >>> import numpy as np
@@ -362,7 +467,7 @@ class BM25Index:
             >>> scores.tolist() == list(index.scores("apple pie").values())
             True
         """
-        slots, scores, counts = self._posting_scores(np, query, max_postings)
+        slots, scores, counts = self._posting_scores(np, query, max_postings, modifiers)
         if len(counts) > 1:
             slots, scores = _sum_by_slot(np, slots, scores)
         positive = scores > 0
@@ -373,20 +478,23 @@ class BM25Index:
         return slots, scores
 
     def _posting_scores(
-        self, np: Any, query: str, max_postings: int | None
+        self, np: Any, query: str, max_postings: int | None, modifiers: Container[str] = ()
     ) -> tuple[Any, Any, list[int]]:
         """Each scored query term's postings, term after term: slots, BM25 scores, counts.
 
         Slots are ascending and distinct within a term; summing a slot's scores in this
-        order from 0.0 gives `scores` exactly. The terms' columns are joined into one copy
-        and the scores computed in one pass over it; ``counts`` holds each term's number
-        of postings, in query order.
+        order from 0.0 gives `scores` exactly (a modifier's postings are kept only at
+        slots an earlier term holds, see `scores`). The terms' columns are joined into one
+        copy and the scores computed in one pass over it; ``counts`` holds each term's
+        number of postings kept, in scoring order.
         """
-        terms, newest_only = self._query_terms(query, max_postings)
+        terms, newest_only, retrieving = self._query_terms(query, max_postings, modifiers)
         if not terms:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), []
         fixed, scale = self._length_terms()
         columns = [self._column(t, max_postings if newest_only else None) for t in terms]
+        if retrieving < len(terms):
+            columns = self._modified_columns(np, columns, retrieving)
         weights = [self._weight(len(self._postings[t])) for t in terms]
         # one private copy of the columns (a view of the index's own arrays would pin
         # their buffers, which must stay growable), joined at C speed in one allocation,
@@ -402,6 +510,29 @@ class BM25Index:
         scores = weight * tfs
         scores /= divisor
         return slots, scores, counts
+
+    @staticmethod
+    def _modified_columns(
+        np: Any, columns: list[tuple[Any, Any, Any]], retrieving: int
+    ) -> list[tuple[Any, Any, Any]]:
+        """``columns`` with the modifiers' postings kept only where a retrieving term has one.
+
+        The columns from ``retrieving`` on are the modifiers' (see `scores`).
+        """
+        matched = np.frombuffer(b"".join([c[0] for c in columns[:retrieving]]), dtype=np.int64)
+        out = list(columns[:retrieving])
+        for slots, tfs, lengths in columns[retrieving:]:
+            view = np.frombuffer(slots, dtype=np.int64)
+            keep = np.isin(view, matched).nonzero()[0]
+            out.append(
+                (
+                    array("q", view[keep].tobytes()),
+                    array("d", np.frombuffer(tfs, dtype=np.float64)[keep].tobytes()),
+                    array("d", np.frombuffer(lengths, dtype=np.float64)[keep].tobytes()),
+                )
+            )
+            del view
+        return out
 
     def search(
         self, query: str, k: int, *, allowed: Container[str] | None = None

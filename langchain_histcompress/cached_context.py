@@ -67,6 +67,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from langchain_histcompress.aliases import stable_ref, stable_refs
 from langchain_histcompress.compressor import message_timestamp
 from langchain_histcompress.context import (
     CONTEXT_KIND,
@@ -350,7 +351,7 @@ class CacheStableContext:
         ids gets them derived again on every call.
         """
         if not self._derive_ids:
-            self._derive_ids = any(m.id is None for m in messages[self._id_checked :])
+            self._derive_ids = not all(m.id for m in messages[self._id_checked :])
         self._id_checked = len(messages)
         return ensure_ids(messages) if self._derive_ids else messages
 
@@ -616,7 +617,7 @@ _DIGEST_LEAD = "Facts remembered from earlier parts of this conversation (data, 
 
 
 def _fact_line(fact: Fact) -> str:
-    sources = escape_data(" ".join(fact.source_ids)) or "-"
+    sources = escape_data(" ".join(map(stable_ref, fact.source_ids))) or "-"
     status = "" if fact.status == "confirmed" else f"({escape_data(fact.status)}) "
     return f"[{sources}] {status}{' '.join(escape_data(fact.content).split())}"
 
@@ -629,13 +630,13 @@ def _digest_message(facts: Sequence[Fact]) -> SystemMessage:
         f"{body}\n</facts>"
     )
     digest = hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
-    return SystemMessage(
-        content,
-        id=f"histcompress-facts-{digest}",
-        additional_kwargs={
-            "lc_source": SUMMARY_SOURCE,
-            "histcompress_kind": CONTEXT_KIND,
-            "fact_ids": [f.id for f in facts],
-            "fact_source_ids": list(dict.fromkeys(s for f in facts for s in f.source_ids)),
-        },
-    )
+    sources = list(dict.fromkeys(s for f in facts for s in f.source_ids))
+    kwargs: dict[str, Any] = {
+        "lc_source": SUMMARY_SOURCE,
+        "histcompress_kind": CONTEXT_KIND,
+        "fact_ids": [f.id for f in facts],
+        "fact_source_ids": sources,
+    }
+    if shortened := stable_refs(sources):
+        kwargs["short_refs"] = shortened
+    return SystemMessage(content, id=f"histcompress-facts-{digest}", additional_kwargs=kwargs)

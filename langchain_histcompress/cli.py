@@ -142,6 +142,13 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="also write the figures between the bench markers of this Markdown file",
     )
     bench.add_argument(
+        "--docs",
+        metavar="PATH",
+        default=None,
+        help="also write every table between the bench markers of this Markdown page "
+        "(the documentation's benchmark page)",
+    )
+    bench.add_argument(
         "--quick",
         action="store_true",
         help="measure overhead at 1k messages only and skip the counting figure",
@@ -194,7 +201,9 @@ def _preflight(args: argparse.Namespace, names: tuple[str, ...]) -> tuple[str, .
 
 def _bench(args: argparse.Namespace) -> int:
     from langchain_histcompress.bench.cost_report import format_agent_table, format_cost_table
+    from langchain_histcompress.bench.recall_report import format_tool_recall_tables
     from langchain_histcompress.bench.report import (
+        docs_section,
         format_table,
         readme_section,
         update_readme,
@@ -234,13 +243,18 @@ def _bench(args: argparse.Namespace) -> int:
         return _fail(f"cannot write reports to {out}: {exc.strerror or exc}")
     except ImportError as exc:  # matplotlib is there but broken
         return _fail(f"cannot draw the plots ({exc}); pass --no-plots")
-    if args.readme is not None:
-        try:
-            written["readme"] = update_readme(Path(args.readme), readme_section(result))
-        except (OSError, ConfigurationError) as exc:
-            return _fail(f"cannot update {args.readme}: {exc}")
+    for kind, target, section in (("readme", args.readme, readme_section),
+                                  ("docs", args.docs, docs_section)):  # fmt: skip
+        if target is not None:
+            try:
+                written[kind] = update_readme(Path(target), section(result))
+            except (OSError, ConfigurationError) as exc:
+                return _fail(f"cannot update {target}: {exc}")
     sys.stdout.write(format_table(result) + "\n\n")
     sys.stdout.write(format_cost_table(result) + "\n\n")
+    tool_recall = format_tool_recall_tables(result)
+    if tool_recall:
+        sys.stdout.write(tool_recall + "\n\n")
     agent_table = format_agent_table(result)
     if agent_table:
         sys.stdout.write(agent_table + "\n\n")

@@ -1,63 +1,35 @@
 """Rolling round compression: fold the oldest rounds into a running summary, keep the newest.
 
 `RoundCompressor` folds the oldest uncompressed rounds into a running summary (one summarizer
-call builds the new summary from the previous summary and those rounds); the newest
-``rounds_to_retain`` rounds stay verbatim. By default a fold is a cost decision
-(`schedule.FoldSchedule` under the ``pricing`` model): the backlog is folded in one call once
-re-sending it has cost as much as folding it would and the fold is likely to repay itself, so a
-short conversation never calls the summarizer and a long one folds every few rounds (without
-prompt caching) or when the provider's cache has gone cold (with it). With
-``compress_on_rounds=True`` it follows the round-compression design instead: once
-``rounds_to_compress`` + ``rounds_to_retain`` uncompressed rounds exist (the latest round
-counts), the oldest ``rounds_to_compress`` are folded; replaying a conversation one round at a
-time with 2 + 3, the first call happens at round 5, then one call every second round: 100
-rounds cost 48 calls.
+call builds the new summary from the previous summary and those rounds); the newest rounds
+stay verbatim. *When* it folds is the ``trigger`` (by default, when folding pays under the
+answering model's pricing); *that* it folds is the answering model's budget: a view over 85%
+of its window is always folded (see `fold_plan`). ``plan`` says what a call would do and why.
 
 Rules every setting keeps:
 
 * Cuts fall between rounds; inside one oversized round only between whole tool groups, so an
   ``AIMessage`` with ``tool_calls`` is never separated from its ``ToolMessage`` objects.
-* The last round (the one holding the latest human message) is never folded as a whole: with
-  ``rounds_to_retain=0`` the latest round still counts as retained.
+* The latest round (the one holding the latest human message) is never folded as a whole,
+  except with ``keep=("rounds", 0)`` once it is answered.
 * Nothing is lost: every original message is either in the view verbatim or in the summary's
-  ``covered_ids`` (the exact ids sent to the summarizer), never both.
+  ``covered_ids`` (the exact ids sent to the summarizer), never both. The one exception: a
+  message too large for the budget on its own is shown shortened, with a marker.
 * Compression is pure: ``compress`` returns a new view and summary and never changes its inputs;
   on a model failure it raises `SummarizationError` and the caller's state is untouched.
-* Every history providers accept is valid input (the rule is in `~langchain_histcompress.rounds`):
-  tool call ids reused across steps, invalid tool calls answered by tool messages, system
-  messages inside the conversation. Those system messages are pinned: never folded, shown
-  verbatim (after the summary once the rest of their round is folded).
-* The view always obeys the provider rules: a broken history (a stray tool result, a call left
-  unanswered) is compressed as it is and its view repaired, logged (`rounds.repair_history`);
-  ``on_invalid_history="raise"`` raises `InvalidHistoryError` instead.
-
-Other triggers cut at the same round boundaries: ``compression_threshold_tokens`` (the
-uncompressed part is too large), ``idle_gap`` (the user came back after a pause: everything before
-the resumed round is folded) and ``max_round_tokens`` (the latest round alone is too large: its
-older tool groups are folded, the human message and the newest steps stay). A backlog (compression
-enabled late, imported history) is folded in chunks of ``rounds_to_compress`` rounds, one call
-per chunk, at most ``max_calls_per_compress`` calls per ``compress``; the rest stays verbatim in
-the view and the next ``compress`` continues.
-
-Work per call follows the uncovered tail, not the history: once a summary has been used with a
-history, it privately remembers (by object identity, never in its data) where that history's
-uncovered tail starts, and later calls on the grown history check that spot (the ids around
-it, then one pointer comparison of the covered prefix against the message objects seen
-before, in place: it neither copies nor reads a message) instead of scanning the covered
-prefix; a fold records the newly covered messages by appending them to that record, shared by
-the summaries of one lineage, instead of copying the prefix (see `_tail`). When the check
-fails (messages removed, inserted or replaced, another history) the prefix is scanned again.
-Covered prefix messages are not read at all, so they are not type-checked either. The tail
-itself is not re-read either while it only grows: its rounds, token costs and validity are
-kept from the previous call and extended by the new messages (see `_tail_state`).
+* Every history providers accept is valid input (`~langchain_histcompress.rounds`). A system
+  message inside the conversation is pinned: once the rest of its round is folded it is shown
+  verbatim after the summary until a newer one is folded (then it is folded too). A broken
+  history is compressed as it is and its view repaired.
+* Work per call follows the uncovered tail, not the history (see `_tail` and `_tail_state`).
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
     >>> model = GenericFakeChatModel(messages=iter(
     ...     [AIMessage('{"ConversationSummary": "The user counted to two."}')]))
-    >>> compressor = RoundCompressor(model, rounds_to_compress=2, rounds_to_retain=1,
-    ...                              token_counter="approximate", compress_on_rounds=True)
+    >>> compressor = RoundCompressor(model, trigger=("rounds", 3), keep=("rounds", 1),
+    ...                              token_counter="approximate")
     >>> history = [SystemMessage("Be brief.")]
     >>> for n in range(3):
     ...     history += [HumanMessage(f"say {n}", id=f"h{n}"), AIMessage(str(n), id=f"a{n}")]
@@ -72,7 +44,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -93,8 +65,15 @@ from langchain_histcompress._views import Placement as Placement
 from langchain_histcompress._views import _check_placement, _visible, _with_summary
 from langchain_histcompress._views import _view as _view
 from langchain_histcompress._views import view as view
-from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
-from langchain_histcompress.pricing import DEFAULT_PRICING, PRICING_MODELS, PricingModel
+from langchain_histcompress.budget import (
+    ContextBudget,
+    context_budget,
+    context_window_of,
+    fit_messages,
+)
+from langchain_histcompress.errors import BudgetError, ConfigurationError, InvalidHistoryError
+from langchain_histcompress.fold_plan import FoldChoice, decide_fold
+from langchain_histcompress.pricing import DEFAULT_PRICING, PRICING_MODELS, preset_for_model
 from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import (
     ACCEPTED_KINDS,
@@ -107,17 +86,28 @@ from langchain_histcompress.rounds import (
     split_units,
     validate_history,
 )
-from langchain_histcompress.schedule import FoldSchedule, RoundLoad, round_loads
+from langchain_histcompress.schedule import FoldDecision, FoldSchedule, RoundLoad, round_loads
 from langchain_histcompress.summary import (
-    _TEXT_TOKENS_KEY,
     RunningSummary,
     Summarizer,
     SummaryProfile,
     SummaryUpdate,
     build_summary_prompt,
 )
-from langchain_histcompress.tokens import TiktokenCounter, TokenCounter, message_costs
-from langchain_histcompress.triggers import CompressionTrigger
+from langchain_histcompress.tokens import (
+    TokenCounter,
+    count_request,
+    message_costs,
+)
+from langchain_histcompress.triggers import (
+    CompressionTrigger,
+    ContextSize,
+    ConversationSize,
+    TriggerSpec,
+    check_size,
+    kept_rounds,
+    model_provider_of,
+)
 
 _SUMMARY_TOKENS_KEY = "schedule_summary_tokens"
 
@@ -137,8 +127,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-TriggerReason = Literal["rounds", "tokens", "idle_gap", "oversized_round", "trigger", "cost"]
-"""Why a compression was planned."""
+TriggerReason = Literal[
+    "cost", "rounds", "tokens", "messages", "fraction", "threshold", "idle_gap", "budget"
+]
+"""Why a fold was planned: the cost schedule, a threshold of the trigger (its unit, or
+``"threshold"`` for a clause of several), the idle gap, or the budget."""
 
 OnInvalidHistory = Literal["repair", "raise"]
 """What `RoundCompressor` does with a history a provider would reject (see
@@ -275,6 +268,10 @@ class CompressionPlan:
     previous_text: str | None = None
     """Text of summary messages found in the history when no summary record was given; passed
     to the first call as the previous summary."""
+    reason: str = ""
+    """Why it folds or does not, in one line (the budget and pricing in force included)."""
+    view_tokens: int = 0
+    """Tokens of the view before the fold."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +292,8 @@ class CompressionResult:
     """Due rounds left verbatim because ``max_calls_per_compress`` was reached."""
     updates: tuple[RunningSummary, ...] = field(default_factory=tuple)
     """Every summary version produced, oldest first (the last one is ``summary``)."""
+    reason: str = ""
+    """Why it folded or did not (`CompressionPlan.reason`)."""
 
 
 # --------------------------------------------------------------------------- compressor
@@ -315,48 +314,110 @@ def _check_int(name: str, value: object, minimum: int) -> None:
     _check_optional_int(name, value, minimum)
 
 
+def _cost_note(decision: FoldDecision, pricing: str) -> str:
+    if decision.rounds:
+        why = "the cache has gone cold" if decision.reason == "cold" else "rent reached cost"
+        return (
+            f"cost ({pricing}): {why}; re-sending them has cost {decision.rent:,.0f} "
+            f"input tokens' worth, folding costs {decision.cost:,.0f}"
+        )
+    if decision.cost:
+        return (
+            f"cost ({pricing}): no fold pays yet (folding would cost {decision.cost:,.0f} "
+            f"input tokens' worth; re-sending has cost {decision.rent:,.0f})"
+        )
+    return f"cost ({pricing}): no fold pays yet"
+
+
+def _clause_reason(trigger: CompressionTrigger) -> TriggerReason:
+    clauses = trigger.clauses
+    if len(clauses) == 1 and len(clauses[0]) == 1:
+        return next(iter(clauses[0]))
+    return "threshold"
+
+
+_REASON_WORDS = {
+    "rounds": "the rounds threshold",
+    "tokens": "the tokens threshold",
+    "messages": "the messages threshold",
+    "fraction": "the window-fraction threshold",
+    "threshold": "a trigger threshold",
+    "idle_gap": "the user came back after a pause",
+    "budget": "the view is over its budget",
+}
+
+
+def _explain(
+    choice: FoldChoice,
+    chunks: Sequence[CompressionChunk],
+    reasons: Sequence[TriggerReason],
+    pending: int,
+    target: _Target,
+    cost_note: str,
+) -> str:
+    budget = target.budget
+    size = f"{choice.view_tokens:,} of {budget.tokens:,} tokens ({budget.source})"
+    if not chunks:
+        why = cost_note or "the trigger did not fire"
+        return f"no fold: {pending} round{'s' if pending != 1 else ''} pending, {size}; {why}"
+    rounds = sum(c.rounds for c in chunks)
+    what = (
+        f"fold {rounds} round{'s' if rounds > 1 else ''}"
+        if rounds
+        else "fold older tool steps of the latest round"
+    )
+    if rounds and any(c.partial_round for c in chunks):
+        what += " and older tool steps of the latest round"
+    words = [cost_note if r == "cost" else _REASON_WORDS[r] for r in reasons]
+    deferred = f"; {choice.deferred} more rounds next turn" if choice.deferred else ""
+    calls = "1 call" if len(chunks) == 1 else f"{len(chunks)} calls"
+    return f"{what} in {calls} ({'; '.join(words)}), {size}{deferred}"
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The answering model as planning sees it: its budget and, for ``"cost"``, its pricing."""
+
+    budget: ContextBudget
+    """The view's budget."""
+    schedule: FoldSchedule | None
+    """The cost schedule (``None`` when the trigger does not fold by cost)."""
+    pricing: str
+    """Which pricing the schedule uses and where it comes from (for reasons and logs)."""
+    provider: str | None = None
+    """The answering model's provider (``ls_provider``), whose ``usage_metadata`` a
+    ``use_usage_metadata`` trigger trusts (the summarizer's when the model is unknown)."""
+
+
 class RoundCompressor:
     """Rolling round compression of a chat history into a running summary.
 
     Args:
         model: The summarizer chat model (may be cheaper than the answering model), or a
             ``"provider:model"`` string for `models.chat_model_from_spec`.
-        rounds_to_compress: Rounds folded per summarizer call.
-        rounds_to_retain: Newest rounds always kept verbatim (the latest round is always
-            kept, so 0 behaves like 1 for the trigger).
+        trigger: When to fold (see `triggers`): ``"cost"`` (default: when folding pays
+            under the answering model's pricing), a threshold such as ``("rounds", 5)``,
+            ``("tokens", 3000)``, ``("messages", 50)`` or ``("fraction", 0.8)``,
+            ``("idle", seconds)``, a dict (AND) or list (OR) of those, a
+            `CompressionTrigger`, or ``None`` (only the budget folds).
+        keep: What stays verbatim after a fold the trigger makes: ``("rounds", 3)``
+            (default), ``("messages", n)``, ``("tokens", n)`` or ``("fraction", f)`` of the
+            window; whole rounds, the latest always, except that ``("rounds", 0)`` also folds
+            the latest round once it is answered (for compressing after the reply).
+        context_window: The answering model: its input window in tokens, or the chat model
+            itself (its profile's ``max_input_tokens``; its provider and name also choose the
+            pricing ``"cost"`` folds under). ``None``: `budget.DEFAULT_CONTEXT_WINDOW` and
+            the default pricing. The view never exceeds 85% of the window: over that, older
+            rounds are folded whatever the trigger, then a message too large on its own is
+            shortened in the view (the original stays in state and storage).
         profile: ``"conversation"``, ``"code"``, ``"text"`` or a pydantic model class.
         structured_output: Call ``model.with_structured_output(schema)`` instead of plain
             invoke + robust parsing.
         placement: ``"system_message"`` or ``"append_to_system"`` (see `view`).
-        enabled: ``False`` turns compression off: ``compress`` only builds the view.
-        compress_on_rounds: ``True`` folds by round count instead of by cost (TaskWeaver:
-            ``rounds_to_compress`` rounds once ``rounds_to_compress + rounds_to_retain`` are
-            pending, whatever it costs); ``False`` leaves only the token / idle triggers.
-            Default (``None``): fold by cost (see ``pricing``), unless ``trigger`` is given.
-        trigger: A `CompressionTrigger` (``SummarizationMiddleware``-style trigger and keep:
-            fractions of the context window, tokens, messages, AND / OR, usage metadata, a cap
-            on each summarizer call's input).
-        fold_answered_round: With ``rounds_to_retain=0``, also fold the latest round once it
-            is answered (it ends with an AI message without tool calls): for compressing after
-            the reply (`compress_in_background` does it by default). Never set it on a
-            compressor that runs before a model call: that call needs the latest question.
-        compression_threshold_tokens: Also compress when the uncompressed part exceeds this
-            many tokens (oldest rounds first, ``rounds_to_retain`` kept).
-        idle_gap: Also compress everything before the latest round when its human message
-            came more than this long after the previous message.
-        timestamp_getter: Reads a message's time (default `message_timestamp`).
-        max_round_tokens: Fold the older tool groups of the latest round when that round alone
-            exceeds this many tokens.
-        pricing: The answering model's prices and prompt-cache rules: a
-            `pricing.PricingModel` or a preset name of ``pricing.PRICING_MODELS``. Rounds are
-            folded by cost (`schedule.FoldSchedule`): the backlog in one call once re-sending
-            it has cost as much as folding it and folding is expected to repay itself
-            (never on a short conversation; ``rounds_to_retain`` newest rounds and, under
-            caching, a cacheable floor always kept). ``None`` (default) means the
-            ``pricing.DEFAULT_PRICING`` preset (``"openai-50"``, the gpt-4o family) unless
-            ``compress_on_rounds=True`` or a ``trigger`` is given.
-        max_calls_per_compress: Upper bound on summarizer calls per ``compress``; a larger
-            backlog stays verbatim and the next call continues.
+        timestamp_getter: Reads a message's time (default `message_timestamp`), for the idle
+            trigger and the cache pauses the cost schedule prices.
+        max_calls_per_compress: Summarizer calls per ``compress`` for a fold the budget does
+            not force; a larger backlog stays verbatim and the next call continues.
         max_summary_tokens: Cap on the summary's tokens; longer answers are retried.
         token_counter: Token counter, model name or ``None`` (see `tokens.resolve_counter`).
         max_retries: Retries after the first attempt (transient errors, unusable answers).
@@ -387,10 +448,11 @@ class RoundCompressor:
         >>> history = []
         >>> for n in range(5):
         ...     history += [HumanMessage(f"q{n}", id=f"h{n}"), AIMessage(f"a{n}", id=f"a{n}")]
-        >>> RoundCompressor(model, token_counter="approximate").plan(history).chunks  # by cost
-        ()
+        >>> print(RoundCompressor(model, token_counter="approximate").plan(history).reason)
+        no fold: 5 rounds pending, 55 of 108,800 tokens (default window (128,000 tokens)); \
+cost (openai-50, the default pricing): no fold pays yet
         >>> compressor = RoundCompressor(model, token_counter="approximate",
-        ...                              compress_on_rounds=True)
+        ...                              trigger=("rounds", 5))
         >>> result = compressor.compress(history)
         >>> result.calls, [m.id for m in result.messages[1:]]
         (1, ['h2', 'a2', 'h3', 'a3', 'h4', 'a4'])
@@ -402,19 +464,13 @@ class RoundCompressor:
         self,
         model: Runnable[Any, Any] | str,
         *,
-        rounds_to_compress: int = 2,
-        rounds_to_retain: int = 3,
+        trigger: TriggerSpec = "cost",
+        keep: ContextSize = ("rounds", 3),
+        context_window: int | object | None = None,
         profile: SummaryProfile = "conversation",
         structured_output: bool = False,
         placement: Placement = "system_message",
-        enabled: bool = True,
-        compress_on_rounds: bool | None = None,
-        trigger: CompressionTrigger | None = None,
-        fold_answered_round: bool = False,
-        compression_threshold_tokens: int | None = None,
-        idle_gap: timedelta | None = None,
         timestamp_getter: Callable[[BaseMessage], datetime | None] | None = None,
-        max_round_tokens: int | None = None,
         max_calls_per_compress: int = 8,
         max_summary_tokens: int = 2048,
         token_counter: TokenCounter | str | None = None,
@@ -428,54 +484,27 @@ class RoundCompressor:
         sleep: Callable[[float], None] | None = None,
         async_sleep: Callable[[float], Awaitable[None]] | None = None,
         clock: Callable[[], datetime] | None = None,
-        pricing: PricingModel | str | None = None,
     ) -> None:
         """Validate the configuration (see the class docstring)."""
-        if isinstance(pricing, str) and pricing not in PRICING_MODELS:
-            msg = f"unknown pricing {pricing!r}; presets: {', '.join(PRICING_MODELS)}"
-            raise ConfigurationError(msg)
-        _check_int("rounds_to_compress", rounds_to_compress, 1)
-        _check_int("rounds_to_retain", rounds_to_retain, 0)
+        self.trigger = CompressionTrigger.of(trigger)
+        self.keep: ContextSize = check_size(keep, "keep")
         _check_int("max_calls_per_compress", max_calls_per_compress, 1)
-        _check_optional_int("compression_threshold_tokens", compression_threshold_tokens, 1)
-        _check_optional_int("max_round_tokens", max_round_tokens, 1)
         _check_placement(placement)
         if on_invalid_history not in _ON_INVALID:
             msg = (
                 f"on_invalid_history must be one of {list(_ON_INVALID)}, got {on_invalid_history!r}"
             )
             raise ConfigurationError(msg)
-        if idle_gap is not None and (
-            not isinstance(idle_gap, timedelta) or idle_gap <= timedelta(0)
-        ):
-            msg = f"idle_gap must be None or a positive timedelta, got {idle_gap!r}"
-            raise ConfigurationError(msg)
         if timestamp_getter is not None and not callable(timestamp_getter):
             msg = f"timestamp_getter must be callable, got {timestamp_getter!r}"
             raise ConfigurationError(msg)
-        if trigger is not None and not isinstance(trigger, CompressionTrigger):
-            msg = f"trigger must be a CompressionTrigger or None, got {type(trigger).__name__}"
+        if not isinstance(structured_output, bool):
+            msg = f"structured_output must be a bool, got {structured_output!r}"
             raise ConfigurationError(msg)
-        if compress_on_rounds is True and pricing is not None:
-            msg = "pass either pricing (fold by cost) or compress_on_rounds=True (by round count)"
-            raise ConfigurationError(msg)
-        # by default rounds are folded by cost, unless another trigger was chosen
-        by_cost = pricing is not None or (compress_on_rounds is None and trigger is None)
-        if compress_on_rounds is None:
-            compress_on_rounds = False
         if isinstance(model, str):
             from langchain_histcompress.models import chat_model_from_spec
 
             model = chat_model_from_spec(model)
-        for name, flag in (
-            ("structured_output", structured_output),
-            ("enabled", enabled),
-            ("compress_on_rounds", compress_on_rounds),
-            ("fold_answered_round", fold_answered_round),
-        ):
-            if not isinstance(flag, bool):
-                msg = f"{name} must be a bool, got {flag!r}"
-                raise ConfigurationError(msg)
         self.summarizer = Summarizer(
             model,
             profile=profile,
@@ -492,63 +521,101 @@ class RoundCompressor:
             async_sleep=async_sleep,
             clock=clock,
         )
-        self.rounds_to_compress = rounds_to_compress
-        self.rounds_to_retain = rounds_to_retain
         self.placement: Placement = placement
-        self.enabled = enabled
-        self.compress_on_rounds = compress_on_rounds
-        self.trigger = trigger.bind(model) if trigger is not None else None
-        self.fold_answered_round = fold_answered_round
-        self.compression_threshold_tokens = compression_threshold_tokens
-        self.idle_gap = idle_gap
         self.timestamp_getter = timestamp_getter or message_timestamp
-        self.max_round_tokens = max_round_tokens
         self.max_calls_per_compress = max_calls_per_compress
         self.on_invalid_history: OnInvalidHistory = on_invalid_history
-        self.schedule: FoldSchedule | None = None
+        self.context_window = context_window
+        self._instruction_tokens = self.token_counter(
+            build_summary_prompt([], config=self.summarizer.config)
+        )
+        self._targets: dict[int, tuple[object, _Target]] = {}
+        self._target_lock = threading.Lock()
+        self.target = self._make_target(context_window)
+        """The budget and pricing for the ``context_window`` given here."""
         self._timing_made: _Timing | None = None
-        self._framing_made: tuple[TiktokenCounter, int] | None = None
-        if by_cost:
-            preset = DEFAULT_PRICING if pricing is None else pricing
-            framing = build_summary_prompt([], config=self.summarizer.config)
-            self.schedule = FoldSchedule(
-                pricing=PRICING_MODELS[preset] if isinstance(preset, str) else preset,
-                summary_tokens=max_summary_tokens,
-                instruction_tokens=self.token_counter(framing),
-                retain_rounds=max(rounds_to_retain, 1),
-            )
 
     @property
     def token_counter(self) -> TokenCounter:
-        """The token counter used by the token triggers and the summary cap."""
+        """The token counter used by the triggers, the budget and the summary cap."""
         return self.summarizer.token_counter
+
+    @property
+    def max_summary_tokens(self) -> int:
+        """Cap on the summary's tokens."""
+        return self.summarizer.config.max_summary_tokens
 
     def __repr__(self) -> str:
         """Show the main settings (never message content)."""
         return (
             f"{type(self).__name__}(model={self.summarizer.model_name!r}, "
-            f"rounds_to_compress={self.rounds_to_compress}, "
-            f"rounds_to_retain={self.rounds_to_retain}, "
-            f"profile={self.summarizer.config.profile!r}, enabled={self.enabled})"
+            f"trigger={self.trigger!r}, keep={self.keep!r}, "
+            f"budget={self.target.budget.tokens} ({self.target.budget.source}), "
+            f"profile={self.summarizer.config.profile!r})"
         )
+
+    # ----------------------------------------------------------------- the answering model
+
+    def _make_target(self, answering: int | object | None) -> _Target:
+        budget = context_budget(answering)
+        provider = model_provider_of(answering) or model_provider_of(self.summarizer.model)
+        if not self.trigger.cost:
+            return _Target(budget, None, "none", provider)
+        if self.trigger.pricing is not None:
+            pricing, source = self.trigger.pricing, self.trigger.pricing.name
+        else:
+            preset = preset_for_model(answering) if not isinstance(answering, int) else None
+            if preset is None:
+                pricing = PRICING_MODELS[DEFAULT_PRICING]
+                source = f"{DEFAULT_PRICING}, the default pricing"
+            else:
+                name = type(answering).__name__ if not isinstance(answering, str) else answering
+                pricing, source = PRICING_MODELS[preset], f"{preset}, from {name}"
+        schedule = FoldSchedule(
+            pricing=pricing,
+            summary_tokens=self.max_summary_tokens,
+            instruction_tokens=self._instruction_tokens,
+            retain_rounds=max(int(self.keep[1]), 1) if self.keep[0] == "rounds" else 1,
+        )
+        logger.info(
+            "round compression: budget %s tokens (%s); folds by cost under %s",
+            f"{budget.tokens:,}",
+            budget.source,
+            source,
+        )
+        return _Target(budget, schedule, source, provider)
+
+    def target_for(self, answering: int | object | None) -> _Target:
+        """The budget and pricing for an answering model given per call (cached per model)."""
+        if answering is None or answering is self.context_window:
+            return self.target
+        if (
+            self.context_window is not None
+            and not isinstance(answering, int)
+            and context_window_of(answering) is None
+        ):
+            return self.target  # the window given here beats a model that does not know its own
+        key = id(answering)
+        with self._target_lock:
+            found = self._targets.get(key)
+            if found is not None and found[0] is answering:
+                return found[1]
+        made = self._make_target(answering)
+        with self._target_lock:
+            if len(self._targets) >= 16:
+                self._targets.pop(next(iter(self._targets)))
+            self._targets[key] = (answering, made)
+        return made
+
+    def _call_tokens(self) -> int:
+        """Conversation tokens one summarizer call may read (its own window's budget)."""
+        window = context_budget(self.summarizer.model).tokens
+        out = self.summarizer.max_output_tokens or self.max_summary_tokens
+        room = window - self._instruction_tokens - self.max_summary_tokens - out
+        # rendered as a transcript the messages take about a fifth more than as chat
+        return max(room * 5 // 6, 1)
 
     # ----------------------------------------------------------------- planning (pure)
-
-    def _timing(self) -> _Timing:
-        lifetime = self.schedule.pricing.cache_lifetime if self.schedule is not None else None
-        getter = self.timestamp_getter
-        costs = (
-            self.schedule is not None
-            or self.compression_threshold_tokens is not None
-            or self.trigger is not None
-        )
-        settings = (self.token_counter, getter, lifetime, costs)
-        made = self._timing_made
-        if made is None or made.settings != settings:
-            made = self._timing_made = _Timing(
-                lambda m: _to_datetime(getter(m)), lifetime, costs=costs, settings=settings
-            )
-        return made
 
     def _check_input(
         self, messages: Sequence[BaseMessage], summary: object, timing: _Timing
@@ -577,8 +644,9 @@ class RoundCompressor:
         for index, message in enumerate(tail, start=offset):
             if not message.id and not is_summary_message(message):
                 msg = (
-                    f"messages[{index}] ({message.type}) has no id; compression records covered "
-                    "messages by id (give every message an id, e.g. with rounds.ensure_ids)"
+                    f"messages[{index}] ({message.type}) has no id ({message.id!r}); compression "
+                    "records covered messages by id (give every message an id, e.g. with "
+                    "rounds.ensure_ids)"
                 )
                 raise ConfigurationError(msg)
         strict = self.on_invalid_history == "raise"
@@ -593,7 +661,7 @@ class RoundCompressor:
         violations += [
             HistoryViolation("duplicate_message_id", index, m.id, f"message id {m.id!r} repeats")
             for index, m in enumerate(tail, start=offset)
-            if m.id is not None and in_prefix(m.id)
+            if m.id and in_prefix(m.id)
         ]
         if violations:
             raise InvalidHistoryError(sorted(violations, key=lambda v: v.index))
@@ -607,25 +675,11 @@ class RoundCompressor:
         ends = list(itertools.accumulate(sizes))
         return [sum(costs[end - size : end]) for end, size in zip(ends, sizes, strict=True)]
 
-    def _rounds_over_threshold(self, costs: Sequence[int], eligible: int) -> int:
-        threshold = self.compression_threshold_tokens
-        assert threshold is not None
-        remaining = sum(costs)
-        if remaining <= threshold:
-            return 0
-        needed = 0
-        while remaining > threshold and needed < eligible:
-            remaining -= costs[needed]
-            needed += 1
-        step = self.rounds_to_compress
-        return min(math.ceil(needed / step) * step, eligible)
+    @staticmethod
+    def _summary_messages(summary: RunningSummary | None) -> list[BaseMessage]:
+        return [] if summary is None else [summary.to_message()]
 
-    def _summary_messages(self, summary: RunningSummary | None) -> list[BaseMessage]:
-        return [] if summary is None else view([], summary, placement="system_message")
-
-    def _idle(self, parts: _Parts, gap: timedelta | None = None) -> bool:
-        gap = gap or self.idle_gap
-        assert gap is not None
+    def _idle(self, parts: _Parts, gap: timedelta) -> bool:
         tail = parts.tail
         latest = next(
             (i for i in range(len(tail) - 1, -1, -1) if isinstance(tail[i], HumanMessage)), None
@@ -654,50 +708,29 @@ class RoundCompressor:
         return sum(message_costs(self.token_counter, parts.preamble))
 
     def _summary_tokens(self, summary: RunningSummary) -> int:
-        """Tokens of ``summary``'s text as a system message, counted once per summary."""
+        """Tokens of ``summary``'s message as the view shows it, counted once per summary."""
         counter = self.token_counter
         cache = memo(summary)
         known = cache.get(_SUMMARY_TOKENS_KEY)
         if known is not None and known[0] is counter:
             return int(known[1])
-        text = cache.get(_TEXT_TOKENS_KEY)
-        if type(counter) is TiktokenCounter and text is not None and text[0] is counter:
-            # its text was counted when the summary was made: a system message adds a fixed
-            # framing to its text's tokens, so the text is not encoded again
-            tokens = int(text[1]) + self._system_framing(counter)
-        else:
-            tokens = counter([SystemMessage(summary.text)])
+        tokens = sum(message_costs(counter, self._summary_messages(summary)))
         cache[_SUMMARY_TOKENS_KEY] = (counter, tokens)
         return tokens
 
-    def _system_framing(self, counter: TiktokenCounter) -> int:
-        """Tokens ``counter`` gives a system message beyond those of its text."""
-        made = self._framing_made
-        if made is None or made[0] is not counter:
-            made = self._framing_made = (counter, counter([SystemMessage("")]))
-        return made[1]
+    @staticmethod
+    def _shown_pinned(pinned: Sequence[BaseMessage], folded: Sequence[Round]) -> set[int]:
+        """Identities of the pinned messages that stay shown after a fold of ``folded``.
 
-    def _scheduled(
-        self,
-        parts: _Parts,
-        summary: RunningSummary | None,
-        loads: Sequence[RoundLoad],
-        fixed_tokens: int | None,
-    ) -> int:
-        """Rounds the cost schedule folds now (see `schedule.FoldSchedule`)."""
-        schedule = self.schedule
-        assert schedule is not None
-        decision = schedule.decide(
-            fixed_tokens=self._fixed_tokens(parts) if fixed_tokens is None else fixed_tokens,
-            summary_tokens=self._summary_tokens(summary) if summary else 0,
-            rounds=loads,
-            rounds_so_far=len(loads) + (summary.rounds_covered if summary else 0),
-        )
-        return decision.rounds
+        Only the newest pinned message stays verbatim (the latest instruction of its kind);
+        older ones are folded into the summary, so a reminder repeated every turn never
+        accumulates.
+        """
+        newest = [m for r in folded for m in r.messages if is_pinned(m)] or list(pinned)
+        return {id(newest[-1])} if newest else set()
 
-    def _oversized_fold(self, latest: Round) -> CompressionChunk | None:
-        limit = self.max_round_tokens
-        assert limit is not None
+    def _oversized_fold(self, latest: Round, limit: int) -> CompressionChunk | None:
+        """Older tool groups of the latest round to fold so the rest fits in ``limit``."""
         units = split_units(latest.messages)
         costs = [sum(message_costs(self.token_counter, unit)) for unit in units]
         remaining = sum(costs)
@@ -717,13 +750,25 @@ class RoundCompressor:
         return CompressionChunk(tuple(folded), rounds=0, partial_round=True)
 
     def plan(
-        self, messages: Sequence[BaseMessage], summary: RunningSummary | None = None
+        self,
+        messages: Sequence[BaseMessage],
+        summary: RunningSummary | None = None,
+        *,
+        context_window: int | object | None = None,
+        after_reply: bool = False,
+        overhead_tokens: int = 0,
     ) -> CompressionPlan:
-        """Decide what `compress` would fold, without calling the model.
+        """Decide what `compress` would fold, and say why, without calling the model.
 
         Args:
             messages: The full original history (every non-system message with an id).
             summary: The current summary (``None`` before the first compression).
+            context_window: The answering model for this call (tokens or a chat model),
+                when it is not the one given to the constructor.
+            after_reply: The latest round is answered and no model call needs it any more:
+                with ``keep=("rounds", 0)`` it is folded too (thread summarization).
+            overhead_tokens: Tokens the request carries besides ``messages`` (a system
+                prompt or tool schemas sent separately); they count against the budget.
 
         Raises:
             InvalidHistoryError: Two messages share an id, or ``on_invalid_history="raise"``
@@ -734,102 +779,152 @@ class RoundCompressor:
             >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
             >>> from langchain_core.messages import HumanMessage
             >>> compressor = RoundCompressor(GenericFakeChatModel(messages=iter([])),
-            ...                              token_counter="approximate", compress_on_rounds=True)
-            >>> history = [HumanMessage(str(n), id=f"h{n}") for n in range(5)]
-            >>> plan = compressor.plan(history)
+            ...                              token_counter="approximate", trigger=("rounds", 5))
+            >>> plan = compressor.plan([HumanMessage(str(n), id=f"h{n}") for n in range(5)])
             >>> [[m.id for m in c.messages] for c in plan.chunks], plan.reasons
             ([['h0', 'h1']], ('rounds',))
         """
-        return self._plan(messages, summary)[0]
+        target = self.target_for(context_window)
+        return self._plan(messages, summary, target, after_reply, overhead_tokens)[0]
+
+    def _timing(self, target: _Target) -> _Timing:
+        schedule = target.schedule
+        lifetime = schedule.pricing.cache_lifetime if schedule is not None else None
+        getter = self.timestamp_getter
+        settings = (self.token_counter, getter, lifetime, True)
+        made = self._timing_made
+        if made is None or made.settings != settings:
+            made = self._timing_made = _Timing(
+                lambda m: _to_datetime(getter(m)), lifetime, costs=True, settings=settings
+            )
+        return made
 
     def _plan(
-        self, messages: Sequence[BaseMessage], summary: RunningSummary | None
+        self,
+        messages: Sequence[BaseMessage],
+        summary: RunningSummary | None,
+        target: _Target,
+        after_reply: bool = False,
+        overhead_tokens: int = 0,
     ) -> tuple[CompressionPlan, _Parts]:
-        timing = self._timing()
+        timing = self._timing(target)
         parts, state, clean = self._check_input(messages, summary, timing)
-        costs: Sequence[int] | None = None
         pending: Sequence[Round]
+        costs: Sequence[int] | None
+        fixed: int | None = None
         if state is not None:  # read only: the state's own tuples, not copies
-            pending = state.rounds
-            costs = state.costs
+            pending, costs, fixed = state.rounds, state.costs, state.fixed_tokens
         else:
             covered = summary.covered_ids if summary is not None else frozenset()
             pending = _pending(parts.tail, covered)
+            costs = self._costs(pending)
+            fixed = self._fixed_tokens(parts)
             if clean and summary is not None:
-                costs = self._costs(pending) if timing.costs else None
-                fixed = self._fixed_tokens(parts) if self.schedule is not None else None
                 record(self, summary, parts, pending, costs, timing, fixed)
-
-        def pending_costs() -> Sequence[int]:
-            nonlocal costs
-            if costs is None:
-                costs = self._costs(pending)
-            return costs
-
-        step = self.rounds_to_compress
-        retain = max(self.rounds_to_retain, 1)
-        if self.fold_answered_round and self.rounds_to_retain == 0 and _answered(pending):
-            retain = 0
-        eligible = max(len(pending) - retain, 0)
-        due = 0
+        assert costs is not None
+        if fixed is None:
+            fixed = self._fixed_tokens(parts)
+        fixed += overhead_tokens
+        summary_tokens = self._summary_tokens(summary) if summary is not None else 0
+        pinned = parts.pinned
+        pinned_tokens = sum(message_costs(self.token_counter, pinned)) if pinned else 0
+        budget = target.budget
+        keep = kept_rounds(
+            self.keep, costs, [len(r.messages) for r in pending], window=budget.window
+        )
+        answered = after_reply and _answered(pending)
+        eligible = max(len(pending) - (0 if keep == 0 and answered else max(keep, 1)), 0)
+        chosen = 0
         reasons: list[TriggerReason] = []
-        if self.schedule is not None:
+        cost_note = ""
+        trigger = self.trigger
+        if target.schedule is not None and eligible:
             if state is not None and state.loads is not None:
                 loads: Sequence[RoundLoad] = state.loads
             else:
                 loads = round_loads(
                     [r.messages for r in pending],
-                    pending_costs(),
+                    costs,
                     timestamp=timing.timestamp,
-                    lifetime=self.schedule.pricing.cache_lifetime,
+                    lifetime=target.schedule.pricing.cache_lifetime,
                 )
-            fixed = state.fixed_tokens if state is not None else None
-            due = self._scheduled(parts, summary, loads, fixed)
-            if due:
-                reasons.append("cost")
-        elif self.compress_on_rounds and eligible >= step:
-            due = eligible // step * step
-            reasons.append("rounds")
-        if self.compression_threshold_tokens is not None and eligible:
-            needed = self._rounds_over_threshold(pending_costs(), eligible)
-            if needed:
-                due = max(due, needed)
-                reasons.append("tokens")
-        if self.idle_gap is not None and len(pending) >= 2 and self._idle(parts):
-            due = max(due, len(pending) - 1)
-            reasons.append("idle_gap")
-        if self.trigger is not None:
-            lead = parts.lead if summary is None else parts.preamble
-            shown = [*lead, *self._summary_messages(summary), *parts.tail]
-            needed = self.trigger.due_rounds(
-                shown, pending, counter=self.token_counter, retain=self.rounds_to_retain
+            decision = target.schedule.decide(
+                fixed_tokens=fixed,
+                summary_tokens=summary_tokens,
+                rounds=loads,
+                rounds_so_far=len(loads) + (summary.rounds_covered if summary else 0),
             )
-            if needed:
-                due = max(due, needed)
-                reasons.append("trigger")
-            sizes = self.trigger.chunk_sizes(pending_costs()[:due], due)
-        elif self.schedule is not None:
-            sizes = [due] if due else []  # the whole backlog in one call
-        else:
-            sizes = [min(step, due - start) for start in range(0, due, step)]
-        starts = list(itertools.accumulate(sizes, initial=0))
+            cost_note = _cost_note(decision, target.pricing)
+            if decision.rounds:
+                chosen = decision.rounds
+                reasons.append("cost")
+        elif target.schedule is not None:
+            cost_note = f"cost ({target.pricing}): nothing old enough to fold"
+        if trigger.clauses and eligible:
+            shown = len(parts.preamble) + (1 if summary is not None else 0) + len(pinned)
+            size = ConversationSize(
+                fixed + summary_tokens + pinned_tokens + sum(costs),
+                shown + sum(len(r.messages) for r in pending),
+                len(pending),
+            )
+            if trigger.use_usage_metadata:
+                lead = parts.lead if summary is None else parts.preamble
+                view_now = [*lead, *self._summary_messages(summary), *pinned, *parts.tail]
+                size = trigger.measure(
+                    view_now, counter=self.token_counter, pending=pending, provider=target.provider
+                )
+            if trigger.fires(size, window=budget.window):
+                chosen = max(chosen, eligible)
+                reasons.append(_clause_reason(trigger))
+        if trigger.idle is not None and len(pending) >= 2 and self._idle(parts, trigger.idle):
+            chosen = len(pending) - 1  # everything before the resumed round, whatever `keep`
+            reasons.append("idle_gap")
+        choice = decide_fold(
+            costs=costs,
+            fixed_tokens=fixed,
+            summary_tokens=summary_tokens,
+            pinned_tokens=pinned_tokens,
+            budget_tokens=budget.tokens,
+            keep_rounds=keep,
+            summary_cap=self.max_summary_tokens,
+            call_tokens=self._call_tokens(),
+            max_calls=self.max_calls_per_compress,
+            chosen=chosen,
+            answered=answered,
+        )
+        if choice.forced:
+            reasons.append("budget")
+        folded = sum(choice.calls)
+        shown_pinned = self._shown_pinned(pinned, pending[:folded])
+        starts = list(itertools.accumulate(choice.calls, initial=0))
         chunks = [
             CompressionChunk(
-                tuple(m for r in pending[start : start + size] for m in r.foldable), rounds=size
+                tuple(
+                    m
+                    for r in pending[start : start + size]
+                    for m in r.messages
+                    if not is_pinned(m) or id(m) not in shown_pinned
+                ),
+                rounds=size,
             )
-            for start, size in zip(starts, sizes, strict=False)
-        ][: self.max_calls_per_compress]
-        deferred = due - sum(c.rounds for c in chunks)
+            for start, size in zip(starts, choice.calls, strict=False)
+        ]
+        if chunks and pinned:  # older pinned messages go with the first call
+            older = tuple(m for m in pinned if id(m) not in shown_pinned)
+            if older:
+                chunks[0] = replace(chunks[0], messages=older + chunks[0].messages)
         latest_is_last = bool(pending) and pending[-1].messages[-1] is parts.tail[-1]
-        if (
-            self.max_round_tokens is not None
-            and latest_is_last
-            and len(chunks) < self.max_calls_per_compress
-        ):
-            fold = self._oversized_fold(pending[-1])
-            if fold is not None:
-                chunks.append(fold)
-                reasons.append("oversized_round")
+        if latest_is_last and folded < len(pending):
+            kept_tokens = sum(costs[folded:-1])
+            # a fold of older tool steps makes (or grows) the summary too
+            new_summary = max(summary_tokens, self.max_summary_tokens)
+            room = budget.tokens - fixed - pinned_tokens - new_summary - kept_tokens
+            if costs[-1] > room:
+                fold = self._oversized_fold(pending[-1], max(room, 0))
+                if fold is not None:
+                    chunks.append(fold)
+                    if "budget" not in reasons:
+                        reasons.append("budget")
         previous_text = None
         if summary is None and chunks:
             stale = [m for m in messages if is_summary_message(m)]
@@ -837,24 +932,69 @@ class RoundCompressor:
         plan = CompressionPlan(
             chunks=tuple(chunks),
             pending_rounds=len(pending),
-            deferred_rounds=deferred,
+            deferred_rounds=choice.deferred,
             reasons=tuple(reasons),
             previous_text=previous_text,
+            reason=_explain(choice, chunks, reasons, len(pending), target, cost_note),
+            view_tokens=choice.view_tokens,
         )
         return plan, parts
 
     # ----------------------------------------------------------------- compress
 
     def view(
-        self, messages: Sequence[BaseMessage], summary: RunningSummary | None = None
+        self,
+        messages: Sequence[BaseMessage],
+        summary: RunningSummary | None = None,
+        *,
+        context_window: int | object | None = None,
+        overhead_tokens: int = 0,
     ) -> list[BaseMessage]:
-        """The model view for ``summary`` with this compressor's placement (no model call)."""
-        return view(messages, summary, placement=self.placement)
+        """The model view for ``summary``, within the budget, without any model call.
 
-    def _unchanged(
-        self, messages: Sequence[BaseMessage], summary: RunningSummary | None
-    ) -> CompressionResult:
-        return CompressionResult(self.view(messages, summary), summary, compressed=False, calls=0)
+        Placement is this compressor's; a message of the latest round too large for the
+        budget on its own is shortened (see `budget.fit_messages`).
+
+        Raises:
+            BudgetError: The view does not fit the budget even so (rounds are waiting to be
+                folded, or the preamble or latest question alone is too large).
+        """
+        shown = view(messages, summary, placement=self.placement)
+        return self._fitted(shown, self.target_for(context_window), None, overhead_tokens)
+
+    def _fitted(
+        self,
+        shown: list[BaseMessage],
+        target: _Target,
+        expected: int | None,
+        overhead_tokens: int = 0,
+    ) -> list[BaseMessage]:
+        """``shown`` within the target's budget, less what the request carries besides it.
+
+        ``expected`` is its tokens with that overhead, when known (else they are counted).
+        """
+        limit = target.budget.tokens - overhead_tokens
+        if expected is not None and expected - overhead_tokens <= limit:
+            return shown
+        if expected is None and count_request(self.token_counter, shown) <= limit:
+            return shown
+        latest = max((i for i, m in enumerate(shown) if isinstance(m, HumanMessage)), default=0)
+
+        def protected(index: int, message: BaseMessage) -> bool:
+            return index <= latest or isinstance(message, SystemMessage)
+
+        try:
+            fitted = fit_messages(shown, limit, self.token_counter, protected=protected)
+        except BudgetError as error:
+            msg = f"{error} ({target.budget.source})"
+            raise BudgetError(msg) from None
+        logger.warning(
+            "a message of the latest round is too large for the budget (%d tokens, %s): "
+            "shortened in the view, kept whole in the history",
+            limit,
+            target.budget.source,
+        )
+        return fitted
 
     def _finish(
         self,
@@ -862,16 +1002,19 @@ class RoundCompressor:
         plan: CompressionPlan,
         updates: list[SummaryUpdate],
         summary: RunningSummary | None,
+        target: _Target,
+        overhead_tokens: int = 0,
     ) -> CompressionResult:
         if plan.chunks:
-            logger.info(
-                "compressed %d chunk(s) (%s) in %d attempt(s); %d round(s) deferred",
-                len(plan.chunks),
-                ",".join(plan.reasons),
-                sum(u.attempts for u in updates),
-                plan.deferred_rounds,
-            )
+            attempts = sum(u.attempts for u in updates)
+            logger.info("round compression: %s (attempts: %d)", plan.reason, attempts)
         final = updates[-1].summary if updates else summary
+        expected = plan.view_tokens
+        if updates:
+            folded = [m for c in plan.chunks for m in c.messages]
+            expected += self._summary_tokens(final) if final is not None else 0
+            expected -= self._summary_tokens(summary) if summary is not None else 0
+            expected -= sum(message_costs(self.token_counter, folded))
         if final is None:
             messages = repair_history(parts.messages).messages
         elif final is summary and parts.grown:
@@ -906,13 +1049,14 @@ class RoundCompressor:
             else:
                 messages = _view(parts, final, self.placement)
         return CompressionResult(
-            messages=messages,
+            messages=self._fitted(messages, target, expected, overhead_tokens),
             summary=final,
             compressed=bool(updates),
             calls=len(updates),
             attempts=sum(u.attempts for u in updates),
             deferred_rounds=plan.deferred_rounds,
             updates=tuple(u.summary for u in updates),
+            reason=plan.reason,
         )
 
     def compress(
@@ -921,6 +1065,9 @@ class RoundCompressor:
         summary: RunningSummary | None = None,
         *,
         config: RunnableConfig | None = None,
+        context_window: int | object | None = None,
+        after_reply: bool = False,
+        overhead_tokens: int = 0,
     ) -> CompressionResult:
         """Fold due rounds into the summary and return the new view and summary.
 
@@ -930,6 +1077,11 @@ class RoundCompressor:
             summary: The current summary (``None`` before the first compression).
             config: Caller's runnable config (callbacks...); summarizer calls add their own
                 internal tags to a copy.
+            context_window: The answering model for this call (tokens or a chat model),
+                when it is not the one given to the constructor.
+            after_reply: The latest round is answered and no model call needs it any more
+                (see `plan`).
+            overhead_tokens: Tokens the request carries besides ``messages`` (see `plan`).
 
         Returns:
             The view, the (possibly new) summary and call counts. Nothing is changed in place.
@@ -939,11 +1091,11 @@ class RoundCompressor:
                 the caller keeps its previous summary).
             InvalidHistoryError: Two messages share an id, or ``on_invalid_history="raise"``
                 and the history breaks the provider rules.
+            BudgetError: The view cannot fit the budget (the message names what).
             ConfigurationError: A message has no id.
         """
-        if not self.enabled:
-            return self._unchanged(messages, summary)
-        plan, parts = self._plan(messages, summary)
+        target = self.target_for(context_window)
+        plan, parts = self._plan(messages, summary, target, after_reply, overhead_tokens)
         updates: list[SummaryUpdate] = []
         current = summary
         for chunk in plan.chunks:
@@ -957,7 +1109,7 @@ class RoundCompressor:
             )
             updates.append(update)
             current = update.summary
-        return self._finish(parts, plan, updates, summary)
+        return self._finish(parts, plan, updates, summary, target, overhead_tokens)
 
     async def acompress(
         self,
@@ -965,11 +1117,13 @@ class RoundCompressor:
         summary: RunningSummary | None = None,
         *,
         config: RunnableConfig | None = None,
+        context_window: int | object | None = None,
+        after_reply: bool = False,
+        overhead_tokens: int = 0,
     ) -> CompressionResult:
         """Async `compress` (same arguments and guarantees; cancellation propagates)."""
-        if not self.enabled:
-            return self._unchanged(messages, summary)
-        plan, parts = self._plan(messages, summary)
+        target = self.target_for(context_window)
+        plan, parts = self._plan(messages, summary, target, after_reply, overhead_tokens)
         updates: list[SummaryUpdate] = []
         current = summary
         for chunk in plan.chunks:
@@ -983,4 +1137,4 @@ class RoundCompressor:
             )
             updates.append(update)
             current = update.summary
-        return self._finish(parts, plan, updates, summary)
+        return self._finish(parts, plan, updates, summary, target, overhead_tokens)

@@ -328,6 +328,8 @@ class ContextBuilder:
         self._prepared: _Prepared | None = None
         self._costed = 0
         """How many of the preparation's ``body`` messages had their lines counted."""
+        self._retrieved: tuple[list[BaseMessage], int] | None = None
+        """The candidate list last handed to the turn retriever, and its length then."""
         self._ranked: tuple[Sequence[BaseMessage], int] | None = None
         # the history list last handed to the evidence retriever, and its length then:
         # the preparation only appends to its lists, so that much of it is unchanged
@@ -356,8 +358,8 @@ class ContextBuilder:
             prepared = self._prepared = _Prepared(messages)
             self._costed = 0
         assert prepared is not None
-        # a preparation with id-less or repaired input is rebuilt on every call: no priming
-        if self._eager and prepared.by_object is None and prepared.valid:
+        # a preparation with repaired input is rebuilt on every call: no priming
+        if self._eager and prepared.valid:
             body = prepared.body
             if self._costed < len(body):
                 self._costs.prime_turns(body[self._costed :], cold=cold)
@@ -481,15 +483,21 @@ class ContextBuilder:
             count -= 1
             older = prepared.older
         head = [current.messages[0]] if current is not None else []
-        # pinned messages of older rounds are sent even when their round is left out
-        pinned = [(i, m) for i, m in prepared.pinned if i < count]
+        limit = self.max_context_tokens
+        # the newest pinned message of the older rounds is sent even when its round is left
+        # out (older ones would pile up: a reminder repeated every turn)
+        pinned = [(i, m) for i, m in prepared.pinned if i < count][-1:]
         fixed = [*preamble, *(m for _, m in pinned), *head]
         base = self.token_counter(fixed) if fixed else 0
-        limit = self.max_context_tokens
         if base > limit:
+            parts = [
+                f"the system preamble ({self.token_counter(preamble) if preamble else 0})",
+                f"the latest question ({self.token_counter(head) if head else 0})",
+            ]
+            if pinned:
+                parts.insert(1, f"{len(pinned)} pinned system messages")
             msg = (
-                f"the system preamble and the latest question need {base} tokens but "
-                f"max_context_tokens is {limit}"
+                f"{', '.join(parts)} need {base} tokens together but max_context_tokens is {limit}"
             )
             raise BudgetError(msg)
         if query is None:
@@ -678,13 +686,22 @@ class ContextBuilder:
             kept = win.fit(avail - estimate.total)
             # hybrid: raw turns retrieved from the rounds left out of the window.
             if self.raw_turn_retrieval and query:
-                candidates = win.body[: win.start(kept)]
-                positions = {id(m): i for i, m in enumerate(candidates)}
-                hits = self.turn_retriever.retrieve(query, candidates, self.raw_turn_retrieval)
-                for hit in hits[: self.raw_turn_retrieval]:
-                    position = positions.get(id(hit))
-                    if position is None:
+                prepared = self._prepared
+                assert prepared is not None
+                # the messages before the window, as one list that grows with the history
+                # (extra messages past the window's start are skipped)
+                start = win.start(kept)
+                candidates, extra = prepared.candidates(start)
+                limit = self.raw_turn_retrieval
+                hits = self._retrieve_turns(query, candidates, limit + extra)
+                considered = 0
+                for hit in hits[: limit + extra]:
+                    position = prepared.position(hit)
+                    if position is None or position >= start:
                         continue
+                    considered += 1
+                    if considered > limit:
+                        break
                     fitting = costs.fitting_turn_cost(hit, estimate, ceiling)
                     if fitting is not None:
                         data.turns.append((position, hit))
@@ -702,6 +719,22 @@ class ContextBuilder:
                 break
             kept = grown
         return selected, data, kept
+
+    def _retrieve_turns(
+        self, query: str, candidates: list[BaseMessage], k: int
+    ) -> Sequence[BaseMessage]:
+        """The turn retriever's hits among ``candidates`` (a list the builder only appends to).
+
+        The package's BM25 retriever is told how much of the list it saw last time, so it
+        does not compare that part again.
+        """
+        retriever = self.turn_retriever
+        if not isinstance(retriever, BM25TurnRetriever):
+            return retriever.retrieve(query, candidates, k)
+        last = self._retrieved
+        known = last[1] if last is not None and last[0] is candidates else 0
+        self._retrieved = (candidates, len(candidates))
+        return retriever.retrieve(query, candidates, k, known_prefix=known)
 
     def _select_evidence(
         self,

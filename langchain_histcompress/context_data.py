@@ -6,6 +6,12 @@ breaks (`content_lines`): the lead, the summary block, then per section a header
 per fact or message (``"compact"``) and a closing tag. The builder counts it from the
 counts of those lines (see `_line_tokens`), so each line is rendered and encoded once.
 
+Message and tool-call ids are shown as `aliases.stable_ref` references: a short id as it is,
+a long one (a UUID) as ``#`` and nine digits that depend on that id alone, so a fact or a
+message reads the same on every turn (the prompt cache keeps it) for a sixth of the tokens.
+The real ids are in the message's metadata (``fact_source_ids``, ``retrieved_message_ids``,
+and ``short_refs``: reference -> real id for every shortened one).
+
 Example:
     >>> from langchain_histcompress.facts import Fact
     >>> data = _Data(facts=[Fact(id="f-1", content="User lives in Oslo", source_ids=["h1"])])
@@ -20,12 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import weakref
 from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from langchain_histcompress.aliases import IdAliases, stable_ref, stable_refs
 from langchain_histcompress.context_window import CONTEXT_KIND
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.layout import PromptLayout
@@ -105,7 +113,7 @@ def _fact_block(fact: Fact) -> str:
             "type": fact.type,
             "confidence": f"{fact.confidence:.2f}",
             "status": fact.status,
-            "sources": " ".join(fact.source_ids),
+            "sources": " ".join(map(stable_ref, fact.source_ids)),
         },
     )
 
@@ -125,7 +133,7 @@ def _fact_line(fact: Fact) -> str:
     hit = _fact_lines.get(id(fact))
     if hit is not None and hit[0] is fact:  # facts are frozen: the same object, the same line
         return hit[1]
-    sources = escape_data(" ".join(fact.source_ids)) or "-"
+    sources = escape_data(" ".join(map(stable_ref, fact.source_ids))) or "-"
     status = "" if fact.status == "confirmed" else f"({escape_data(fact.status)}) "
     line = f"[{sources}] {status}{_one_line(fact.content)}"
     if len(_fact_lines) >= _LINES_CACHED:
@@ -134,8 +142,26 @@ def _fact_line(fact: Fact) -> str:
     return line
 
 
+def _shown(message: BaseMessage) -> BaseMessage:
+    """``message`` with its ids (its own, its tool calls') shown as `stable_ref` references.
+
+    The message itself when no id needs shortening.
+    """
+    ids = [str(message.id)] if message.id is not None else []
+    ids += [str(c["id"]) for c in getattr(message, "tool_calls", ()) if c.get("id")]
+    ids += [str(c["id"]) for c in getattr(message, "invalid_tool_calls", ()) if c.get("id")]
+    call_id = getattr(message, "tool_call_id", None)
+    if call_id:
+        ids.append(str(call_id))
+    refs = stable_refs(ids)
+    if not refs:
+        return message
+    return IdAliases({real: ref for ref, real in refs.items()}, refs).apply([message])[0]
+
+
 def _render_turn_line(message: BaseMessage) -> str:
-    """``message``'s compact line, ``[id role] text`` (not remembered: see `_turn_line`)."""
+    """``message``'s compact line, ``[ref role] text`` (not remembered: see `_turn_line`)."""
+    message = _shown(message)
     role = ROLE_NAMES.get(message.type, message.type)
     name = f" {message.name}" if message.name else ""
     text = escape_data(message_text(message)).replace("\n", "\n  ")
@@ -154,22 +180,25 @@ def _turn_line(message: BaseMessage) -> str:
     return line
 
 
-_summary_block: list[tuple[RunningSummary, str]] = []
-"""The last summary rendered (a summary is frozen: the same object renders the same)."""
+_summary_block: list[tuple[weakref.ref[RunningSummary], str]] = []
+"""The last summary rendered (a summary is frozen: the same object renders the same), held
+weakly so that it is freed with its caller's last reference, not in a later call."""
 
 
 def _summary_text(summary: RunningSummary) -> str:
     memo = _summary_block[:1]
-    if memo and memo[0][0] is summary:
+    if memo and memo[0][0]() is summary:
         return memo[0][1]
     text = summary.render()
-    _summary_block[:] = [(summary, text)]
+    _summary_block[:] = [(weakref.ref(summary), text)]
     return text
 
 
 def _turn_text(message: BaseMessage, data_format: DataFormat) -> str:
     """What one retrieved message adds to the data message."""
-    return _turn_line(message) if data_format == "compact" else render_transcript([message])
+    if data_format == "compact":
+        return _turn_line(message)
+    return render_transcript([_shown(message)])
 
 
 def _facts_header(count: int, data_format: DataFormat) -> str:
@@ -192,7 +221,8 @@ def _render_facts(facts: Sequence[Fact], data_format: DataFormat) -> str:
 
 def _render_turns(turns: Sequence[BaseMessage], data_format: DataFormat) -> str:
     if data_format == "xml":
-        lines = [_turns_header(len(turns), data_format), render_transcript(turns), _TURNS_END]
+        shown = render_transcript([_shown(m) for m in turns])
+        lines = [_turns_header(len(turns), data_format), shown, _TURNS_END]
     else:
         lines = [_turns_header(len(turns), data_format), *map(_turn_line, turns), _TURNS_END]
     return "\n".join(lines)
@@ -233,11 +263,16 @@ def _data_message(data: _Data, data_format: DataFormat = "compact") -> SystemMes
     kwargs: dict[str, Any] = {"lc_source": SUMMARY_SOURCE, "histcompress_kind": CONTEXT_KIND}
     if data.summary is not None:
         kwargs.update(data.summary.provenance())
+    shortened: dict[str, str] = {}
     if data.facts:
         kwargs["fact_ids"] = [f.id for f in data.facts]
         kwargs["fact_source_ids"] = list(dict.fromkeys(s for f in data.facts for s in f.source_ids))
+        shortened.update(stable_refs(kwargs["fact_source_ids"]))
     if data.turns:
         kwargs["retrieved_message_ids"] = [str(m.id) for m in data.ordered_turns()]
+        shortened.update(stable_refs(kwargs["retrieved_message_ids"]))
+    if shortened:
+        kwargs["short_refs"] = shortened
     content = _content(data, data_format)
     digest = _SHA256.copy()  # a copy skips looking the algorithm up again
     digest.update(content.encode("utf-8"))

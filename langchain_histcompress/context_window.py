@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 
 from langchain_core.messages import BaseMessage, ToolMessage
 
+from langchain_histcompress._identified import identified
 from langchain_histcompress._prefix import extends
 from langchain_histcompress.rounds import (
     Round,
-    ensure_ids,
     is_pinned,
     repair_history,
     split_rounds,
@@ -115,10 +115,12 @@ class _Prepared:
 
     Kept between calls and grown in place: when the next input starts with the previous
     input (the same objects, one pointer comparison at C speed, see `extends`), only the new
-    messages are checked, filtered and split (with the last round and the last tool step
-    they may complete), and every list below is appended to; nothing proportional to the
-    history is copied or read again. Input that needed a repair, or messages without ids,
-    are prepared from scratch on every call.
+    messages are checked, filtered, given ids and split (with the last round and the last
+    tool step they may complete), and every list below is appended to; nothing proportional
+    to the history is copied or read again. Messages without an id get the id
+    `rounds.ensure_ids` gives them (from their position among the input's conversation
+    messages), each once, when it first arrives. Input that needed a repair is prepared
+    from scratch on every call.
     """
 
     def __init__(self, messages: Sequence[BaseMessage]) -> None:
@@ -137,20 +139,41 @@ class _Prepared:
         self.rounds: list[Round] = list(split.rounds)
         """Rounds of the input (context messages left out)."""
         self.by_object: dict[int, BaseMessage] | None = None
-        """Original message (by ``id()``) -> copy with an id, when some messages have none."""
-        if any(m.id is None for m in source):
-            with_ids = ensure_ids(source)
-            self.by_object = {id(orig): m for orig, m in zip(source, with_ids, strict=True)}
-            self.body: list[BaseMessage] = with_ids[len(split.preamble) :]
-            """The messages of ``rounds`` in order, each with an id."""
-        else:
-            self.body = source[len(split.preamble) :]
+        """Original message (by ``id()``) -> copy with an id, for the messages without one
+        (``None`` while every message has an id)."""
+        self._sourced = len(source)
+        """Conversation messages prepared so far (the position the next one's id comes from)."""
+        self.body: list[BaseMessage] = self._identified(source, 0)[len(split.preamble) :]
+        """The messages of ``rounds`` in order, each with an id."""
         last = len(self.rounds[-1].messages) if self.rounds else 0
         self.older: list[BaseMessage] = self.body[: len(self.body) - last]
         """The messages of every round but the last, each with an id."""
         self.pinned: list[tuple[int, BaseMessage]] = []
         """Pinned messages (`is_pinned`) with the index of their round, in order."""
         self._pin(0)
+        self._positions: dict[int, int] = {}
+        """Message of ``body`` (by ``id()``) -> its index, for the first ``_positioned``."""
+        self._positioned = 0
+        self._candidates: list[BaseMessage] = []
+        """A prefix of ``body`` handed to a turn retriever, grown in place (see `candidates`)."""
+
+    def _identified(self, messages: list[BaseMessage], first: int) -> list[BaseMessage]:
+        """``messages``, the ``first``-th conversation message on, each with an id.
+
+        A message without one is replaced by the copy `rounds.ensure_ids` makes of it at its
+        position among the input's conversation messages, recorded in `by_object`.
+        """
+        if all(m.id for m in messages):  # an empty-string id counts as no id
+            return messages
+        copies = self.by_object = self.by_object if self.by_object is not None else {}
+        out: list[BaseMessage] = []
+        for index, message in enumerate(messages, first):
+            if not message.id:
+                copy = copies[id(message)] = identified(message, index)
+                out.append(copy)
+            else:
+                out.append(message)
+        return out
 
     def _last_step(self, start: int) -> int:
         for index in range(len(self.raw) - 1, start - 1, -1):
@@ -168,33 +191,55 @@ class _Prepared:
 
     def ided(self, message: BaseMessage) -> BaseMessage:
         """``message`` with an id (itself when it has one)."""
-        return message if self.by_object is None else self.by_object[id(message)]
+        if self.by_object is None:
+            return message
+        return self.by_object.get(id(message), message)
+
+    def position(self, message: BaseMessage) -> int | None:
+        """Index of ``message`` (an object of ``body``) in ``body``; ``None`` if it is not one.
+
+        The index is kept between calls and extended with the messages added since.
+        """
+        body, positions = self.body, self._positions
+        for index in range(self._positioned, len(body)):
+            positions[id(body[index])] = index
+        self._positioned = len(body)
+        found = positions.get(id(message))
+        return found if found is not None and body[found] is message else None
+
+    def candidates(self, stop: int) -> tuple[list[BaseMessage], int]:
+        """``body[:stop]`` as one list kept between calls, and its length past ``stop``.
+
+        The list only grows (in place), so a retriever that indexes the messages it is given
+        sees one growing conversation; when ``stop`` moves back (the verbatim window took
+        more rounds), the messages past it stay in the list and the caller skips them.
+        """
+        kept = self._candidates
+        if len(kept) < stop:
+            kept += self.body[len(kept) : stop]
+        return kept, len(kept) - stop
 
     def extend(self, messages: Sequence[BaseMessage]) -> bool:
         """Grow to ``messages`` in place when they extend the input; ``False`` otherwise."""
         known = len(self.raw)
-        if (
-            self.by_object is not None
-            or not self.valid
-            or not self.rounds
-            or not extends(messages, self.raw)
-        ):
+        if not self.valid or not self.rounds or not extends(messages, self.raw):
             return False
         tail = list(messages[known:])
         new = [m for m in tail if not is_context_message(m)]
-        if any(m.id is None for m in new) or not _unchanged(self.raw[self.step :] + tail):
+        if not _unchanged(self.raw[self.step :] + tail):
             return False
         self.raw += tail
         self.step = self._last_step(known)
         if not new:
             return True
+        self.body += self._identified(new, self._sourced)
+        self._sourced += len(new)
         start = len(self.rounds) - 1
         grown = split_rounds([*self.rounds[start].messages, *new]).rounds
         del self.rounds[start:]
         self.rounds += grown
-        self.body += new
         for finished in grown[:-1]:
-            self.older += finished.messages
+            self.older += map(self.ided, finished.messages)
         while self.pinned and self.pinned[-1][0] >= start:
             self.pinned.pop()
         self._pin(start)

@@ -25,15 +25,12 @@ from langchain_histcompress.demo_script import (
     MAX_CONTEXT_TOKENS,
     MAX_PROMPT_FACTS,
     REPHRASE_HISTORY_MESSAGES,
-    ROUNDS_TO_COMPRESS,
-    ROUNDS_TO_RETAIN,
     TOP_K_FACTS,
 )
 from langchain_histcompress.memory import FactExtractionNode
 from langchain_histcompress.nodes import (
     HistCompressState,
     RoundCompressionNode,
-    build_model_input,
     summary_from_state,
 )
 from langchain_histcompress.rephrase import HistoryRephraseNode
@@ -71,6 +68,11 @@ def build_demo_graph(
 ) -> tuple[CompiledStateGraph[Any, Any, Any, Any], RoundCompressor]:
     """Build the demo app: facts -> compress -> (rephrase) -> model, with a checkpointer.
 
+    The compressor runs with the package defaults, as an app would set it up: no trigger and
+    no keep argument (it folds when folding pays under the answering model's pricing and keeps
+    the newest 3 rounds verbatim), and the answering model as ``context_window`` (its profile
+    gives the window, its provider and name the pricing; without them the defaults apply).
+
     Args:
         model: The chat model for every role (scripted or real).
         counter: Token counter of the compressor and the context builder.
@@ -93,9 +95,7 @@ def build_demo_graph(
     retries = 0 if offline else 2
     compressor = RoundCompressor(
         model,
-        rounds_to_compress=ROUNDS_TO_COMPRESS,
-        rounds_to_retain=ROUNDS_TO_RETAIN,
-        compress_on_rounds=True,
+        context_window=model,
         profile="code",
         token_counter=counter,
         max_retries=retries,
@@ -123,9 +123,10 @@ def build_demo_graph(
     builder = ContextBuilder(
         max_context_tokens=MAX_CONTEXT_TOKENS, token_counter=counter, top_k_facts=TOP_K_FACTS
     )
+    compress = RoundCompressionNode(compressor)
 
     def answer(state: DemoState, config: RunnableConfig) -> dict[str, Any]:
-        view = state.get("model_input") or build_model_input(state)
+        view = compress.model_input(state)
         context = builder.build(
             view,
             summary=summary_from_state(state),
@@ -142,7 +143,7 @@ def build_demo_graph(
 
     graph = StateGraph(DemoState)
     graph.add_node("extract_facts", facts)
-    graph.add_node("compress", RoundCompressionNode(compressor))
+    graph.add_node("compress", compress)
     graph.add_node("rephrase", rephrase)
     graph.add_node("model", answer)
     graph.add_edge(START, "extract_facts")

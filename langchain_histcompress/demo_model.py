@@ -25,7 +25,7 @@ from langchain_histcompress.bench.replay import counted_reply
 from langchain_histcompress.demo_script import COUNTER_MODEL, DemoScript, ScriptedTurn
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import normalize_content
-from langchain_histcompress.render import message_text
+from langchain_histcompress.render import message_text, read_turn_lines
 from langchain_histcompress.tokens import TiktokenCounter
 
 __all__ = ["ScriptedChatModel"]
@@ -51,7 +51,9 @@ class ScriptedChatModel(BaseChatModel):
 
     * the answering call (its last message is a scripted user message, by id): the reply;
     * a summarizer prompt (``<conversation>`` + the ``ConversationSummary`` format): the
-      summary scripted for the newest ``<message id="...">`` shown;
+      summary through the newest message id shown (``[id role]`` lines), whichever it is
+      (the script composes one through every message, from what the conversation says up
+      to there);
     * a fact-extraction prompt (``<new_messages>``): the operations scripted for the newest
       message id shown, ``UPDATE`` / ``DELETE`` pointed at the fact ids the prompt's
       ``<current_facts>`` block shows (the package assigns fact ids, the script cannot);
@@ -114,8 +116,9 @@ class ScriptedChatModel(BaseChatModel):
     @staticmethod
     def _newest_id(block: str | None, what: str) -> str:
         ids = [html.unescape(m) for m in _MESSAGE_ID.findall(block or "")]
+        ids += [line_id for line_id, _role, _text in read_turn_lines(block or "")]
         if not ids:
-            msg = f"the {what} prompt shows no <message id=...> element"
+            msg = f"the {what} prompt shows no message (<message id=...> or [id role] line)"
             raise ConfigurationError(msg)
         return ids[-1]
 

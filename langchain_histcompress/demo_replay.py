@@ -30,11 +30,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
+from langchain_histcompress.compressor import RoundCompressor
 from langchain_histcompress.demo_graph import build_demo_graph
 from langchain_histcompress.demo_model import ScriptedChatModel
 from langchain_histcompress.demo_report import (
     CallKind,
     DemoReport,
+    FoldSettings,
+    PricedRun,
     ResumeRecord,
     TurnRecord,
     _Printer,
@@ -43,8 +46,7 @@ from langchain_histcompress.demo_report import (
 from langchain_histcompress.demo_script import (
     COUNTER_MODEL,
     FACT_BATCH_ROUNDS,
-    ROUNDS_TO_COMPRESS,
-    ROUNDS_TO_RETAIN,
+    MAX_CONTEXT_TOKENS,
     TOP_K_FACTS,
     DemoScript,
     ScriptedTurn,
@@ -52,6 +54,14 @@ from langchain_histcompress.demo_script import (
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.facts import facts_from_state
 from langchain_histcompress.nodes import summary_from_state
+from langchain_histcompress.pricing import (
+    DEFAULT_PRICING,
+    PRICING_MODELS,
+    PromptCache,
+    PromptRequest,
+    encode_request,
+    price_requests,
+)
 from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import ensure_ids
 from langchain_histcompress.summary import RunningSummary
@@ -74,6 +84,10 @@ class _Call:
     kind: CallKind
     prompt_tokens: int
     completion_tokens: int
+    prompt: tuple[int, ...] = ()
+    """The prompt's token ids (what a provider's prompt cache compares)."""
+    at: float = 0.0
+    """When the call was made, in the conversation's time (seconds)."""
 
 
 class UsageMeter(BaseCallbackHandler):
@@ -99,8 +113,12 @@ class UsageMeter(BaseCallbackHandler):
         super().__init__()
         self.counter = counter
         self.turn = 0
+        self.now = 0.0
+        """The conversation's time in seconds (stamped on the calls that follow)."""
         self.calls: list[_Call] = []
-        self._pending: dict[UUID, tuple[int, str, int]] = {}
+        self.fold_failures: dict[int, str] = {}
+        """Turn -> the error of a fold that failed (the turn went on with the stored summary)."""
+        self._pending: dict[UUID, tuple[int, str, tuple[int, ...], float]] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -123,9 +141,9 @@ class UsageMeter(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Count the prompt."""
-        prompt = sum(self.counter.count_messages(batch) for batch in messages)
+        prompt = tuple(i for batch in messages for i in encode_request(batch, self.counter))
         with self._lock:
-            self._pending[run_id] = (self.turn, self._kind(metadata), prompt)
+            self._pending[run_id] = (self.turn, self._kind(metadata), prompt, self.now)
 
     def on_llm_end(
         self,
@@ -148,9 +166,9 @@ class UsageMeter(BaseCallbackHandler):
                     completion += self.counter.count_text(message_text(generation.message))
                 else:
                     completion += self.counter.count_text(generation.text)
-        turn, kind, prompt = pending
+        turn, kind, prompt, at = pending
         with self._lock:
-            self.calls.append(_Call(turn, kind, prompt, completion))
+            self.calls.append(_Call(turn, kind, len(prompt), completion, prompt, at))
 
     def on_llm_error(
         self,
@@ -163,6 +181,22 @@ class UsageMeter(BaseCallbackHandler):
         """Forget a failed call (nothing billed is known)."""
         with self._lock:
             self._pending.pop(run_id, None)
+
+    def on_custom_event(
+        self,
+        name: str,
+        data: Any,
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Note a fold that failed (``histcompress_fold_failed``) against the current turn."""
+        if name == "histcompress_fold_failed":
+            error = data.get("error") if isinstance(data, Mapping) else None
+            with self._lock:
+                self.fold_failures[self.turn] = str(error or "error")
 
     def for_turn(self, turn: int) -> list[_Call]:
         """The calls recorded while `turn` was ``turn``."""
@@ -196,28 +230,34 @@ class _Run:
     printer: _Printer
     history: list[BaseMessage] = field(default_factory=list)
     records: list[TurnRecord] = field(default_factory=list)
+    settings: FoldSettings | None = None
+    baseline: list[PromptRequest] = field(default_factory=list)
+    """The requests of answering with the full history, for pricing."""
 
     def turn(
         self,
         graph: CompiledStateGraph[Any, Any, Any, Any],
+        compressor: RoundCompressor,
         config: RunnableConfig,
         turn: ScriptedTurn,
         *,
+        summary: RunningSummary | None,
         resumed: bool = False,
     ) -> dict[str, Any]:
+        """Run one turn; ``summary`` is the stored one before it (to plan the fold)."""
         self.meter.turn = turn.number
+        self.meter.now = turn.user_at.timestamp()
         self.clock.now = turn.user_at
-        question = HumanMessage(
-            turn.user_text,
-            id=turn.user_id,
-            additional_kwargs={"timestamp": turn.user_at.isoformat()},
-        )
+        question = _question(turn)
         if not self.history:
             self.history.append(SystemMessage(self.script.system_prompt, id="system"))
             new: list[BaseMessage] = [self.history[0], question]
         else:
             new = [question]
-        full = self.counter.count_messages([*self.history, question])
+        # what the compress node will decide, and why (planning is pure and deterministic)
+        plan = compressor.plan(ensure_ids([*self.history, question]), summary)
+        full_prompt = encode_request([*self.history, question], self.counter)
+        full = len(full_prompt)
         inputs: dict[str, Any] = {
             "messages": new,
             "follow_up": turn.standalone_question is not None,
@@ -259,10 +299,60 @@ class _Run:
             else None,
             rephrase_fallback=rephrase.get("fallback_reason") if rephrase else None,
             resumed=resumed,
+            fold_reason=plan.reason,
+            planned_folds=len(plan.chunks),
+            fold_failed=self.meter.fold_failures.get(turn.number),
         )
         self.records.append(record)
-        _turn_line(self.printer, record)
+        self.baseline.append(
+            PromptRequest(full_prompt, record.reply_tokens, at=turn.user_at.timestamp())
+        )
+        _turn_line(self.printer, record, self.settings)
         return state
+
+
+def _question(turn: ScriptedTurn) -> HumanMessage:
+    """The user's message of ``turn``, stamped with its time (the cost trigger reads it)."""
+    return HumanMessage(
+        turn.user_text,
+        id=turn.user_id,
+        additional_kwargs={"timestamp": turn.user_at.isoformat()},
+    )
+
+
+def _priced(run: _Run, compressor: RoundCompressor) -> PricedRun:
+    """The run's calls and the full-history baseline, priced as the provider bills them."""
+    schedule = compressor.target.schedule
+    pricing = schedule.pricing if schedule is not None else PRICING_MODELS[DEFAULT_PRICING]
+    cache = PromptCache(pricing)
+    by_kind: dict[str, float] = {}
+    prompt = cached = 0
+    for call in run.meter.calls:  # in the order they were made
+        cost = cache.price(PromptRequest(call.prompt, call.completion_tokens, at=call.at))
+        by_kind[call.kind] = by_kind.get(call.kind, 0.0) + cost.cost
+        prompt, cached = prompt + cost.input_tokens, cached + cost.cached_tokens
+    full = price_requests(run.baseline, pricing)
+    return PricedRun(
+        pricing=pricing.name,
+        description=pricing.description,
+        cache_lifetime=pricing.cache_lifetime,
+        by_kind=by_kind,
+        full_cost=full.cost,
+        cached_share=cached / prompt if prompt else 0.0,
+        full_cached_share=full.cached_share,
+    )
+
+
+def _settings(compressor: RoundCompressor) -> FoldSettings:
+    target = compressor.target
+    unit, amount = compressor.keep
+    return FoldSettings(
+        keep_rounds=int(amount) if unit == "rounds" else 0,
+        window=target.budget.window,
+        budget_tokens=target.budget.tokens,
+        budget_source=target.budget.source,
+        pricing=target.pricing if target.schedule is not None else "",
+    )
 
 
 def _free_thread(saver: BaseCheckpointSaver[Any], base: str) -> str:
@@ -373,48 +463,69 @@ def _open_saver(path: Path) -> Iterator[BaseCheckpointSaver[Any]]:
         connection.close()
 
 
+def _print_header(
+    printer: _Printer, script: DemoScript, count: int, mode: str, settings: FoldSettings
+) -> None:
+    turns = script.turns[:count]
+    printer.wrapped(f"langchain-histcompress demo: {script.title}")
+    printer.wrapped(
+        f"{count} of {len(script.turns)} turns over {turns[-1].session} sessions; models: {mode}"
+    )
+    printer.wrapped(
+        "graph: START -> extract_facts -> compress -> [rephrase] -> model -> END, "
+        "SQLite checkpointer"
+    )
+    how = (
+        f"folds when folding pays under {settings.pricing}"
+        if settings.pricing
+        else "folds when its trigger fires"
+    )
+    printer.wrapped(
+        f"compression: RoundCompressor defaults, profile 'code': {how}; keeps the newest "
+        f"{settings.keep_rounds} rounds verbatim"
+    )
+    printer.wrapped(
+        f"budget: the view holds at most {settings.budget_tokens:,} tokens, "
+        f"{settings.budget_tokens / settings.window:.0%} of the answering model's window: "
+        f"{settings.budget_source}"
+    )
+    printer.wrapped(
+        f"facts: extracted every {FACT_BATCH_ROUNDS} rounds, top {TOP_K_FACTS} shown to the "
+        f"model in a context of at most {MAX_CONTEXT_TOKENS:,} tokens; tokens: tiktoken "
+        f"{COUNTER_MODEL}"
+    )
+
+
 def _replay(run: _Run, script: DemoScript, count: int, path: Path) -> DemoReport:
     printer = run.printer
     turns = script.turns[:count]
     model = run.model_factory()
     mode = "offline replay (scripted models, no key)" if run.offline else _model_name(model)
-    printer.line(f"langchain-histcompress demo: {script.title}")
-    printer.line(
-        f"{count} of {len(script.turns)} turns over {turns[-1].session} sessions; models: {mode}"
-    )
-    printer.line(
-        "graph: START -> extract_facts -> compress -> [rephrase] -> model -> END, "
-        "SQLite checkpointer"
-    )
-    printer.line(
-        f"compression: {ROUNDS_TO_COMPRESS} rounds per summarizer call, newest "
-        f"{ROUNDS_TO_RETAIN} kept verbatim, profile 'code'"
-    )
-    printer.line(
-        f"facts: extracted every {FACT_BATCH_ROUNDS} rounds, top {TOP_K_FACTS} shown to the "
-        f"model; tokens: tiktoken {COUNTER_MODEL}"
-    )
     with _open_saver(path) as saver:
+        graph, compressor = build_demo_graph(
+            model, counter=run.counter, checkpointer=saver, clock=run.clock, offline=run.offline
+        )
+        run.settings = _settings(compressor)
+        _print_header(printer, script, count, mode, run.settings)
         thread_id = _free_thread(saver, "histcompress-demo")
         config: RunnableConfig = {
             "configurable": {"thread_id": thread_id},
             "callbacks": [run.meter],
         }
         printer.line(f"checkpoints: {path} (thread {thread_id})")
-        printer.line(
+        printer.wrapped(
             "each turn: prompt tokens sent to the answering model / with the full history, "
-            "summary version, facts"
-        )
-        graph, _ = build_demo_graph(
-            model, counter=run.counter, checkpointer=saver, clock=run.clock, offline=run.offline
+            "summary version, facts; under a turn that folds, why"
         )
         session = 0
         state: dict[str, Any] = {}
+        summary: RunningSummary | None = None
         for turn in turns[:-1]:
             if turn.session != session:
                 session = turn.session
                 printer.session(script.sessions[session - 1])
-            state = run.turn(graph, config, turn)
+            state = run.turn(graph, compressor, config, turn, summary=summary)
+            summary, _ = _summary_version(state)
         before_summary, _ = _summary_version(state)
         before_facts = state.get("facts") or {}
     printer.rule("app closed; reopening the thread from the SQLite file")
@@ -440,11 +551,10 @@ def _replay(run: _Run, script: DemoScript, count: int, path: Path) -> DemoReport
             )
             + f"{len(facts_restored)} facts"
         )
-        question = HumanMessage(last.user_text, id=last.user_id)
-        plan = compressor.plan(ensure_ids([*messages, question]), summary)
+        plan = compressor.plan(ensure_ids([*messages, _question(last)]), summary)
         if last.session != turns[-2].session:
             printer.session(script.sessions[last.session - 1])
-        state = run.turn(graph, config, last, resumed=True)
+        state = run.turn(graph, compressor, config, last, summary=summary, resumed=True)
         calls = run.records[-1].billed.get("summarize", (0, 0))[0]
     resume = ResumeRecord(
         thread_id=thread_id,
@@ -465,4 +575,6 @@ def _replay(run: _Run, script: DemoScript, count: int, path: Path) -> DemoReport
         facts=facts_from_state(state.get("facts")),
         resume=resume,
         db_path=str(path),
+        folding=run.settings,
+        priced=_priced(run, compressor),
     )

@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from langchain_histcompress.demo_script import COUNTER_MODEL, DemoScript, Script
 from langchain_histcompress.facts import Fact
 from langchain_histcompress.summary import RunningSummary
 
-__all__ = ["CallKind", "DemoReport", "ResumeRecord", "TurnRecord"]
+__all__ = ["CallKind", "DemoReport", "FoldSettings", "PricedRun", "ResumeRecord", "TurnRecord"]
 
 
 CallKind = str
@@ -27,6 +28,87 @@ CallKind = str
 _KINDS: tuple[str, ...] = ("answer", "summarize", "extract", "rephrase")
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+@dataclass(frozen=True)
+class FoldSettings:
+    """The compressor's settings in force, as its reasons name them.
+
+    Example:
+        >>> settings = FoldSettings(keep_rounds=3, window=128, budget_tokens=108,
+        ...                         budget_source="default", pricing="openai-50, the default")
+        >>> reason = ("no fold: 2 rounds pending, 40 of 108 tokens (default); "
+        ...           "cost (openai-50, the default): no fold pays yet")
+        >>> settings.short(reason)
+        'no fold: 2 rounds pending, 40 of 108 tokens; cost: no fold pays yet'
+        >>> settings.why_not(reason)
+        'cost: no fold pays yet'
+    """
+
+    keep_rounds: int
+    """Newest rounds a fold keeps verbatim."""
+    window: int
+    """The answering model's input window in tokens."""
+    budget_tokens: int
+    """Tokens the view may hold (a share of the window)."""
+    budget_source: str
+    """Where the window comes from (the model's profile, or the default)."""
+    pricing: str
+    """The pricing folds are priced under, and where it comes from (``""``: not by cost)."""
+
+    def short(self, reason: str) -> str:
+        """``reason`` without the budget's source and the pricing (both said once elsewhere)."""
+        reason = reason.replace(f" tokens ({self.budget_source})", " tokens")
+        if self.pricing:
+            reason = reason.replace(f"cost ({self.pricing})", "cost")
+        return reason
+
+    def why_not(self, reason: str) -> str:
+        """The cause a no-fold reason gives (the trigger's part, after the view's size)."""
+        short = self.short(reason)
+        _, found, why = short.partition(" tokens; ")
+        return why if found else short
+
+
+@dataclass(frozen=True)
+class PricedRun:
+    """Every call of the run and the full-history baseline, priced as the provider bills them.
+
+    A call's cached part is its longest prefix shared with an earlier call while the cache is
+    warm (see `pricing.PromptCache`); the conversation's own times decide when it goes cold.
+
+    Example:
+        >>> priced = PricedRun(pricing="openai-50", description="", cache_lifetime=300.0,
+        ...                    by_kind={"answer": 0.5, "summarize": 0.1}, full_cost=0.8,
+        ...                    cached_share=0.2, full_cached_share=0.5)
+        >>> round(priced.cost, 2), round(priced.savings, 2)
+        (0.6, 0.25)
+    """
+
+    pricing: str
+    """Name of the pricing model (the one the compressor folds under)."""
+    description: str
+    """What the pricing model is (which models, what the cache takes off)."""
+    cache_lifetime: float
+    """Seconds an unused cache entry lives."""
+    by_kind: Mapping[str, float]
+    """Price of the run's calls by kind (USD)."""
+    full_cost: float
+    """Price of answering with the full history every turn (USD)."""
+    cached_share: float
+    """Share of the run's prompt tokens read from the cache."""
+    full_cached_share: float
+    """Share of the full-history prompts read from the cache."""
+
+    @property
+    def cost(self) -> float:
+        """Price of every call of the run, the package's own included (USD)."""
+        return math.fsum(self.by_kind.values())
+
+    @property
+    def savings(self) -> float:
+        """``1 - cost / full_cost`` (negative: the run cost more)."""
+        return 1 - self.cost / self.full_cost if self.full_cost else 0.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +145,17 @@ class TurnRecord:
     """Why a follow-up kept its original wording (``None`` when rephrased or not a follow-up)."""
     resumed: bool = False
     """The turn ran on the app reopened from the checkpoint."""
+    fold_reason: str = ""
+    """Why the compressor folded this turn or did not (`CompressionPlan.reason`)."""
+    planned_folds: int = 0
+    """Summarizer calls the compressor planned for this turn."""
+    fold_failed: str | None = None
+    """Why a planned fold failed (the turn went on with the stored summary), else ``None``."""
+
+    @property
+    def folded(self) -> bool:
+        """Whether the compressor folded rounds into the summary this turn."""
+        return bool(self.billed.get("summarize", (0, 0))[0])
 
 
 @dataclass(frozen=True)
@@ -110,6 +203,10 @@ class DemoReport:
     """The reopened thread (``None`` when only one turn ran)."""
     db_path: str
     """The SQLite file of the checkpointer."""
+    folding: FoldSettings | None = None
+    """The compressor's settings in force (``None``: not recorded)."""
+    priced: PricedRun | None = None
+    """The calls priced with the provider's prompt cache (``None``: not priced)."""
 
     def billed_by_kind(self) -> dict[str, tuple[int, int]]:
         """Calls and billed tokens per kind over the whole run."""
@@ -163,7 +260,7 @@ class _Printer:
         self.quiet = quiet
         encoding = getattr(writer, "encoding", None) or "utf-8"
         try:
-            "█░─·→…€–".encode(encoding)
+            "█░─·→↳…€–".encode(encoding)
             self.encoding: str | None = None
         except (UnicodeEncodeError, LookupError):
             self.encoding = encoding if _known_codec(encoding) else "ascii"
@@ -175,6 +272,11 @@ class _Printer:
             if self.encoding is not None:
                 text = text.encode(self.encoding, "replace").decode(self.encoding)
             print(text, file=self.writer)
+
+    def wrapped(self, text: str, width: int = 98) -> None:
+        """A long line, continued on indented lines."""
+        for line in textwrap.wrap(text, width=width, subsequent_indent="  ") or [""]:
+            self.line(line)
 
     def rule(self, text: str) -> None:
         dash = "─" if self.fancy else "-"
@@ -197,12 +299,14 @@ def _when(moment: datetime) -> str:
     )
 
 
-def _turn_line(printer: _Printer, record: TurnRecord) -> None:
+def _turn_line(printer: _Printer, record: TurnRecord, settings: FoldSettings | None = None) -> None:
     share = record.sent_tokens / record.full_tokens if record.full_tokens else 1.0
     version = f"v{record.summary_version}" if record.summary_version else "--"
     events: list[str] = []
-    if record.billed.get("summarize", (0, 0))[0]:
+    if record.folded:
         events.append("summarized")
+    if record.fold_failed is not None:
+        events.append(f"fold FAILED ({record.fold_failed})")
     changes = [
         f"{sign}{count}"
         for sign, count in (
@@ -225,6 +329,10 @@ def _turn_line(printer: _Printer, record: TurnRecord) -> None:
         f"{printer.bar(share)} {share:4.0%}  summary {version:>3}  facts {record.fact_count:2d}"
         + (f"  {', '.join(events)}" if events else "")
     )
+    if record.planned_folds and record.fold_reason:
+        reason = settings.short(record.fold_reason) if settings is not None else record.fold_reason
+        arrow = "↳" if printer.fancy else "->"
+        _wrap(printer, f"{arrow} {reason}", indent=" " * 9, width=98)
 
 
 def _wrap(printer: _Printer, text: str, indent: str = "  ", width: int = 98) -> None:
@@ -295,19 +403,85 @@ def _print_follow_ups(printer: _Printer, report: DemoReport, script: DemoScript)
         _wrap(printer, f"{arrow} {result}", indent="           ", width=98)
 
 
-def _print_savings(printer: _Printer, report: DemoReport) -> None:
+def _ranges(numbers: list[int]) -> str:
+    """``[1, 2, 3, 5, 7, 8]`` as ``"1-3, 5, 7-8"``."""
+    spans: list[list[int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
+def _print_folds(printer: _Printer, report: DemoReport) -> None:
+    settings = report.folding
+    turns = report.turns
+    if settings is None or not turns:
+        return
+    folded = [t.number for t in turns if t.folded]
+    failed = [t.number for t in turns if t.fold_failed is not None]
     printer.line()
-    printer.line(f"billed tokens (prompt + completion of every call, tiktoken {COUNTER_MODEL}):")
+    count = f"{len(folded)} fold{'' if len(folded) == 1 else 's'} in {len(turns)} turns"
+    rule = f"cost under {settings.pricing}" if settings.pricing else "the trigger"
+    printer.wrapped(
+        f"folding ({rule}; budget {settings.budget_tokens:,} tokens): {count}"
+        + (f" (turn{'' if len(folded) == 1 else 's'} {_ranges(folded)})" if folded else "")
+        + (f", {len(failed)} failed (turns {_ranges(failed)})" if failed else "")
+    )
+    groups: dict[str, list[int]] = {}
+    for turn in turns:
+        if not turn.fold_reason:
+            continue
+        if turn.planned_folds:
+            _wrap(printer, f"turn {turn.number}: {settings.short(turn.fold_reason)}", width=98)
+        else:
+            groups.setdefault(settings.why_not(turn.fold_reason), []).append(turn.number)
+    for why, numbers in groups.items():
+        plural = "s" if len(numbers) > 1 else ""
+        _wrap(printer, f"no fold, turn{plural} {_ranges(numbers)}: {why}", width=98)
+
+
+def _change(cost: float, baseline: float) -> str:
+    """``cost`` against ``baseline``, in words: ``"12.3% less"`` or ``"4.0% more"``."""
+    if not baseline:
+        return "no baseline"
+    share = 1 - cost / baseline
+    return f"{share:.1%} less" if share >= 0 else f"{-share:.1%} more"
+
+
+def _print_savings(printer: _Printer, report: DemoReport) -> None:
+    priced = report.priced
+    printer.line()
+    title = f"billed tokens (prompt + completion of every call, tiktoken {COUNTER_MODEL})"
+    if priced is not None:
+        title += (
+            f" and their price as {priced.pricing} bills them ({priced.description}; a cache "
+            f"unused for {priced.cache_lifetime / 60:g} minutes is gone)"
+        )
+    printer.wrapped(title + ":")
+
+    def price(kind: str | None) -> str:
+        if priced is None:
+            return ""
+        if kind is None:
+            cost = priced.full_cost
+        else:
+            cost = priced.cost if kind == "total" else priced.by_kind.get(kind, 0.0)
+        return f"  {'$' + format(cost, '.4f'):>9}"
+
     by_kind = report.billed_by_kind()
     for kind in (*_KINDS, *sorted(set(by_kind) - set(_KINDS))):
         if kind in by_kind:
             calls, tokens = by_kind[kind]
-            printer.line(f"  {kind:<11} {calls:4d} calls  {tokens:>10,}")
+            printer.line(f"  {kind:<11} {calls:4d} calls  {tokens:>10,}{price(kind)}")
     total_calls = sum(calls for calls, _ in by_kind.values())
-    printer.line(f"  {'total':<11} {total_calls:4d} calls  {report.billed_tokens:>10,}")
+    printer.line(
+        f"  {'total':<11} {total_calls:4d} calls  {report.billed_tokens:>10,}{price('total')}"
+    )
     printer.line(
         f"  {'full history':<11} {len(report.turns):4d} calls  {report.full_history_tokens:>10,}"
-        "   (every message sent on every turn)"
+        f"{price(None)}   (every message sent on every turn)"
     )
     last = report.turns[-1]
     if last.full_tokens:
@@ -318,6 +492,14 @@ def _print_savings(printer: _Printer, report: DemoReport) -> None:
     printer.line(
         f"summarize + extract + rephrase: {report.internal_share:.0%} of the billed tokens"
     )
+    if priced is not None:
+        compressing = priced.by_kind.get("answer", 0.0) + priced.by_kind.get("summarize", 0.0)
+        printer.wrapped(
+            f"price: ${priced.cost:.4f} instead of ${priced.full_cost:.4f}, "
+            f"{_change(priced.cost, priced.full_cost)} (input read from the cache: "
+            f"{priced.cached_share:.0%} instead of {priced.full_cached_share:.0%}); answering and "
+            f"summarizing alone: ${compressing:.4f}, {_change(compressing, priced.full_cost)}"
+        )
     printer.line(
         f"savings: {report.savings:.1%} ({report.billed_tokens:,} vs "
         f"{report.full_history_tokens:,} billed tokens, {len(report.turns)} turns)",
@@ -343,6 +525,7 @@ def _print_resume(printer: _Printer, report: DemoReport) -> None:
 
 def _report(printer: _Printer, report: DemoReport, script: DemoScript) -> None:
     _print_resume(printer, report)
+    _print_folds(printer, report)
     _print_summary(printer, report)
     _print_facts(printer, report)
     _print_follow_ups(printer, report, script)
@@ -355,6 +538,17 @@ def _problems(report: DemoReport) -> list[str]:
         f"turn {t.number}: fact extraction failed"
         for t in report.turns
         if t.extraction_status == "failed"
+    ]
+    problems += [
+        f"turn {t.number}: the planned fold failed ({t.fold_failed})"
+        for t in report.turns
+        if t.fold_failed is not None
+    ]
+    problems += [
+        f"turn {t.number}: {t.planned_folds} summarizer calls planned, "
+        f"{t.billed.get('summarize', (0, 0))[0]} made"
+        for t in report.turns
+        if t.fold_failed is None and t.planned_folds != t.billed.get("summarize", (0, 0))[0]
     ]
     problems += [
         f"turn {t.number}: rephrasing fell back ({t.rephrase_fallback})"

@@ -1,8 +1,16 @@
 """The demo's conversation file: its dataclasses, its checks and its loader.
 
 The file (``demo_data/conversation.json``) holds the user's turns, the scripted replies and
-what every internal model call of the demo app answers (summaries, fact operations, standalone
-questions), lined up with the points where the app makes those calls.
+what every internal model call of the demo app answers: fact operations (lined up with the
+points where the app extracts), standalone questions (per follow-up) and the running summary.
+
+The summary is scripted so that it can be asked for at any point, since the compressor
+decides by itself when to fold: a round may carry ``summary_sections`` (the paragraphs of the
+summary it changes, by the names of the file's ``summary_layout``, each as the whole new
+paragraph; ``null`` drops one) and ``variables`` (notebook variables it defines or changes).
+The summary through a round is the latest text of every paragraph up to that round, in layout
+order, with the variables known by then, so it only says what the conversation up to there
+says.
 
 Example:
     >>> script = load_script()
@@ -30,8 +38,6 @@ __all__ = [
     "MAX_CONTEXT_TOKENS",
     "MAX_PROMPT_FACTS",
     "REPHRASE_HISTORY_MESSAGES",
-    "ROUNDS_TO_COMPRESS",
-    "ROUNDS_TO_RETAIN",
     "SCRIPT_FORMAT",
     "TOP_K_FACTS",
     "DemoScript",
@@ -41,13 +47,9 @@ __all__ = [
     "load_script",
 ]
 
-SCRIPT_FORMAT = "langchain-histcompress-demo/1"
+SCRIPT_FORMAT = "langchain-histcompress-demo/2"
 """Value of the ``format`` key of a demo conversation file."""
 
-ROUNDS_TO_COMPRESS = 4
-"""Rounds folded into the running summary per summarizer call."""
-ROUNDS_TO_RETAIN = 3
-"""Newest rounds always kept verbatim."""
 FACT_BATCH_ROUNDS = 4
 """Completed rounds sent to the fact extractor per call."""
 REPHRASE_HISTORY_MESSAGES = 4
@@ -57,7 +59,8 @@ TOP_K_FACTS = 8
 MAX_PROMPT_FACTS = 16
 """Current facts shown to the fact extractor at most (the most relevant first)."""
 MAX_CONTEXT_TOKENS = 8000
-"""Budget of the answering model's context."""
+"""Tokens the app's context builder sends the answering model at most per turn (its own limit,
+well inside the model's window)."""
 COUNTER_MODEL = "gpt-4o-mini"
 """Model whose tiktoken encoding counts every token of the report."""
 
@@ -115,7 +118,8 @@ class DemoScript:
     """Every round, in order."""
     summaries: Mapping[str, Mapping[str, Any]]
     """Summarizer answer (``{"ConversationSummary": ..., "Variables": [...]}``) by the id of the
-    newest message it covers."""
+    newest message it covers: one for every message after the first round's (a summary through
+    a user's message is the one through the round before it)."""
     fact_batches: Mapping[str, tuple[Mapping[str, Any], ...]]
     """Scripted fact operations by the id of the newest message of the extraction batch; an
     ``UPDATE`` / ``DELETE`` names its fact by the script ``key`` of the fact's ``ADD``."""
@@ -222,33 +226,89 @@ def _batch_ends(rounds: Sequence[tuple[str, str]], size: int, count: int) -> lis
     return [rounds[size * (i + 1) - 1][1] for i in range(count)]
 
 
-def _check_summaries(
-    data: Mapping[str, Any], rounds: Sequence[tuple[str, str]], problems: list[str]
+def _check_variables(raw: object, where: str, problems: list[str]) -> None:
+    if not isinstance(raw, list) or not all(
+        isinstance(v, Mapping) and all(_text(v.get(k)) for k in ("name", "type", "description"))
+        for v in raw
+    ):
+        problems.append(f"{where}: variables must be objects with name, type, description")
+
+
+def _check_turn_sections(
+    turn: Mapping[str, Any], where: str, layout: Sequence[str], shown: set[str], problems: list[str]
 ) -> None:
-    summaries = data.get("summaries")
-    if not isinstance(summaries, list):
-        problems.append("'summaries' must be a list")
+    sections = turn.get("summary_sections", {})
+    if not isinstance(sections, Mapping):
+        problems.append(f"{where}: summary_sections must be an object")
+        sections = {}
+    for name, text in sections.items():
+        if name not in layout:
+            problems.append(f"{where}: summary section {name!r} is not in summary_layout")
+        elif text is None:
+            if name not in shown:
+                problems.append(f"{where}: drops summary section {name!r}, which is not set")
+            shown.discard(name)
+        elif not _text(text):
+            problems.append(f"{where}: summary section {name!r} must be non-empty text")
+        else:
+            shown.add(name)
+    if "variables" in turn:
+        _check_variables(turn["variables"], where, problems)
+    if not shown:
+        problems.append(f"{where}: the summary through this round would be empty")
+
+
+def _check_summary_sections(data: Mapping[str, Any], problems: list[str]) -> None:
+    """Check the layout, every round's sections and variables, and that no summary is empty."""
+    layout = data.get("summary_layout")
+    if (
+        not isinstance(layout, list)
+        or not layout
+        or not all(_text(name) for name in layout)
+        or len(set(layout)) != len(layout)
+    ):
+        problems.append("'summary_layout' must be a non-empty list of distinct section names")
         return
-    expected = max(0, (len(rounds) - max(ROUNDS_TO_RETAIN, 1)) // ROUNDS_TO_COMPRESS)
-    ends = _batch_ends(rounds, ROUNDS_TO_COMPRESS, expected)
-    throughs = [s.get("through") if isinstance(s, Mapping) else None for s in summaries]
-    if throughs != ends:
-        problems.append(
-            f"summaries must cover every {ROUNDS_TO_COMPRESS} rounds in order, through "
-            f"{ends[:3]}... ({expected} in all); got {throughs[:3]}... ({len(throughs)})"
-        )
-    for index, entry in enumerate(summaries):
-        output = entry.get("output") if isinstance(entry, Mapping) else None
-        where = f"summary {index + 1}"
-        if not isinstance(output, Mapping) or not _text(output.get("ConversationSummary")):
-            problems.append(f"{where}: output needs a non-empty ConversationSummary")
-            continue
-        variables = output.get("Variables", [])
-        if not isinstance(variables, list) or not all(
-            isinstance(v, Mapping) and all(_text(v.get(k)) for k in ("name", "type", "description"))
-            for v in variables
-        ):
-            problems.append(f"{where}: Variables must be objects with name, type, description")
+    shown: set[str] = set()
+    turns = [
+        turn
+        for session in data.get("sessions") or ()
+        if isinstance(session, Mapping)
+        for turn in session.get("turns") or ()
+    ]
+    for number, turn in enumerate(turns, 1):
+        if isinstance(turn, Mapping):
+            _check_turn_sections(turn, f"turn {number}", layout, shown, problems)
+
+
+def _composed_summaries(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The summarizer's answer through every message of a checked file, by message id."""
+    layout: list[str] = list(data["summary_layout"])
+    sections: dict[str, str] = {}
+    variables: dict[str, dict[str, str]] = {}
+    out: dict[str, dict[str, Any]] = {}
+    previous: dict[str, Any] | None = None
+    for session in data["sessions"]:
+        for turn in session["turns"]:
+            if previous is not None:
+                out[turn["user"]["id"]] = previous
+            for name, text in (turn.get("summary_sections") or {}).items():
+                if text is None:
+                    sections.pop(name, None)
+                else:
+                    sections[name] = text
+            for variable in turn.get("variables") or ():
+                variables[variable["name"]] = {
+                    k: str(variable[k]) for k in ("name", "type", "description")
+                }
+            previous = {
+                "ConversationSummary": "\n\n".join(
+                    sections[name] for name in layout if name in sections
+                ),
+                "Variables": [dict(v) for v in variables.values()],
+            }
+            out[turn["assistant"]["id"]] = previous
+    return out
 
 
 def _check_op(
@@ -337,14 +397,15 @@ def check_script(data: Mapping[str, Any]) -> list[str]:
     """Check a demo conversation file's JSON and return every problem found (empty: valid).
 
     Checks the format marker; unique, well-formed message ids; increasing timestamps; that the
-    scripted summaries and fact batches line up with the points where the demo app calls the
-    summarizer (every `ROUNDS_TO_COMPRESS` rounds, `ROUNDS_TO_RETAIN` kept) and the extractor
-    (every `FACT_BATCH_ROUNDS` completed rounds); that every id the script names exists (fact
-    sources inside their own batch); and that ``UPDATE`` / ``DELETE`` name a current fact.
+    summary sections are those of ``summary_layout`` and leave no round with an empty summary,
+    and that the variables are well formed; that the fact batches line up with the points where
+    the demo app calls the extractor (every `FACT_BATCH_ROUNDS` completed rounds); that every
+    id the script names exists (fact sources inside their own batch); and that ``UPDATE`` /
+    ``DELETE`` name a current fact.
 
     Example:
         >>> check_script({"format": "nope"})[0]
-        "'format' must be 'langchain-histcompress-demo/1'"
+        "'format' must be 'langchain-histcompress-demo/2'"
     """
     problems: list[str] = []
     if data.get("format") != SCRIPT_FORMAT:
@@ -354,7 +415,7 @@ def check_script(data: Mapping[str, Any]) -> list[str]:
             problems.append(f"{key!r} must be a non-empty string")
     rounds = _check_turns(data, problems)
     if rounds:
-        _check_summaries(data, rounds, problems)
+        _check_summary_sections(data, problems)
         _check_fact_batches(data, rounds, problems)
     return problems
 
@@ -393,7 +454,7 @@ def _script_from_json(data: Mapping[str, Any]) -> DemoScript:
         system_prompt=str(data["system_prompt"]),
         sessions=tuple(sessions),
         turns=tuple(turns),
-        summaries={s["through"]: dict(s["output"]) for s in data["summaries"]},
+        summaries=_composed_summaries(data),
         fact_batches={
             b["through"]: tuple(dict(op) for op in b["operations"]) for b in data["fact_batches"]
         },

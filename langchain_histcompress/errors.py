@@ -14,6 +14,7 @@ __all__ = [
     "ConfigurationError",
     "HistCompressError",
     "InvalidHistoryError",
+    "RecallError",
     "StorageError",
     "SummarizationError",
     "TokenizerError",
@@ -35,13 +36,14 @@ class InvalidHistoryError(HistCompressError, ValueError):
         violations: Every violation found, in message order.
     """
 
-    def __init__(self, violations: Sequence[HistoryViolation]) -> None:
-        """Build the error from the violations `validate_history` reported."""
+    def __init__(self, violations: Sequence[HistoryViolation], *, hint: str = "") -> None:
+        """Build the error from the violations found, plus what to do about them."""
         self.violations = tuple(violations)
         details = "; ".join(str(v) for v in self.violations[:5])
         more = len(self.violations) - 5
         suffix = f" (+{more} more)" if more > 0 else ""
-        super().__init__(f"invalid history: {details}{suffix}")
+        advice = f" ({hint})" if hint else ""
+        super().__init__(f"invalid history: {details}{suffix}{advice}")
 
 
 class BudgetError(HistCompressError, ValueError):
@@ -65,3 +67,11 @@ class StorageError(HistCompressError):
 
 class CompressionConflictError(StorageError):
     """Another writer committed a summary for the same session first (version check failed)."""
+
+
+class RecallError(HistCompressError, ValueError):
+    """A recall request cannot be answered: an invalid argument or an unknown conversation.
+
+    The recall tools turn it into an error tool message for the model (never an exception
+    that ends the agent's run).
+    """

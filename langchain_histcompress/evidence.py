@@ -81,6 +81,10 @@ def _conversations(
 DEFAULT_MAX_TERM_POSTINGS = 2_000
 """Default bound on how many messages or facts a query word may appear in to be scored."""
 
+_BATCH_POSTINGS = 1_024
+"""Postings `BM25TurnRetriever` scores in one batch of query terms (bounds what one call
+allocates; a term with more is scored on its own)."""
+
 _MATCH_LIMIT = 2_048
 """Best-matching messages kept per query by `EvidenceRetriever` (far more than any context
 shows; bounds the work on very long histories)."""
@@ -314,8 +318,11 @@ class BM25TurnRetriever:
             1.3 KB per chat message (13 MB for a conversation of 10,000 messages).
         include_tool_results: Also rank tool results.
         speaker_names: Message type -> speaker name (``{"human": "Ann", "ai": "Bob"}``),
-            indexed with each message's text so questions naming a speaker find that
-            speaker's turns; a message's own ``name`` takes precedence.
+            indexed with each message's text so that, of the messages a question's other
+            words find, the named speaker's rank first; a message's own ``name`` takes
+            precedence. A name ranks but does not retrieve: a message matching nothing
+            but a speaker's name (a greeting, a bare "Thanks, Ann!") is left out, unless
+            no other word of the question is found at all.
         max_term_postings: Query words found in more messages than this are ignored (see
             `BM25Index.scores`); ``None`` scores every word.
         k1: BM25 term-frequency saturation.
@@ -356,20 +363,167 @@ class BM25TurnRetriever:
         )
         self._turns = self._conversations.states[-1].turns
         self._lock = threading.Lock()
+        self._sums: Any = None
+        """Per-slot score sums (numpy), all zero between calls (see `_best_over_arrays`)."""
 
-    def retrieve(self, query: str, messages: Sequence[BaseMessage], k: int) -> list[BaseMessage]:
-        """The at most ``k`` messages sharing words with ``query``, best first (ties: earliest)."""
+    def retrieve(
+        self, query: str, messages: Sequence[BaseMessage], k: int, *, known_prefix: int = 0
+    ) -> list[BaseMessage]:
+        """The at most ``k`` messages sharing words with ``query``, best first (ties: earliest).
+
+        ``known_prefix``: the caller vouches that ``messages[:known_prefix]`` are the message
+        objects, in order, that began the previous call's ``messages`` (a list it only
+        appends to), as in `EvidenceRetriever.rank`: honoured only when ``messages`` is the
+        same list object as in the previous call; the result is the same either way.
+        """
         _check_k(k)
+        _check_known_prefix(known_prefix)
         if not k or not messages:
             return []
         with self._lock:
-            turns = self._turns = self._conversations.pick(messages, 0).turns
-            turns.sync(messages)
+            turns = self._turns = self._conversations.pick(messages, known_prefix).turns
+            turns.sync(messages, known_prefix)
+            np = _numpy()
+            if np is not None:
+                return self._best_over_arrays(np, turns, query, messages, k)
             scores = turns.index.scores(
-                query, allowed=turns.allowed(), max_postings=self.max_term_postings
+                query,
+                allowed=turns.allowed(),
+                max_postings=self.max_term_postings,
+                modifiers=turns.name_terms,
             )
             best = heapq.nsmallest(k, scores.items(), key=lambda i: (-i[1], turns.order[i[0]]))
             return [messages[turns.position[key]] for key, _ in best]
+
+    def _best_over_arrays(
+        self, np: Any, turns: _TurnIndex, query: str, messages: Sequence[BaseMessage], k: int
+    ) -> list[BaseMessage]:
+        """`retrieve` with numpy: the same scores and order, found over arrays.
+
+        The query terms' postings are scored with the floating-point operations of
+        `BM25Index.scores` and added per message, term after term, into one zeroed array
+        kept between calls (so each sum is the one `scores` makes). Terms are taken in
+        batches of about `_BATCH_POSTINGS` postings (a term with more is a batch of its own,
+        read through views of the index's columns), and the best of each batch are picked
+        at C speed (ties: earliest): the ``k`` best overall are among them. So a call
+        allocates for one batch at a time, and only the picked messages reach Python.
+        """
+        index = turns.index
+        terms, newest_only, retrieving = index._query_terms(
+            query, self.max_term_postings, turns.name_terms
+        )
+        if not terms:
+            return []
+        newest = self.max_term_postings if newest_only else None
+        sums = self._sums
+        if sums is None or len(sums) < index.slots:
+            sums = self._sums = np.zeros(max(index.slots + index.slots // 2, 1_024))
+        batches: list[list[str]] = [[]]
+        size = 0
+        for term in terms[:retrieving]:
+            count = min(len(index._postings[term]), newest or len(index._postings[term]))
+            if batches[-1] and size + count > _BATCH_POSTINGS:
+                batches.append([])
+                size = 0
+            batches[-1].append(term)
+            size += count
+        scored: list[tuple[Any, int]] = []  # each batch's slots (a view for one term)
+        picked: set[tuple[float, int]] = set()
+        try:
+            for batch in batches:
+                scored.append((self._add_scores(np, index, batch, newest, sums), len(batch)))
+            for term in terms[retrieving:]:  # speaker names: only where another term matched
+                self._add_scores(np, index, [term], newest, sums, matched_only=True)
+            for slots, width in scored:
+                picked.update(self._best_slots(np, turns, sums, slots, k * width))
+            for slots, _ in scored:
+                sums[slots] = 0.0
+        except BaseException:
+            self._sums = None  # may hold nonzero entries now
+            raise
+        finally:
+            scored.clear()  # views pin the index's columns, which must stay growable
+        positions = turns.turn_positions
+        return [messages[positions[at]] for _, at in sorted(picked)[:k]]
+
+    @staticmethod
+    def _add_scores(
+        np: Any,
+        index: BM25Index,
+        batch: list[str],
+        newest: int | None,
+        sums: Any,
+        *,
+        matched_only: bool = False,
+    ) -> Any:
+        """Add each posting's score of the ``batch`` terms to ``sums``; return their slots.
+
+        ``matched_only``: add only to slots whose sum is already positive (a modifier term
+        of `BM25Index.scores`, which ranks but does not retrieve).
+        """
+        start = -newest if newest else 0
+        kinds = (np.int64, np.float64, np.float64)
+        columns = [index._column(term) for term in batch]
+        slots = tfs = lengths = None
+        try:
+            if len(batch) == 1:  # views of the term's own columns
+                slots, tfs, lengths = (
+                    np.frombuffer(column, dtype=kind)[start:]
+                    for column, kind in zip(columns[0], kinds, strict=True)
+                )
+                weight: Any = index._weight(len(index._postings[batch[0]]))
+            else:  # joined in one copy, term after term
+                slots, tfs, lengths = (
+                    np.frombuffer(b"".join([c[part][start:] for c in columns]), dtype=kind)
+                    for part, kind in enumerate(kinds)
+                )
+                counts = [min(len(c[0]), newest or len(c[0])) for c in columns]
+                weight = np.array([index._weight(len(index._postings[t])) for t in batch])
+                weight = weight.repeat(counts)
+            fixed, scale = index._length_terms()
+            # weight * tf / (tf + fixed + scale * length), in that order
+            divisor = tfs + fixed
+            scores = lengths * scale
+            divisor += scores
+            np.multiply(weight, tfs, out=scores)
+            scores /= divisor
+            if matched_only:
+                keep = sums[slots] > 0
+                slots, scores = slots[keep], scores[keep]
+            np.add.at(sums, slots, scores)  # in array order: a message's terms in query order
+            return slots
+        except BaseException:
+            slots = tfs = lengths = None  # no view outlives the call in a traceback
+            raise
+
+    @staticmethod
+    def _best_slots(
+        np: Any, turns: _TurnIndex, sums: Any, slots: Any, n: int
+    ) -> list[tuple[float, int]]:
+        """``(-score, order)`` of at least the ``n`` best of ``slots`` (repeats allowed).
+
+        A message is in ``slots`` at most once per term, so the ``n`` best entries of a
+        batch of ``n / k`` terms hold its ``k`` best messages.
+        """
+        index = turns.index
+        order = None
+        try:
+            totals = sums[slots]
+            if turns.identity and index.slots == len(turns.keys):
+                order = slots  # every slot is the message's place among the indexed ones
+            else:
+                order = turns.gather(np, turns.slot_turns, slots)
+            keep = totals > 0
+            if turns.allowed() is not None:  # texts this call does not hold
+                keep &= order >= 0
+            if not keep.all():
+                totals, order = totals[keep], order[keep]
+            chosen = best_n(np, totals, n, order)
+            if chosen is not None:
+                totals, order = totals[chosen], order[chosen]
+            return list(zip((-totals).tolist(), order.tolist(), strict=True))
+        finally:
+            slots = order = None  # no view outlives the call in a traceback
 
 
 @dataclass(frozen=True)
@@ -417,10 +571,15 @@ class EvidenceRetriever:
     fact or only in an old turn, and where the turn that names a topic is often not the turn
     that answers it. Three BM25 signals, then one fused list:
 
-    1. **Turns**: BM25 over every message of the conversation (speaker names indexed with
-       the text when known), plus ``neighbour_weight`` times the best score among the
-       ``neighbour_window`` messages on either side, so the reply to a matching question
-       (and the question before a matching answer) ranks too.
+    1. **Turns**: BM25 over every message of the conversation, plus ``neighbour_weight``
+       times the best score among the ``neighbour_window`` messages on either side, so
+       the reply to a matching question (and the question before a matching answer)
+       ranks too. Speaker names, when known, are indexed with the text; they rank the
+       messages the question's other words find and retrieve none alone (see
+       ``speaker_names`` of `BM25TurnRetriever`). A message's time (``"timestamp"`` or
+       ``"created_at"`` in ``additional_kwargs`` or ``response_metadata``, as the
+       compressor reads it) is indexed as month and year terms, so a question naming a
+       month or a year ("in June", "in 2022") finds the messages written then.
     2. **Facts**: BM25 over fact contents, plus ``source_weight`` times the best score of
        the turns the fact was extracted from (``source_ids``).
     3. **Fusion**: reciprocal rank fusion, ``1 / (rrf_k + rank)`` in each list (a fact
@@ -440,7 +599,8 @@ class EvidenceRetriever:
         neighbour_weight: Share of the best neighbour's score added to a message's score.
         source_weight: Share of the best source turn's score added to a fact's score.
         rrf_k: Reciprocal rank fusion constant.
-        speaker_names: Message type -> speaker name, indexed with the messages.
+        speaker_names: Message type -> speaker name, indexed with the messages (they rank
+            but do not retrieve, see `BM25TurnRetriever`).
         include_tool_results: Also rank tool results.
         max_cached: Cache bound of a conversation's message index (see `BM25TurnRetriever`).
         max_conversations: Conversations whose indexes (messages, facts) are kept; the least
@@ -536,7 +696,12 @@ class EvidenceRetriever:
         turns = self._turns
         turns.sync(messages, known_prefix)
         index = turns.index
-        base = index.scores(query, allowed=turns.allowed(), max_postings=self.max_term_postings)
+        base = index.scores(
+            query,
+            allowed=turns.allowed(),
+            max_postings=self.max_term_postings,
+            modifiers=turns.name_terms,
+        )
         base = _top(base, _MATCH_LIMIT, index.slot)
         if not spread:
             return base, {}
@@ -595,7 +760,9 @@ class EvidenceRetriever:
     ) -> tuple[list[tuple[str, float]], Iterator[tuple[int, BaseMessage]]]:
         turns, pad = self._turns, work.pad
         index = turns.index
-        slots, scores, counts = index._posting_scores(np, query, self.max_term_postings)
+        slots, scores, counts = index._posting_scores(
+            np, query, self.max_term_postings, turns.name_terms
+        )
         # ``at``: each match's padded turn (in no fixed order); ``slots``: its slot, which
         # breaks ties at a limit (the earliest indexed is kept); a turn when ``identity``
         identity = turns.identity and index.slots == len(turns.keys)

@@ -16,7 +16,9 @@ Every history providers accept is stored and compressed as it is (tool call ids 
 steps, answered invalid tool calls, system messages added mid-conversation, which stay pinned
 in the view: see `~langchain_histcompress.rounds`). ``messages`` always obeys the provider
 rules: a stored history they would reject is shown repaired (`rounds.repair_history`, logged),
-never changed in storage.
+never changed in storage; with a strict compressor (``on_invalid_history="raise"``) such a
+write is refused before anything is stored. `CompressingChatMessageHistory` also applies
+``RemoveMessage`` as a LangGraph state does; `CompressingHistoryAdapter` refuses it.
 
 Compression failures (model errors, timeouts, garbage answers, a lost connection during
 the summary commit) never lose messages: the appended messages are committed *before* the
@@ -39,7 +41,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, RemoveMessage
 
 from langchain_histcompress._tail import _keep_copies, _with_ids
 from langchain_histcompress.compressor import CompressionResult, view
@@ -47,10 +49,12 @@ from langchain_histcompress.errors import (
     CompressionConflictError,
     ConfigurationError,
     HistCompressError,
+    InvalidHistoryError,
     SummarizationError,
 )
-from langchain_histcompress.rounds import ensure_ids
+from langchain_histcompress.rounds import ACCEPTED_KINDS, ensure_ids, validate_history
 from langchain_histcompress.storage.base import (
+    HistoryCheck,
     HistoryStore,
     SummaryStore,
     check_messages,
@@ -92,6 +96,30 @@ class HistoryCompressor(Protocol):
         self, messages: Sequence[BaseMessage], summary: RunningSummary | None = None
     ) -> list[BaseMessage]:
         """The model view of ``messages`` with ``summary`` (no model call)."""
+
+
+def _strict_check(compressor: object) -> HistoryCheck | None:
+    """The check a strict compressor (``on_invalid_history="raise"``) needs before a write.
+
+    A strict compressor raises on a history that breaks the provider rules; storing such a
+    write first would make every later compression of the session fail. So the write is
+    checked before anything is stored, and refused when the history it would leave breaks
+    the rules the compressor enforces (`rounds.validate_history`, accepted kinds aside).
+    """
+    if getattr(compressor, "on_invalid_history", None) != "raise":
+        return None
+
+    def check(messages: Sequence[BaseMessage]) -> None:
+        found = [v for v in validate_history(messages) if v.kind not in ACCEPTED_KINDS]
+        if found:
+            hint = (
+                "the compressor is strict (on_invalid_history='raise'), so nothing was "
+                "written; send the missing messages with this batch, or remove the offending "
+                "ones with RemoveMessage"
+            )
+            raise InvalidHistoryError(found, hint=hint)
+
+    return check
 
 
 # --------------------------------------------------------------------------- background runs
@@ -340,10 +368,23 @@ class CompressingChatMessageHistory(_CompressingHistoryBase):
       the uncovered tail and summary are loaded, ``compressor.compress`` runs outside any
       transaction, and a new summary is committed with a version check. If another writer
       committed first, its summary stands and nothing else happens.
+    * ``RemoveMessage`` in a batch deletes, as in a LangGraph state and with the coverage
+      rules of the graph node, in the same transaction as the rest of the batch: an
+      uncovered message leaves the view; a covered one leaves the record (as `prune` does)
+      and the summary still represents it; ``RemoveMessage(id=REMOVE_ALL_MESSAGES)``
+      deletes the messages before it *and* the summaries (the conversation was replaced;
+      the node drops its summary then too). A removal naming no stored message, or a new
+      message reusing the id of one removed in the same batch, refuses the whole batch.
+    * With a strict compressor (``on_invalid_history="raise"``), the history a batch would
+      leave is checked in the write's transaction, and a batch that breaks the provider
+      rules is refused with `InvalidHistoryError`: a stray tool result is never stored, so
+      a strict session never gets stuck. A session stored broken (by a lenient writer) is
+      mended by a batch that removes the offending messages.
     * ``clear`` / ``aclear``: delete this session's messages and summaries only.
 
-    Originals are never deleted unless ``prune_covered=True`` (after each summary commit)
-    or `prune` is called.
+    A refused batch writes nothing: storage stays byte-identical and the next valid batch
+    is accepted. Originals are never deleted unless ``prune_covered=True`` (after each
+    summary commit), `prune` is called, or a ``RemoveMessage`` names them.
 
     Args:
         session_id: The conversation's id (a non-empty string; only ever compared exactly).
@@ -375,8 +416,8 @@ class CompressingChatMessageHistory(_CompressingHistoryBase):
         ...     [AIMessage('{"ConversationSummary": "The user counted to one."}')]))
         >>> history = CompressingChatMessageHistory(
         ...     "user-1", connection=InMemoryHistoryStore(),
-        ...     compressor=RoundCompressor(model, rounds_to_compress=2, rounds_to_retain=1,
-        ...                                token_counter="approximate", compress_on_rounds=True))
+        ...     compressor=RoundCompressor(model, trigger=("rounds", 3), keep=("rounds", 1),
+        ...                                token_counter="approximate"))
         >>> for n in range(3):
         ...     history.add_messages([HumanMessage(f"say {n}"), AIMessage(str(n))])
         >>> [m.type for m in history.messages], len(history.full_messages)
@@ -432,9 +473,7 @@ class CompressingChatMessageHistory(_CompressingHistoryBase):
     def _view(
         self, uncovered: Sequence[BaseMessage], summary: RunningSummary | None
     ) -> list[BaseMessage]:
-        if summary is None:
-            return view(uncovered)  # a broken history comes back repaired
-        if self.compressor is not None:
+        if self.compressor is not None:  # within the budget; a broken history is repaired
             return self.compressor.view(uncovered, summary)
         return view(uncovered, summary)
 
@@ -476,20 +515,27 @@ class CompressingChatMessageHistory(_CompressingHistoryBase):
     # -- writes --------------------------------------------------------------------
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Append ``messages`` (one transaction), then compress per ``compress_on``.
+        """Apply ``messages`` (one transaction), then compress per ``compress_on``.
+
+        Messages are appended; a ``RemoveMessage`` removes a stored message and
+        ``RemoveMessage(id=REMOVE_ALL_MESSAGES)`` starts the session over, as in a LangGraph
+        state (see the class docstring). With a strict compressor
+        (``on_invalid_history="raise"``) the history the write would leave is checked
+        first, and a write that breaks the provider rules is refused.
 
         Raises:
-            InvalidHistoryError: A message id is already stored in this session (nothing
-                was appended).
-            ConfigurationError: A message cannot be serialized (nothing was appended).
-            StorageError: The store failed (nothing was appended).
+            InvalidHistoryError: A message id is already stored in this session, a
+                ``RemoveMessage`` names no stored message, or (strict compressor) the write
+                would leave a history a provider rejects. Nothing was written.
+            ConfigurationError: A message cannot be serialized (nothing was written).
+            StorageError: The store failed (nothing was written).
             HistCompressError: Only with ``raise_on_compression_error=True``: compression
                 failed after the messages were stored.
         """
         batch = check_messages(messages)
         if not batch:
             return
-        self.store.append(self.session_id, batch)
+        self.store.update(self.session_id, batch, check=_strict_check(self.compressor))
         self._after_write()
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
@@ -497,7 +543,7 @@ class CompressingChatMessageHistory(_CompressingHistoryBase):
         batch = check_messages(messages)
         if not batch:
             return
-        await self.store.aappend(self.session_id, batch)
+        await self.store.aupdate(self.session_id, batch, check=_strict_check(self.compressor))
         await self._aafter_write()
 
     def clear(self) -> None:
@@ -601,8 +647,8 @@ class CompressingHistoryAdapter(_CompressingHistoryBase):
         >>> inner = InMemoryChatMessageHistory()
         >>> history = CompressingHistoryAdapter(
         ...     inner, key="user-1", summary_store=InMemoryHistoryStore(),
-        ...     compressor=RoundCompressor(model, rounds_to_compress=2, rounds_to_retain=1,
-        ...                                token_counter="approximate", compress_on_rounds=True))
+        ...     compressor=RoundCompressor(model, trigger=("rounds", 3), keep=("rounds", 1),
+        ...                                token_counter="approximate"))
         >>> for n in range(3):
         ...     history.add_messages([HumanMessage(f"say {n}"), AIMessage(str(n))])
         >>> [m.type for m in history.messages], len(inner.messages)
@@ -672,9 +718,8 @@ class CompressingHistoryAdapter(_CompressingHistoryBase):
     def _view(
         self, originals: list[BaseMessage], summary: RunningSummary | None
     ) -> list[BaseMessage]:
-        if summary is None:
-            return view(originals)  # a broken history comes back repaired
-        assert self.compressor is not None
+        if self.compressor is None:
+            return view(originals, summary)  # a broken history comes back repaired
         return self.compressor.view(self._with_ids(originals, summary), summary)
 
     @property
@@ -713,11 +758,34 @@ class CompressingHistoryAdapter(_CompressingHistoryBase):
     def _stamp(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         return ensure_ids(messages, namespace=f"{self.key}\x00{uuid.uuid4().hex}")
 
+    def _checked(self, batch: list[BaseMessage], stored: Sequence[BaseMessage]) -> None:
+        """Refuse a batch the adapter cannot apply, before the wrapped history is touched."""
+        for index, message in enumerate(batch):
+            if isinstance(message, RemoveMessage):
+                msg = (
+                    f"messages[{index}] is a RemoveMessage: {type(self).__name__} cannot "
+                    "remove messages (the wrapped history has no delete by id); nothing was "
+                    "written. Use CompressingChatMessageHistory, or edit the wrapped history "
+                    "and clear the adapter's summary"
+                )
+                raise ConfigurationError(msg)
+        check = _strict_check(self.compressor)
+        if check is not None:
+            check([*stored, *batch])
+
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Add ``messages`` (copies with ids) to the wrapped history, then compress."""
+        """Add ``messages`` (copies with ids) to the wrapped history, then compress.
+
+        Raises:
+            ConfigurationError: The batch holds a ``RemoveMessage`` (nothing was written).
+            InvalidHistoryError: With a strict compressor (``on_invalid_history="raise"``),
+                the wrapped history would break the provider rules (nothing was written).
+        """
         batch = check_messages(messages)
         if not batch:
             return
+        stored = self.inner.messages if _strict_check(self.compressor) is not None else []
+        self._checked(batch, stored)
         self.inner.add_messages(self._stamp(batch))
         self._after_write()
 
@@ -726,6 +794,9 @@ class CompressingHistoryAdapter(_CompressingHistoryBase):
         batch = check_messages(messages)
         if not batch:
             return
+        strict = _strict_check(self.compressor) is not None
+        stored = await self.inner.aget_messages() if strict else []
+        self._checked(batch, stored)
         await self.inner.aadd_messages(self._stamp(batch))
         await self._aafter_write()
 

@@ -378,7 +378,7 @@ class FactExtractionNode(GraphNode):
         """
         for index in range(len(messages) - 1, -1, -1):
             message = messages[index]
-            if not isinstance(message, BaseMessage) or message.id is None:
+            if not isinstance(message, BaseMessage) or not message.id:
                 return None
             if message.id == cursor:
                 return index + 1

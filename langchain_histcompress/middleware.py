@@ -1,33 +1,26 @@
 """Round compression as a LangChain v1 agent middleware for ``langchain.agents.create_agent``.
 
 `RoundCompressionMiddleware` keeps every message in the agent's state and compresses only
-what the model sees:
+what the model sees. Around each model call (``wrap_model_call``, sync or async) it lets a
+`RoundCompressor` fold the rounds that are due *for the model of that request*: the budget
+comes from the request model's profile (``max_input_tokens``) and, when the trigger folds by
+cost, so does the pricing (`pricing.preset_for_model`). The request then carries the view
+(the system prompt untouched, the summary as data, the uncompressed rounds verbatim), and the
+new running summary reaches the agent's state with the model's response.
 
-* ``before_model`` / ``abefore_model`` let a `RoundCompressor` fold the rounds that are due
-  (one summarizer call per chunk, sync or async) and write the new running summary to the
-  ``running_summary`` state key, as plain JSON;
-* ``wrap_model_call`` / ``awrap_model_call`` replace the request's messages with the compressed
-  view: the system prompt untouched, the summary rendered as data, the uncompressed rounds
-  verbatim. No model call happens there.
+Rules:
 
-Both hooks read only the uncovered tail of the state's messages (the covered prefix is skipped
-with the summary's cursor, see `~langchain_histcompress.compressor`), so their work does not
-grow with the conversation.
-
-Cuts fall only between rounds (or between whole tool groups of one oversized round), so an
-``AIMessage`` with tool calls always travels with all its ``ToolMessage`` results, parallel calls
-included. The previous summary is passed to the summarizer once, as data, and the summary
-message itself never re-enters the conversation, so there is no summary of a summary. Opt-in
-``destructive=True`` also removes the covered messages from state, one ``RemoveMessage(id=...)``
-per covered id.
-
-Every history ``create_agent`` produces is accepted (tool call ids reused across steps, invalid
-tool calls answered by tool messages, system messages injected mid-conversation: see
-`~langchain_histcompress.rounds`), and the request the model receives always obeys the provider
-rules: a broken history is repaired in the request (logged), never in state. With
-``on_error="skip"`` no package error stops the agent: the model answers with the stored summary.
-When none of the messages the summary covers is in state any more (the thread was cleared with
-``RemoveMessage(id=REMOVE_ALL_MESSAGES)``), the non-destructive middleware drops the summary.
+* Cuts fall only between rounds (or between whole tool groups of one oversized round); the
+  previous summary is passed to the summarizer once, as data (no summary of a summary).
+* A failed fold never fails the answer while the unfolded view fits the budget (the default
+  ``on_error="skip"``: logged, the custom event ``histcompress_fold_failed``); a view that
+  cannot fit raises `BudgetError`.
+* Every history ``create_agent`` produces is accepted (see `~langchain_histcompress.rounds`);
+  a broken one is repaired in the request, never in state.
+* Opt-in ``destructive=True`` also removes the covered messages from state.
+* With ``recall=True`` (or a `~langchain_histcompress.recall_tool.HistoryRecall`) the
+  middleware also registers the ``recall_history`` tool, which reads the folded messages back
+  from the agent's state, and the summary tells the model in one line that it can.
 
 Example:
     >>> from langchain.agents import create_agent
@@ -37,8 +30,7 @@ Example:
     >>> summarizer = GenericFakeChatModel(messages=iter(
     ...     [AIMessage('{"ConversationSummary": "The user said hello twice."}')]))
     >>> middleware = RoundCompressionMiddleware(RoundCompressor(
-    ...     summarizer, rounds_to_compress=2, rounds_to_retain=1, token_counter="approximate",
-    ...     compress_on_rounds=True))
+    ...     summarizer, trigger=("rounds", 3), keep=("rounds", 1), token_counter="approximate"))
     >>> agent = create_agent(GenericFakeChatModel(messages=iter([AIMessage("Hi again!")])),
     ...                      middleware=[middleware])
     >>> history = [HumanMessage("hello"), AIMessage("hi"), HumanMessage("hello"),
@@ -50,14 +42,17 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 try:
     from langchain.agents.middleware.types import (
         AgentMiddleware,
         AgentState,
+        ExtendedModelResponse,
         ModelCallResult,
         ModelRequest,
         ModelResponse,
@@ -70,29 +65,33 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - exercised with lan
         "pip install 'langchain-histcompress[agents]'"
     )
     raise ImportError(_msg, name=__name__) from _missing
-from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.runtime import Runtime
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.types import Command
 from typing_extensions import NotRequired
 
+from langchain_histcompress._identified import IdentifiedLists
 from langchain_histcompress._tail import _keep_copies
 from langchain_histcompress.compressor import (
     CompressionResult,
     RoundCompressor,
-    _locate,
     _summary_detached,
-    _view,
     _with_ids,
+    view,
 )
 from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import ConfigurationError, HistCompressError
+from langchain_histcompress.errors import BudgetError, ConfigurationError, HistCompressError
 from langchain_histcompress.nodes import (
     OnError,
+    report_fold_failure,
     summary_from_state,
     summary_to_state,
 )
-from langchain_histcompress.rounds import repair_history
+from langchain_histcompress.recall_tool import HistoryRecall
+from langchain_histcompress.rounds import is_summary_message
 from langchain_histcompress.summary import RunningSummary
+from langchain_histcompress.tokens import message_costs
 
 try:  # langchain >= 1.3: keep internal model calls out of the agent's v2 message stream
     from langchain.agents.middleware.internal_call_transformer import (
@@ -110,6 +109,9 @@ logger = logging.getLogger(__name__)
 SUMMARY_KEY = "running_summary"
 """Agent state key of the running summary (JSON dict form)."""
 
+_IDENTIFIED = IdentifiedLists()
+"""The histories handed to context builders, one list per conversation (matched by object)."""
+
 
 class RoundCompressionState(AgentState[Any]):
     """Agent state with the running summary kept by `RoundCompressionMiddleware`."""
@@ -125,18 +127,34 @@ def _internal_config() -> RunnableConfig | None:
     return {"metadata": internal_call_metadata()}
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A request made ready for the model, and the state update that goes with it."""
+
+    request: ModelRequest[Any]
+    """The request carrying the compressed view."""
+    update: dict[str, Any] | None
+    """The new summary (and removals in destructive mode), or ``None``."""
+
+
 class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any]):
     """Compress an agent's history by rounds; non-destructive, tool-pair safe, no re-summary.
 
     Args:
-        compressor: The `RoundCompressor` deciding what to fold and calling the summarizer.
+        compressor: The `RoundCompressor` deciding what to fold and calling the summarizer
+            (its ``context_window`` is replaced, per call, by the request model's).
         destructive: Also remove the covered messages from state (``RemoveMessage`` per
             covered id; the remove-all sentinel is never used).
-        on_error: ``"raise"`` (default): a package error (`HistCompressError`, e.g.
-            `SummarizationError`) propagates and no state changes. ``"skip"``: log a
-            warning and answer with the stored summary (without it when it cannot be read).
+        on_error: ``"skip"`` (default): a package error (`SummarizationError`, an unreadable
+            stored summary...) is logged and reported, and the model answers with the stored
+            summary, unless the view then cannot fit the budget (`BudgetError`). ``"raise"``:
+            every package error propagates and no state changes.
         context_builder: Assemble the request under a token budget instead of sending the
             plain view (the system prompt counts against the budget; tool schemas do not).
+        recall: Also give the model the recall tool (`HistoryRecall.as_tool`: the folded
+            messages of this thread's state, ranked for a query) and add its one-line hint to
+            the summary. ``True`` for a `HistoryRecall` with the compressor's token counter,
+            or your own instance. Needs the originals: not with ``destructive=True``.
 
     Raises:
         ConfigurationError: A parameter is invalid.
@@ -153,7 +171,7 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         ...     FakeMessagesListChatModel(responses=[AIMessage(f"done {i}") for i in range(9)]),
         ...     tools=[],
         ...     middleware=[RoundCompressionMiddleware(
-        ...         RoundCompressor(summarizer, compress_on_rounds=True))])
+        ...         RoundCompressor(summarizer, trigger=("rounds", 5)))])
         >>> state = {"messages": []}
         >>> for turn in range(5):
         ...     state = agent.invoke({"messages": [*state["messages"], ("user", f"task {turn}")]})
@@ -169,8 +187,9 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         compressor: RoundCompressor,
         *,
         destructive: bool = False,
-        on_error: OnError = "raise",
+        on_error: OnError = "skip",
         context_builder: ContextBuilder | None = None,
+        recall: HistoryRecall | bool = False,
     ) -> None:
         """Validate and store the configuration (see the class docstring)."""
         super().__init__()
@@ -190,7 +209,13 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         self.destructive = destructive
         self.on_error: OnError = on_error
         self.context_builder = context_builder
-        self.tools = []
+        self.recall = _recall(recall, compressor, destructive)
+        self.tools = [self.recall.as_tool(summary_key=SUMMARY_KEY)] if self.recall else []
+        # The last request prepared, by identity: a retry of the same model call (retry or
+        # fallback middleware around this one) reuses it instead of folding again.
+        self._last: tuple[object, object, object, _Prepared] | None = None
+        # tokens of each system prompt and tool set seen (by identity; no user data)
+        self._overheads: dict[tuple[int, tuple[int, ...]], tuple[Any, tuple[Any, ...], int]] = {}
 
     def __repr__(self) -> str:
         """Show the configuration (never message content)."""
@@ -199,21 +224,35 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
             f"on_error={self.on_error!r})"
         )
 
-    # -- before_model: the only place the summarizer runs ------------------------------
+    # -- preparing a request: fold what is due, then build the view ---------------------
 
     def _inputs(
-        self, state: RoundCompressionState
-    ) -> tuple[Sequence[BaseMessage], Sequence[BaseMessage], RunningSummary | None, bool]:
-        originals: Sequence[BaseMessage] = state["messages"]
-        summary = summary_from_state(state, SUMMARY_KEY)
-        messages = _with_ids(originals, summary)
+        self, request: ModelRequest[Any]
+    ) -> tuple[list[BaseMessage], Sequence[BaseMessage], RunningSummary | None, bool]:
+        """The system lead, the request's messages (with ids) and the stored summary.
+
+        The flag says whether the stored summary was dropped because none of its messages is
+        in the request any more.
+        """
+        system = request.system_message
+        lead: list[BaseMessage] = [system] if system is not None else []
+        summary = summary_from_state(request.state, SUMMARY_KEY)
+        messages: Sequence[BaseMessage]
+        if self.context_builder is not None:
+            # the conversation's own list, ids derived once per message and the system prompt
+            # in front, grown as it grows: the builder then prepares only what is new
+            messages = _IDENTIFIED.get(lead, request.messages)
+        else:
+            # the system prompt travels apart from the messages: counted as overhead, never
+            # copied in front of a long history
+            messages = _with_ids(request.messages, summary)
         if not self.destructive and _summary_detached(messages, summary):
             logger.info("none of the summarized messages is in state; starting a new summary")
-            return originals, messages, None, True
-        return originals, messages, summary, False
+            return lead, messages, None, True
+        return lead, messages, summary, False
 
     def _update(
-        self, originals: Sequence[BaseMessage], result: CompressionResult, dropped: bool
+        self, request: ModelRequest[Any], result: CompressionResult, dropped: bool
     ) -> dict[str, Any] | None:
         update: dict[str, Any] = {SUMMARY_KEY: None} if dropped else {}
         if result.compressed and result.summary is not None:
@@ -221,123 +260,230 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         if self.destructive and result.summary is not None:
             covered = result.summary.covered_ids
             removals = [
-                RemoveMessage(id=m.id) for m in originals if m.id is not None and m.id in covered
+                RemoveMessage(id=m.id)
+                for m in request.messages
+                if m.id is not None and m.id in covered
             ]
             if removals:
                 update["messages"] = removals
         return update or None
 
-    def _skipped(self, error: HistCompressError) -> None:
-        if self.on_error == "raise":
-            raise error
-        logger.warning(
-            "round compression failed (%s); answering with the stored summary",
-            type(error).__name__,
-        )
-
-    def before_model(
-        self, state: RoundCompressionState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        """Fold due rounds into the running summary (sync summarizer call).
-
-        Returns:
-            ``{"running_summary": ...}`` when something was folded (plus ``RemoveMessage``
-            objects in destructive mode), else ``None``.
-
-        Raises:
-            HistCompressError: The summarizer failed (`SummarizationError`) or the stored
-                summary cannot be read, and ``on_error="raise"``.
-        """
-        try:
-            originals, messages, summary, dropped = self._inputs(state)
-            result = self.compressor.compress(messages, summary, config=_internal_config())
-            _keep_copies(messages, result.summary)
-        except HistCompressError as error:
-            self._skipped(error)
-            return None
-        return self._update(originals, result, dropped)
-
-    async def abefore_model(
-        self, state: RoundCompressionState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        """Async `before_model` (the summarizer is awaited)."""
-        try:
-            originals, messages, summary, dropped = self._inputs(state)
-            result = await self.compressor.acompress(messages, summary, config=_internal_config())
-            _keep_copies(messages, result.summary)
-        except HistCompressError as error:
-            self._skipped(error)
-            return None
-        return self._update(originals, result, dropped)
-
-    # -- wrap_model_call: the model sees the compressed view ---------------------------
-
-    def compressed_request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        """The request with its messages replaced by the compressed view (no model call).
-
-        The system message stays byte-identical unless the compressor's placement is
-        ``"append_to_system"`` (then a copy carries the summary). Without a summary and a
-        context builder the request is returned unchanged, or with its messages repaired
-        when they break the provider rules (see `rounds.repair_history`).
-
-        Raises:
-            HistCompressError: The stored summary cannot be read, or the context builder
-                cannot fit the request, and ``on_error="raise"`` (with ``"skip"`` the
-                request goes out without the summary, repaired if needed).
-        """
-        try:
-            return self._compressed_request(request)
-        except HistCompressError as error:
-            self._skipped(error)
-            fixed = repair_history(request.messages)
-            if not fixed.repaired:
-                return request
-            return request.override(messages=cast("list[AnyMessage]", fixed.messages))
-
-    def _compressed_request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        summary = summary_from_state(request.state, SUMMARY_KEY)
+    def _recalled(self, request: ModelRequest[Any]) -> _Prepared | None:
+        last = self._last
         if (
-            summary is not None
-            and not self.destructive
-            and _summary_detached(_with_ids(request.messages, summary), summary)
+            last is not None
+            and last[0] is request.state
+            and last[1] is request.messages
+            and last[2] is request.model
         ):
-            summary = None
-        if summary is None and self.context_builder is None:
-            fixed = repair_history(request.messages)
-            if not fixed.repaired:
-                return request
-            return request.override(messages=cast("list[AnyMessage]", fixed.messages))
-        system = request.system_message
-        lead: list[BaseMessage] = [system] if system is not None else []
+            return last[3]
+        return None
+
+    def _finish(
+        self,
+        request: ModelRequest[Any],
+        lead: list[BaseMessage],
+        messages: Sequence[BaseMessage],
+        summary: RunningSummary | None,
+        shown: list[BaseMessage],
+        update: dict[str, Any] | None,
+    ) -> _Prepared:
         if self.context_builder is not None:
-            # ids derived as `ensure_ids` would, only where some are missing (an agent's
-            # messages carry ids: then nothing is read beyond the uncovered tail)
-            full = [*lead, *_with_ids(request.messages, summary, lead_too=True)]
-            built = self.context_builder.build(full, summary=summary)
+            full = _IDENTIFIED.get(lead, request.messages)
+            shown = self.context_builder.build(full, summary=summary)
         else:
-            assert summary is not None
+            shown = self._with_lead(lead, shown, summary)
+        prepared = _Prepared(self._hinted(self._override(request, lead, shown)), update)
+        self._last = (request.state, request.messages, request.model, prepared)
+        return prepared
+
+    def _with_lead(
+        self, lead: list[BaseMessage], shown: list[BaseMessage], summary: RunningSummary | None
+    ) -> list[BaseMessage]:
+        """The view with the system prompt in front (carrying the summary when so placed)."""
+        if not lead:
+            return shown
+        if summary is not None and shown and is_summary_message(shown[0]):
+            return [*view(lead, summary, placement=self.compressor.placement), *shown[1:]]
+        return [*lead, *shown]
+
+    def _overhead(self, request: ModelRequest[Any], messages: Sequence[BaseMessage]) -> int:
+        """Tokens of the system prompt and the tool schemas, sent besides ``messages``."""
+        system, tools = request.system_message, request.tools
+        if system is not None and messages and messages[0] is system:
+            system = None  # the messages hold it
+        key = (id(system), tuple(map(id, tools)))
+        found = self._overheads.get(key)
+        if found is not None and found[0] is system and found[1] == tuple(tools):
+            return found[2]
+        counter = self.compressor.token_counter
+        tokens = sum(message_costs(counter, [system])) if system is not None else 0
+        if tools:
+            text = json.dumps(
+                [convert_to_openai_tool(t) for t in tools], ensure_ascii=False, default=str
+            )
+            tokens += sum(message_costs(counter, [SystemMessage(text)]))
+        if len(self._overheads) >= 16:
+            self._overheads.pop(next(iter(self._overheads)))
+        self._overheads[key] = (system, tuple(tools), tokens)
+        return tokens
+
+    def _fallback(
+        self,
+        error: HistCompressError,
+        request: ModelRequest[Any],
+        lead: list[BaseMessage],
+        messages: Sequence[BaseMessage] | None,
+    ) -> tuple[Sequence[BaseMessage], RunningSummary | None, list[BaseMessage]]:
+        """The stored summary's view after a failed fold (``on_error="skip"``)."""
+        if self.on_error == "raise" or isinstance(error, BudgetError):
+            raise error
+        try:
+            summary = summary_from_state(request.state, SUMMARY_KEY)
+        except HistCompressError:
+            summary = None
+        report_fold_failure(error, _internal_config(), summary)
+        if messages is None:
             messages = _with_ids(request.messages, summary)
-            built = _view(_locate(messages, summary), summary, self.compressor.placement, lead)
-        if system is None:
-            return request.override(messages=cast("list[AnyMessage]", built))
-        head = built[0]
+        if summary is not None and not self.destructive and _summary_detached(messages, summary):
+            summary = None
+        try:
+            shown = self.compressor.view(
+                messages,
+                summary,
+                context_window=request.model,
+                overhead_tokens=self._overhead(request, messages),
+            )
+        except BudgetError as overflow:
+            msg = f"{overflow}; folding failed ({type(error).__name__}: {error})"
+            raise BudgetError(msg) from error
+        return messages, summary, shown
+
+    def _prepare(self, request: ModelRequest[Any]) -> _Prepared:
+        recalled = self._recalled(request)
+        if recalled is not None:
+            return recalled
+        lead: list[BaseMessage] = []
+        messages: Sequence[BaseMessage] | None = None
+        try:
+            lead, messages, summary, dropped = self._inputs(request)
+            result = self.compressor.compress(
+                messages,
+                summary,
+                config=_internal_config(),
+                context_window=request.model,
+                overhead_tokens=self._overhead(request, messages),
+            )
+            _keep_copies(messages, result.summary)
+        except HistCompressError as error:
+            messages, summary, shown = self._fallback(error, request, lead, messages)
+            return self._finish(request, lead, messages, summary, shown, None)
+        update = self._update(request, result, dropped)
+        return self._finish(request, lead, messages, result.summary, result.messages, update)
+
+    async def _aprepare(self, request: ModelRequest[Any]) -> _Prepared:
+        recalled = self._recalled(request)
+        if recalled is not None:
+            return recalled
+        lead: list[BaseMessage] = []
+        messages: Sequence[BaseMessage] | None = None
+        try:
+            lead, messages, summary, dropped = self._inputs(request)
+            result = await self.compressor.acompress(
+                messages,
+                summary,
+                config=_internal_config(),
+                context_window=request.model,
+                overhead_tokens=self._overhead(request, messages),
+            )
+            _keep_copies(messages, result.summary)
+        except HistCompressError as error:
+            messages, summary, shown = self._fallback(error, request, lead, messages)
+            return self._finish(request, lead, messages, summary, shown, None)
+        update = self._update(request, result, dropped)
+        return self._finish(request, lead, messages, result.summary, result.messages, update)
+
+    @staticmethod
+    def _override(
+        request: ModelRequest[Any], lead: list[BaseMessage], shown: list[BaseMessage]
+    ) -> ModelRequest[Any]:
+        if not lead:
+            return request.override(messages=cast("list[AnyMessage]", shown))
+        head = shown[0]
         if not isinstance(head, SystemMessage):  # pragma: no cover - views keep the preamble
             msg = "the compressed view lost the system message"
             raise ConfigurationError(msg)
-        return request.override(system_message=head, messages=cast("list[AnyMessage]", built[1:]))
+        return request.override(system_message=head, messages=cast("list[AnyMessage]", shown[1:]))
+
+    def _hinted(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """``request`` with the recall hint on its summary (when a recall tool is offered)."""
+        if self.recall is None:
+            return request
+        system = request.system_message
+        lead: list[BaseMessage] = [system] if system is not None else []
+        shown = self.recall.add_hint([*lead, *request.messages])
+        if all(a is b for a, b in zip(shown, [*lead, *request.messages], strict=True)):
+            return request
+        if system is None:
+            return request.override(messages=cast("list[AnyMessage]", shown))
+        head = cast("SystemMessage", shown[0])
+        return request.override(system_message=head, messages=cast("list[AnyMessage]", shown[1:]))
+
+    def compressed_request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """The request as the model will receive it, folding what is due first (sync).
+
+        Raises:
+            HistCompressError: With ``on_error="raise"``, any package error; always, a
+                `BudgetError` when the view cannot fit the request model's budget.
+        """
+        return self._prepare(request).request
+
+    @staticmethod
+    def _respond(
+        response: ModelCallResult[Any], update: dict[str, Any] | None
+    ) -> ModelCallResult[Any]:
+        if not update:
+            return response
+        if isinstance(response, ExtendedModelResponse):
+            merged = dict(update)
+            if response.command is not None and isinstance(response.command.update, dict):
+                merged.update(response.command.update)
+            return ExtendedModelResponse(response.model_response, Command(update=merged))
+        if isinstance(response, AIMessage):
+            response = ModelResponse(result=[response])
+        return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
-        """Send the compressed view to the model."""
-        return handler(self.compressed_request(request))
+        """Fold what is due, send the compressed view, return the summary with the answer."""
+        prepared = self._prepare(request)
+        return self._respond(handler(prepared.request), prepared.update)
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
-        """Async `wrap_model_call`."""
-        return await handler(self.compressed_request(request))
+        """Async `wrap_model_call` (the summarizer is awaited)."""
+        prepared = await self._aprepare(request)
+        return self._respond(await handler(prepared.request), prepared.update)
+
+
+def _recall(
+    recall: HistoryRecall | bool, compressor: RoundCompressor, destructive: bool
+) -> HistoryRecall | None:
+    """The `HistoryRecall` a ``recall=`` argument asks for (``None``: no recall tool)."""
+    if recall is False:
+        return None
+    if recall is not True and not isinstance(recall, HistoryRecall):
+        msg = f"recall must be a bool or a HistoryRecall, not {type(recall).__name__}"
+        raise ConfigurationError(msg)
+    if destructive:
+        msg = "recall needs the folded messages in state: it cannot be used with destructive=True"
+        raise ConfigurationError(msg)
+    if recall is True:
+        return HistoryRecall(token_counter=compressor.token_counter)
+    return recall

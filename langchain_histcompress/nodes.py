@@ -2,54 +2,25 @@
 
 `RoundCompressionNode` runs before the answering model node of any ``StateGraph`` whose state
 holds a message list (``MessagesState``, `HistCompressState` or your own schema). Each run it
-reads the messages and the stored running summary, lets a `RoundCompressor` fold the rounds that
-are due (sync ``invoke`` and async ``ainvoke`` both supported, sharing everything but the model
-call) and writes:
+reads the messages and the stored running summary, lets a `RoundCompressor` fold the rounds
+that are due (sync ``invoke`` and async ``ainvoke``) and writes the new summary under
+``running_summary`` as a plain JSON dict (`summary_to_state`), only when something was folded.
+The model node sends ``node.model_input(state)``: the preamble, the summary as data and the
+uncompressed rounds, within the answering model's budget. Nothing that can be derived again is
+stored (``output_key="model_input"`` also writes the view, for graphs that read it there).
 
-* the new summary under ``running_summary``, as a plain JSON dict (`summary_to_state`: the
-  fields of ``RunningSummary.model_dump(mode="json")``, the covered ids as a few runs that
-  consecutive values share, so a fold writes only its new ids), only when something was
-  compressed; every LangGraph checkpointer stores it without custom types or serializer
-  allowlists;
-* the compressed view under ``model_input`` (preamble, the summary as data, the uncompressed
-  rounds verbatim) for the model node to send.
+Rules:
 
-**With a** `~langchain_histcompress.context.ContextBuilder` the model node builds its input
-with ``build_model_input(state, context_builder=...)``, which does not read ``model_input``:
-create the node with ``output_key=None`` then, or every run stores an unused view in the
-checkpoint (see the `RoundCompressionNode` example). `build_model_input` logs a one-time
-debug hint when it finds such a view.
-
-Per run the node reads only the uncovered tail of the state's messages (the rest is skipped with
-the summary's cursor, see `compressor`), and a summary dict it wrote before is recognised by
-identity instead of being validated again, so its work does not grow with the conversation.
-
-The conversation itself is left alone by default: state keeps every message and only the view
-is compressed. With ``destructive=True`` the node also removes the messages the summary covers,
-one ``RemoveMessage(id=...)`` per covered id (never the remove-all sentinel); the messages left
-plus the stored summary still represent the whole conversation, because the summary records
-exactly which ids it covers.
-
-A package error (`SummarizationError` from the summarizer, `InvalidHistoryError`,
-`ConfigurationError` for an unreadable stored summary...) re-raises by default: LangGraph then
-applies none of the node's writes, so the checkpointed state is exactly what it was before the
-run. With ``on_error="skip"`` the node logs a warning, keeps the stored summary and writes a
-view built from it (without it when it cannot be read), and the graph goes on. Histories a
-provider would reject are not errors: the view is repaired (see `rounds.repair_history`).
-
-When none of the messages the stored summary covers is in state any more (the conversation was
-replaced with ``RemoveMessage(id=REMOVE_ALL_MESSAGES)``), a non-destructive node drops the
-summary (writes ``None``) instead of showing it with the new conversation. A destructive node
-removes covered messages itself, so it cannot tell: write ``{"running_summary": None}`` with the
-remove-all update.
-
-**Streaming.** The summary never reaches ``stream_mode="messages"``: the summarizer's calls are
-tagged ``nostream``, and inside a graph the node returns its update as
-``Command(update=[(key, value), ...])``, whose messages LangGraph's messages stream does not
-report (it reports messages a node returns in a dict or list). Only the answering model's
-messages stream. ``stream_mode="updates"`` shows the node's writes (``running_summary`` and the
-view under ``model_input``, summary message included) and ``"values"`` the whole state: both
-are state, not chat; filter with `rounds.is_summary_message` if you render them.
+* The conversation is left alone by default (``destructive=True`` also removes the covered
+  messages, one ``RemoveMessage(id=...)`` each; the summary records which ids it covers).
+* A failed fold never fails the turn while the unfolded view fits the budget
+  (``on_error="skip"``, the default): the stored summary stays, a warning is logged and the
+  custom event ``histcompress_fold_failed`` is dispatched. A view that cannot fit raises
+  `BudgetError`. ``on_error="raise"`` re-raises every package error (no write is applied).
+* When none of the messages the summary covers is in state any more (``REMOVE_ALL_MESSAGES``),
+  a non-destructive node drops the summary.
+* The summary never reaches ``stream_mode="messages"``: summarizer calls are tagged
+  ``nostream`` and the node's update is a ``Command`` whose messages that stream ignores.
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -58,12 +29,14 @@ Example:
     >>> from langchain_histcompress.compressor import RoundCompressor
     >>> summarizer = GenericFakeChatModel(messages=iter(
     ...     [AIMessage('{"ConversationSummary": "The user counted to one."}')]))
-    >>> compressor = RoundCompressor(summarizer, rounds_to_compress=2, rounds_to_retain=1,
-    ...                              token_counter="approximate", compress_on_rounds=True)
+    >>> compressor = RoundCompressor(summarizer, trigger=("rounds", 3), keep=("rounds", 1),
+    ...                              token_counter="approximate")
+    >>> compress = RoundCompressionNode(compressor)
     >>> def model(state: HistCompressState) -> dict:
-    ...     return {"messages": [AIMessage(f"I see {len(state['model_input'])} messages")]}
+    ...     sent = compress.model_input(state)
+    ...     return {"messages": [AIMessage(f"I see {len(sent)} messages")]}
     >>> graph = StateGraph(HistCompressState)
-    >>> _ = graph.add_node("compress", RoundCompressionNode(compressor))
+    >>> _ = graph.add_node("compress", compress)
     >>> _ = graph.add_node("model", model)
     >>> _ = graph.add_edge(START, "compress")
     >>> _ = graph.add_edge("compress", "model")
@@ -81,11 +54,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
+from langchain_core.callbacks import dispatch_custom_event
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.message import add_messages
@@ -104,7 +79,7 @@ from langchain_histcompress.compressor import (
     view,
 )
 from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import ConfigurationError, HistCompressError
+from langchain_histcompress.errors import BudgetError, ConfigurationError, HistCompressError
 from langchain_histcompress.memory import FactsState
 from langchain_histcompress.rounds import ensure_ids
 from langchain_histcompress.summary import RunningSummary
@@ -262,15 +237,16 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
         compressor: The `RoundCompressor` deciding what to fold and calling the summarizer.
         messages_key: State key of the conversation.
         summary_key: State key of the running summary (JSON dict form).
-        output_key: State key the compressed view is written to. ``None``: write no view;
-            use it when the model node calls ``build_model_input(state,
-            context_builder=...)``, which builds its own context and ignores the view.
+        output_key: State key the compressed view is also written to (``None``, the default:
+            none; the model node calls `model_input`, and every checkpoint stays free of a
+            second copy of the conversation).
         destructive: Also remove the covered messages from state, one
             ``RemoveMessage(id=...)`` per covered id.
-        on_error: ``"raise"`` (default): a package error (`HistCompressError`, e.g.
-            `SummarizationError`) propagates and the graph applies none of the node's
-            writes. ``"skip"``: log a warning, keep the stored summary and write the view
-            built from it.
+        on_error: ``"skip"`` (default): a package error (`SummarizationError`, an unreadable
+            stored summary...) is logged and reported (custom event
+            ``histcompress_fold_failed``), the stored summary stays and the turn goes on;
+            only a view that cannot fit the budget raises `BudgetError`. ``"raise"``: every
+            package error propagates and the graph applies none of the node's writes.
         name: Run name of the node (also its default node name in a graph).
 
     Raises:
@@ -278,8 +254,7 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
 
     Example:
         With a `~langchain_histcompress.context.ContextBuilder` the model node builds its
-        own input, so the node is created with ``output_key=None`` and stores only the
-        summary (the module example shows the default, a view under ``model_input``):
+        own input from the state with `build_model_input`:
 
         >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
         >>> from langchain_core.messages import AIMessage, HumanMessage
@@ -287,14 +262,14 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
         >>> from langchain_histcompress.context import ContextBuilder
         >>> summarizer = GenericFakeChatModel(messages=iter(
         ...     [AIMessage('{"ConversationSummary": "The user counted to one."}')]))
-        >>> compressor = RoundCompressor(summarizer, rounds_to_compress=2, rounds_to_retain=1,
-        ...                              token_counter="approximate", compress_on_rounds=True)
+        >>> compressor = RoundCompressor(summarizer, trigger=("rounds", 3), keep=("rounds", 1),
+        ...                              token_counter="approximate")
         >>> builder = ContextBuilder(max_context_tokens=2000, token_counter="approximate")
         >>> def model(state: HistCompressState) -> dict:
         ...     sent = build_model_input(state, context_builder=builder)
         ...     return {"messages": [AIMessage(f"I see {len(sent)} messages")]}
         >>> graph = StateGraph(HistCompressState)
-        >>> _ = graph.add_node("compress", RoundCompressionNode(compressor, output_key=None))
+        >>> _ = graph.add_node("compress", RoundCompressionNode(compressor))
         >>> _ = graph.add_node("model", model)
         >>> _ = graph.add_edge(START, "compress")
         >>> _ = graph.add_edge("compress", "model")
@@ -316,9 +291,9 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
         *,
         messages_key: str = "messages",
         summary_key: str = "running_summary",
-        output_key: str | None = "model_input",
+        output_key: str | None = None,
         destructive: bool = False,
-        on_error: OnError = "raise",
+        on_error: OnError = "skip",
         name: str = "compress_history",
     ) -> None:
         """Validate and store the configuration (see the class docstring)."""
@@ -391,6 +366,51 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
             name=self._node_name,
         )
 
+    def model_input(
+        self, state: Any, *, context_window: int | object | None = None
+    ) -> list[BaseMessage]:
+        """What the model node sends: the compressed view of ``state``, within the budget.
+
+        The system preamble, the stored summary as data, then every message it does not
+        cover, verbatim; a message of the latest round too large for the budget on its own
+        is shortened (the state keeps it whole). No model call.
+
+        Args:
+            state: The graph state (after this node ran).
+            context_window: The answering model, when it is not the compressor's.
+
+        Raises:
+            BudgetError: The view cannot fit the budget (the message says what does not).
+        """
+        summary = _readable_summary(state, self.summary_key)
+        raw = _state_messages(state, self.messages_key, check=False)  # the view reads the tail
+        messages = _with_ids(raw, summary)
+        if not self.destructive and _summary_detached(messages, summary):
+            summary = None
+        return self.compressor.view(messages, summary, context_window=context_window)
+
+    def explain(self, state: Any, *, context_window: int | object | None = None) -> str:
+        """What the next run would fold for ``state`` and why, in one line (no model call).
+
+        The budget and the pricing in force are named (see `CompressionPlan.reason`).
+
+        Example:
+            >>> from langchain_core.language_models.fake_chat_models import (
+            ...     GenericFakeChatModel)
+            >>> from langchain_core.messages import AIMessage, HumanMessage
+            >>> node = RoundCompressionNode(RoundCompressor(
+            ...     GenericFakeChatModel(messages=iter([])), token_counter="approximate"))
+            >>> state = {"messages": [HumanMessage("hi", id="h"), AIMessage("hello", id="a"),
+            ...                       HumanMessage("and now?", id="h2")]}
+            >>> node.explain(state).split(";")[0]
+            'no fold: 2 rounds pending, 18 of 108,800 tokens (default window (128,000 tokens))'
+        """
+        summary = _readable_summary(state, self.summary_key)
+        messages = _with_ids(_state_messages(state, self.messages_key, check=False), summary)
+        if not self.destructive and _summary_detached(messages, summary):
+            summary = None
+        return self.compressor.plan(messages, summary, context_window=context_window).reason
+
     # -- shared pieces -----------------------------------------------------------------
 
     def _inputs(
@@ -432,25 +452,22 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
                 update[self.messages_key] = removals
         return update
 
-    def _skipped(self, error: HistCompressError, state: Any) -> dict[str, Any]:
-        if self.on_error == "raise":
+    def _skipped(
+        self, error: HistCompressError, state: Any, config: RunnableConfig
+    ) -> dict[str, Any]:
+        if self.on_error == "raise" or isinstance(error, BudgetError):
             raise error
         summary = _readable_summary(state, self.summary_key)
-        logger.warning(
-            "round compression failed (%s); keeping the stored summary (version %s)",
-            type(error).__name__,
-            summary.version if summary is not None else None,
-        )
-        if self.output_key is None:
-            return {}
+        report_fold_failure(error, config, summary)
         try:
-            messages = _with_ids(_state_messages(state, self.messages_key), summary)
-            if not self.destructive and _summary_detached(messages, summary):
-                summary = None
-            return {self.output_key: self.compressor.view(messages, summary)}
+            shown = self.model_input(state)
+        except BudgetError as overflow:  # the turn cannot go on without the fold
+            msg = f"{overflow}; folding failed ({type(error).__name__}: {error})"
+            raise BudgetError(msg) from error
         except HistCompressError as again:  # the messages themselves are unusable
             logger.warning("no view could be built either (%s)", type(again).__name__)
             return {}
+        return {self.output_key: shown} if self.output_key is not None else {}
 
     @staticmethod
     def _deliver(update: dict[str, Any], config: RunnableConfig) -> dict[str, Any] | Command[Any]:
@@ -469,7 +486,7 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
             result = self.compressor.compress(messages, summary, config=config)
             _keep_copies(messages, result.summary)
         except HistCompressError as error:
-            return self._deliver(self._skipped(error, state), config)
+            return self._deliver(self._skipped(error, state, config), config)
         return self._deliver(self._update(originals, result, dropped), config)
 
     async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any] | Command[Any]:
@@ -478,8 +495,26 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
             result = await self.compressor.acompress(messages, summary, config=config)
             _keep_copies(messages, result.summary)
         except HistCompressError as error:
-            return self._deliver(self._skipped(error, state), config)
+            return self._deliver(self._skipped(error, state, config), config)
         return self._deliver(self._update(originals, result, dropped), config)
+
+
+def report_fold_failure(
+    error: HistCompressError, config: RunnableConfig | None, summary: RunningSummary | None
+) -> None:
+    """Log a fold that failed and dispatch the ``histcompress_fold_failed`` custom event."""
+    logger.warning(
+        "round compression failed (%s); the turn goes on with the stored summary (version %s)",
+        type(error).__name__,
+        summary.version if summary is not None else None,
+    )
+    # outside a run there is no one to tell but the log
+    with contextlib.suppress(RuntimeError):
+        dispatch_custom_event(
+            "histcompress_fold_failed",
+            {"error": type(error).__name__, "message": str(error)},
+            config=config,
+        )
 
 
 def _readable_summary(state: Any, key: str) -> RunningSummary | None:

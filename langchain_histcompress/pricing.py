@@ -63,7 +63,9 @@ __all__ = [
     "PromptRequest",
     "RequestCost",
     "encode_request",
+    "preset_for_model",
     "price_requests",
+    "pricing_model",
 ]
 
 CacheFamily = Literal["none", "openai", "anthropic"]
@@ -214,6 +216,86 @@ PRICING_MODELS: dict[str, PricingModel] = {
 DEFAULT_PRICING = "openai-50"
 """Name of the preset assumed when none is given: the gpt-4o family, the token counter's
 default model (``gpt-4o-mini``). ``RoundCompressor(pricing=None)`` folds by cost under it."""
+
+
+def pricing_model(value: PricingModel | str) -> PricingModel:
+    """A `PricingModel` given as itself or as the name of a preset of `PRICING_MODELS`.
+
+    Raises:
+        ConfigurationError: An unknown preset name, or neither a name nor a model.
+
+    Example:
+        >>> pricing_model("openai-90").cache_read_ratio
+        0.1
+    """
+    if isinstance(value, PricingModel):
+        return value
+    if isinstance(value, str) and value in PRICING_MODELS:
+        return PRICING_MODELS[value]
+    msg = f"unknown pricing {value!r}; presets: {', '.join(PRICING_MODELS)} (or a PricingModel)"
+    raise ConfigurationError(msg)
+
+
+# OpenAI's cached-input discount by model family, newest names first (prefix match).
+_OPENAI_FAMILIES = (
+    ("gpt-5", "openai-90"),
+    ("gpt-4.1", "openai-75"),
+    ("o4", "openai-75"),
+    ("o3", "openai-75"),
+    ("codex", "openai-75"),
+    ("gpt-4o", "openai-50"),
+    ("o1", "openai-50"),
+)
+
+
+def _model_name(model: object) -> str | None:
+    for attr in ("model_name", "model", "model_id", "deployment_name"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def preset_for_model(model: object) -> str | None:
+    """The pricing preset a chat model is billed under, when its provider and name say so.
+
+    OpenAI models map by family (``gpt-4o``: ``"openai-50"``, ``gpt-4.1`` / ``o3`` /
+    ``o4``: ``"openai-75"``, ``gpt-5``: ``"openai-90"``; older models cache nothing:
+    ``"none"``); Anthropic models map to ``"anthropic"`` (which assumes prompt caching is
+    on, e.g. with ``AnthropicPromptCachingMiddleware``). ``None`` for anything else. A
+    ``"provider:model"`` string and a bound model (``model.bind(...)``) are read too.
+
+    Example:
+        >>> from langchain_openai import ChatOpenAI
+        >>> preset_for_model(ChatOpenAI(model="gpt-5-mini", api_key="sk-none"))
+        'openai-90'
+        >>> preset_for_model("anthropic:claude-sonnet-4-5"), preset_for_model(object())
+        ('anthropic', None)
+    """
+    bound = getattr(model, "bound", None)
+    if bound is not None and _model_name(model) is None:
+        model = bound
+    if isinstance(model, str):
+        provider, _, name = model.partition(":")
+        if not name:
+            return None
+    else:
+        module = type(model).__module__.split(".")[0]
+        provider = {"langchain_openai": "openai", "langchain_anthropic": "anthropic"}.get(
+            module, ""
+        )
+        name = _model_name(model) or ""
+    provider = provider.strip().lower()
+    name = name.strip().lower()
+    if provider in ("openai", "azure_openai"):
+        base = name.rsplit("/", 1)[-1]
+        for prefix, preset in _OPENAI_FAMILIES:
+            if base.startswith(prefix):
+                return preset
+        return "none" if base else None
+    if provider == "anthropic":
+        return "anthropic"
+    return None
 
 
 @dataclass(frozen=True)

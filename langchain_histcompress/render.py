@@ -8,6 +8,7 @@ attributes carry provenance.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,9 @@ __all__ = [
     "ROLE_NAMES",
     "escape_data",
     "message_text",
+    "read_turn_lines",
     "render_transcript",
+    "render_turn_lines",
     "wrap_data",
 ]
 
@@ -125,6 +128,64 @@ def render_transcript(messages: Sequence[BaseMessage]) -> str:
             attrs += f' name="{_attr(message.name)}"'
         lines.append(f"<message {attrs}>{escape_data(message_text(message))}</message>")
     return "\n".join(lines)
+
+
+_HEADER_UNSAFE = re.compile(r"[\]\s]")
+_TURN_LINE = re.compile(r"^\[([^\s\]]+) ([^\s\]]+)((?: [^\s\]]+)*)\] ?(.*)$")
+
+
+def _header_value(value: object) -> str:
+    return _HEADER_UNSAFE.sub(lambda m: f"&#{ord(m.group())};", escape_data(str(value)))
+
+
+def render_turn_lines(messages: Sequence[BaseMessage]) -> str:
+    r"""Render messages as compact lines, ``[id role] escaped text``, one message each.
+
+    The same content as `render_transcript` in about a fifth fewer tokens on chat turns (no
+    element tags around every message): the summarizer's transcript, where every token is
+    paid again at each fold. A message's own line breaks are followed by two spaces, so only
+    a message opens a line with ``[``; a named message adds its name, a tool result the call
+    it answers (``[m3 tool lookup call=c1]``). `read_turn_lines` reads them back.
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage, ToolMessage
+        >>> print(render_turn_lines([HumanMessage("a <b>\nc", id="m1"),
+        ...                          ToolMessage("42", tool_call_id="c1", name="f", id="m2")]))
+        [m1 user] a &lt;b&gt;
+          c
+        [m2 tool f call=c1] 42
+    """
+    lines = []
+    for message in messages:
+        head = [_header_value(message.id), ROLE_NAMES.get(message.type, message.type)]
+        if message.name:
+            head.append(_header_value(message.name))
+        if isinstance(message, ToolMessage):
+            head.append(f"call={_header_value(message.tool_call_id)}")
+        text = escape_data(message_text(message)).replace("\n", "\n  ")
+        lines.append(f"[{' '.join(head)}] {text}")
+    return "\n".join(lines)
+
+
+def read_turn_lines(text: str) -> list[tuple[str, str, str]]:
+    r"""``(id, role, text)`` of every message `render_turn_lines` wrote in ``text``, unescaped.
+
+    Example:
+        >>> read_turn_lines("<conversation>\n[m1 user] a &lt;b&gt;\n  c\n</conversation>")
+        [('m1', 'user', 'a <b>\nc')]
+    """
+    found: list[list[str]] = []
+    current: list[str] | None = None
+    for line in text.split("\n"):
+        match = _TURN_LINE.match(line)
+        if match is not None:
+            current = [match.group(1), match.group(2), match.group(4)]
+            found.append(current)
+        elif current is not None and line.startswith("  "):
+            current[2] += "\n" + line[2:]
+        else:
+            current = None
+    return [(html.unescape(i), role, html.unescape(body)) for i, role, body in found]
 
 
 def wrap_data(kind: str, text: str, attributes: Mapping[str, object] | None = None) -> str:

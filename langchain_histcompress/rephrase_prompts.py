@@ -6,7 +6,10 @@ replacement prompt must use ``{history}`` and ``{question}`` and may use ``{summ
 
 An answer is accepted only when, once unwrapped from fences, labels, quotes or a JSON
 object, it is non-empty, within its length cap, free of control characters and markup,
-not a refusal, and (for standalone questions) at most three lines.
+not a refusal, and a usable query: not chat ("Well, ...", "Sure, here is ..."), and for
+standalone questions at most three lines, not talking about the conversation itself ("the
+conversation covered...", "the user asked...") and not a paragraph of statements without
+a question.
 
 Example:
     >>> _check_output("Standalone question: What is Lisbon's population?",
@@ -39,10 +42,11 @@ RephraseStyle = Literal["standalone_question", "summary_and_question"]
 conversation followed by the question."""
 
 FallbackReason = Literal[
-    "model_error", "timeout", "empty", "too_long", "garbage", "refusal", "truncated"
+    "model_error", "timeout", "empty", "too_long", "garbage", "refusal", "truncated", "not_a_query"
 ]
 """Why the original question was used instead of the model's rephrasing (``truncated``: the
-answer was cut off at the output cap)."""
+answer was cut off at the output cap; ``not_a_query``: the answer is prose about the
+conversation, not a question to retrieve with)."""
 
 _PROMPT_VARIABLES = frozenset({"history", "summary", "question"})
 _REQUIRED_VARIABLES = frozenset({"history", "question"})
@@ -99,6 +103,37 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _QUOTES = {'"': '"', "'": "'", "\u201c": "\u201d", "\u00ab": "\u00bb", "`": "`"}
 _JSON_KEYS = ("standalone_question", "question", "query")
 _UNESCAPES = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
+_CHATTY_OPENING = re.compile(
+    r"^(?:(?:well|sure|okay|ok|alright|certainly|of course|absolutely)\s*[,.!:;]"
+    r"|(?:here(?:'s|\s+is|\s+are)|as an ai)\b)",
+    re.IGNORECASE,
+)
+"""A reply that talks to the user instead of rewriting the question."""
+_ABOUT_THE_CONVERSATION = re.compile(
+    r"^(?:based on|according to|in summary|to summarize)\b"
+    r"|\b(?:the|this|our|previous) (?:conversation|chat history|discussion)\b"
+    r"|\b(?:follow-up|standalone) question\b"
+    r"|\bthe user (?:asked|asks|is asking|wants|wanted|said|mentioned|would like)\b",
+    re.IGNORECASE,
+)
+"""A reply about the conversation itself, not a question that stands on its own."""
+_SENTENCE_END = re.compile(r"[.!](?:\s+|$)")
+
+
+def _not_a_query(text: str, style: RephraseStyle) -> bool:
+    """Whether ``text`` is prose rather than something to retrieve with (a heuristic).
+
+    Questions and keyword or imperative queries pass; chat openers fail in both styles, and
+    for standalone questions so do talk about the conversation and several statements with
+    no question among them.
+    """
+    if _CHATTY_OPENING.match(text):
+        return True
+    if style != "standalone_question":
+        return False  # a summary is prose by design
+    if _ABOUT_THE_CONVERSATION.search(text):
+        return True
+    return "?" not in text and len(_SENTENCE_END.findall(text)) >= 2
 
 
 def _unwrap(text: str) -> str:
@@ -153,6 +188,8 @@ def _check_output(
         return None, "garbage"
     if is_refusal(text, user_voice=True):
         return None, "refusal"
+    if _not_a_query(text, style):
+        return None, "not_a_query"
     if style == "standalone_question":
         if len([line for line in text.splitlines() if line.strip()]) > _MAX_STANDALONE_LINES:
             return None, "garbage"

@@ -606,7 +606,7 @@ class EmbeddingEvidenceRetriever(EvidenceRetriever):
         out: list[int] = []
         for position in range(end):
             message = messages[position]
-            if message.id is not None:
+            if message.id:  # an empty-string id counts as no id
                 if message.id in seen:
                     continue
                 seen.add(message.id)

@@ -103,8 +103,10 @@ ViolationKind = Literal[
     "duplicate_tool_call_id",
     "missing_tool_call_id",
     "duplicate_message_id",
+    "unknown_message_id",
 ]
-"""What `validate_history` reports (see the module docstring for each kind)."""
+"""What `validate_history` reports (see the module docstring for each kind), plus
+``unknown_message_id``: a history store asked to remove a message it does not hold."""
 
 ACCEPTED_KINDS: frozenset[ViolationKind] = frozenset({"unanswered_invalid_tool_calls"})
 """Kinds `validate_history` reports for histories that are still accepted input (what
@@ -308,7 +310,8 @@ def validate_history(
 
     Only what a provider would reject is reported (see the module docstring): reused call
     ids across steps, invalid tool calls answered by tool messages, system messages inside
-    the conversation, empty contents and content-block lists are all valid.
+    the conversation, empty contents and content-block lists are all valid. Messages
+    without an id, or with an empty one, never count as duplicates.
 
     Args:
         messages: The history to check.
@@ -337,7 +340,7 @@ def validate_history(
     seen_ids: set[str] = set()
     step = _Step()
     for index, message in enumerate(messages):
-        if message.id is not None:
+        if message.id:  # an empty-string id counts as no id
             if message.id in seen_ids:
                 add("duplicate_message_id", index, f"message id {message.id!r} repeats")
             seen_ids.add(message.id)
@@ -371,9 +374,15 @@ class _Step:
         message: AIMessage,
         add: Callable[[ViolationKind, int, str], None],
     ) -> None:
+        calls = _calls(message)
+        if not calls:  # no step to open (`close` just left nothing pending or answered)
+            self.index = index
+            if self.pending or self.answered or self.invalid:
+                self.pending, self.answered, self.invalid = Counter(), set(), set()
+            return
         self.index, self.pending, self.answered = index, Counter(), set()
         self.invalid = {str(c["id"]) for c in message.invalid_tool_calls if c.get("id")}
-        for call in _calls(message):
+        for call in calls:
             call_id = call.get("id")
             if not call_id:
                 add("missing_tool_call_id", index, f"tool call {call.get('name')!r} has no id")
@@ -390,18 +399,20 @@ class _Step:
         return "duplicate_tool_result" if call_id in self.answered else "orphan_tool_result"
 
     def close(self, add: Callable[[ViolationKind, int, str], None]) -> None:
-        valid = sorted(i for i in self.pending if i not in self.invalid)
-        invalid = sorted(i for i in self.pending if i in self.invalid)
-        if valid:
-            add("unanswered_tool_calls", self.index, f"tool calls {valid} have no result")
-        if invalid:
-            add(
-                "unanswered_invalid_tool_calls",
-                self.index,
-                f"invalid tool calls {invalid} have no result",
-            )
-        self.pending = Counter()
-        self.answered = set()
+        if self.pending:
+            valid = sorted(i for i in self.pending if i not in self.invalid)
+            invalid = sorted(i for i in self.pending if i in self.invalid)
+            if valid:
+                add("unanswered_tool_calls", self.index, f"tool calls {valid} have no result")
+            if invalid:
+                add(
+                    "unanswered_invalid_tool_calls",
+                    self.index,
+                    f"invalid tool calls {invalid} have no result",
+                )
+            self.pending = Counter()
+        if self.answered:
+            self.answered = set()
 
 
 _REPAIRED_KINDS = frozenset(
@@ -525,9 +536,10 @@ def _without_bad_calls(message: AIMessage) -> AIMessage:
 def ensure_ids(messages: Sequence[BaseMessage], *, namespace: str = "") -> list[BaseMessage]:
     """Return ``messages`` with an id on every message, without mutating the originals.
 
-    Messages that already have an id are returned as the same objects. The others are
-    copied with a deterministic id derived from ``namespace``, their position and their
-    content, so the same history always gets the same ids.
+    Messages that already have an id are returned as the same objects. The others (an id of
+    ``None`` or ``''``: an empty id counts as none everywhere in the package) are copied
+    with a deterministic id derived from ``namespace``, their position and their content,
+    so the same history always gets the same ids.
 
     Args:
         messages: The history.

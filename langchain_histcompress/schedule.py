@@ -9,15 +9,23 @@ or the cache is cold after a pause). `FoldSchedule.decide` answers two questions
 one uncached input token:
 
 1. **When** (rent or buy): fold the oldest rounds once the rent already paid for carrying
-   them, the coming request's included, reaches what folding them costs. This is the classic
-   rent-or-buy rule: whatever the future holds, it never pays more than twice the best
-   schedule chosen in hindsight, and it needs no horizon. It sets the rhythm by itself: with
-   no caching every re-sent token is paid in full and a long conversation folds every few
-   rounds (as TaskWeaver does); under a warm 90%-off cache re-sending is cheap and folds wait
-   for the cache to go cold (a pause longer than its lifetime), when they cost no cache miss
-   and the coming request pays everything in full anyway.
+   them, the coming request's included, reaches the fold's *overhead*: its cost less the
+   summarizer's read of the folded rounds. That read is paid once for every round, by
+   whichever fold folds it, so it does not depend on when the fold happens; what folding
+   now rather than later adds is one more call's overhead (the instructions, the previous
+   summary read and rewritten, the cache miss). Over a long conversation this is the rhythm
+   that minimises the cost per round (rent grows with the square of the rounds carried, the
+   overhead is paid once per fold: their sum per round is least where they are equal). It
+   sets the rhythm by itself: with no caching every re-sent token is paid in full and a long
+   conversation folds every few rounds (as TaskWeaver does); under a warm 90%-off cache
+   re-sending is cheap and folds wait for the cache to go cold (a pause longer than its
+   lifetime), when they cost no cache miss and the coming request pays everything in full
+   anyway. Whether the conversation lasts long enough for the read to be worth paying at
+   all is the second question.
 2. **Whether** (payback): the tokens a fold removes (the folded rounds minus the summary's
-   growth) must repay its cost, with 90% confidence, on the requests still to come. The
+   growth) must repay its whole cost, the read of the folded rounds included (a
+   conversation that ends before another fold never needed it), with 90% confidence, on
+   the requests still to come. The
    coming request is certain; how many more will come is not. By the Copernican argument a
    conversation seen at a random moment of its life still has, with probability
    ``f / (f + 1)``, at least ``1 / f`` of its length so far ahead. Length is counted in
@@ -33,15 +41,17 @@ With ``F`` the folded tokens, ``S`` / ``S'`` the summary before / after (``S' = 
 cap)``), ``o`` the output / input price ratio and ``r`` / ``w`` the cache read / write price
 ratios, a fold costs ``instruction_tokens + S + F + o * S'`` plus, when the cache is warm and
 the view was cacheable, ``(S' + kept) * (w - r)`` for the miss; it removes ``F - (S' - S)``
-tokens from every later request. An append-only memory (fact extraction, ``append_ratio``
-``a``) reads only the folded rounds and writes what it adds: ``S' = min(S + a * F, cap)``
-and the call costs ``instruction_tokens + F + o * a * F`` (``memory_ratio`` replaces ``a`` in
-``S'`` when the memory is shown tersely).
+tokens from every later request; its overhead is that cost less ``F``. An append-only
+memory (fact extraction, ``append_ratio`` ``a``) reads only the folded rounds and writes what
+it adds: ``S' = min(S + a * F, cap)`` and the call costs ``instruction_tokens + F + o * a *
+F`` (``memory_ratio`` replaces ``a`` in ``S'`` when the memory is shown tersely).
 
 A verbatim floor keeps the view cacheable: when the provider caches from
-``min_cached_tokens`` on, a fold never leaves the preamble + kept rounds under it (below it
-nothing at all is cached; the new summary is not counted, its size is not known in advance),
-and it always keeps ``retain_rounds`` newest rounds.
+``min_cached_tokens`` on, a fold never leaves the preamble + summary + kept rounds under it
+(below it nothing at all is cached; the summary is counted at its current size, which a
+rewrite folding more rounds into it does not shrink), and it always keeps ``retain_rounds``
+newest rounds. The floor is kept only when a cached view of its size costs less per request
+than the view without it (see `FoldSchedule`).
 
 Example:
     >>> from langchain_histcompress.pricing import PRICING_MODELS
@@ -82,7 +92,7 @@ logger = logging.getLogger(__name__)
 
 FoldReason = Literal["cold", "rent", "none"]
 """Why a fold was chosen: the cache is cold for the coming request (the fold costs no cache
-miss), the rent paid for the folded rounds reached the fold's cost, or no fold pays."""
+miss), the rent paid for the folded rounds reached the fold's overhead, or no fold pays."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,9 @@ class FoldDecision:
     """Expected cost of the fold (call and cache miss), in uncached input tokens."""
     rent: float = 0.0
     """Rent already paid for carrying the folded rounds (coming request included)."""
+    overhead: float = 0.0
+    """The part of ``cost`` that folding now rather than later adds: all of it but the
+    summarizer's read of the folded rounds (the rent reached it)."""
 
 
 @dataclass(frozen=True)
@@ -200,18 +213,26 @@ class FoldSchedule:
     def _floor_for(self, head_tokens: int, rounds: Sequence[RoundLoad]) -> int:
         """The floor, when keeping the view cacheable is worth it.
 
-        A cached view of ``floor`` tokens costs about ``r * floor`` per request, plus a new
-        round at the full price; the view without a floor (``head_tokens`` of preamble and
-        summary, the retained rounds) costs its size. The floor is kept only when it is the
-        cheaper of the two (at 50% off, a short view sent in full costs less).
+        A cached view of ``floor`` tokens costs about ``r * floor`` per request, plus its new
+        tokens (about a round) at the price new tokens are billed: written at the cache-write
+        price where writes are charged (Anthropic), else in full, with on average half a
+        ``cache_step`` more in full where the cache only holds whole steps (OpenAI). The view
+        without a floor (``head_tokens``: preamble and the summary after the fold; the
+        retained rounds) costs its size. The floor is kept only when it is the cheaper of the
+        two (at 50% off, a short view sent in full costs less).
         """
         floor = self.floor
         if not floor or self.verbatim_floor is not None or not self.pricing.caches:
             return floor
-        read = self.pricing.cache_read_ratio
+        pricing = self.pricing
+        read = pricing.cache_read_ratio
+        if pricing.family == "anthropic":
+            new_price, unheld = max(1.0, pricing.cache_write_ratio), 0.0
+        else:
+            new_price, unheld = 1.0, pricing.cache_step / 2
         retained = [r.tokens for r in rounds[-self.retain_rounds :]]
         mean_round = sum(r.tokens for r in rounds) / len(rounds)
-        cached_view = read * floor + (1 - read) * mean_round
+        cached_view = read * floor + (new_price - read) * (mean_round + unheld)
         return floor if cached_view < head_tokens + sum(retained) else 0
 
     def _ratios(self) -> tuple[float, float, float]:
@@ -260,14 +281,14 @@ class FoldSchedule:
         Example:
             >>> from langchain_histcompress.pricing import PRICING_MODELS
             >>> schedule = FoldSchedule(pricing=PRICING_MODELS["openai-90"], summary_tokens=128)
-            >>> warm = [RoundLoad(tokens=300)] * 20
+            >>> warm = [RoundLoad(tokens=300)] * 12
             >>> cold = [*warm[:-1], RoundLoad(tokens=300, cold=True)]
             >>> state = dict(fixed_tokens=60, summary_tokens=128, rounds_so_far=200)
             >>> schedule.decide(rounds=warm, **state).rounds
             0
             >>> decision = schedule.decide(rounds=cold, **state)
             >>> decision.rounds, decision.reason
-            (16, 'cold')
+            (9, 'cold')
         """
         out, read, write = self._ratios()
         pricing = self.pricing
@@ -275,7 +296,8 @@ class FoldSchedule:
         eligible = len(rounds) - retain
         if eligible <= 0:
             return FoldDecision(0, "none", 0.0)
-        floor = self._floor_for(fixed_tokens + summary_tokens, rounds)
+        out_summary = self._call(summary_tokens, sum(r.tokens for r in rounds[:eligible]), out)[0]
+        floor = self._floor_for(fixed_tokens + max(summary_tokens, round(out_summary)), rounds)
         latest = rounds[-1]
         cold_now = latest.cold and latest.requests <= 1
         # the price each round's requests paid per re-sent token, and the view's size then
@@ -312,6 +334,7 @@ class FoldSchedule:
         missed = caches and not cold_now and prompt >= min_cached
         miss_ratio = max(0.0, write - read)
         fixed_after = fixed_tokens if fixed_tokens < floor else 0
+        head = fixed_tokens + summary_tokens  # stays in the view: counts towards the floor
         likely_price = now_price + future_price * (likely - 1)
         likely_added = added_tokens * likely
         horizon_price = now_price + future_price * (horizon - 1)
@@ -320,26 +343,25 @@ class FoldSchedule:
             tokens = rounds[k - 1].tokens
             folded += tokens
             first = k - 1 + retain  # the first round after which round k-1 was foldable
-            while first < count and (
-                fixed_tokens + tokens_after[k] - tokens_after[first + 1] < floor
-            ):
+            while first < count and head + tokens_after[k] - tokens_after[first + 1] < floor:
                 first += 1
             rent += tokens * paid_after[first]
             kept = total - folded
-            if fixed_tokens + kept < floor:  # the new summary may be short: not counted
+            if head + kept < floor:
                 break  # folding more would only shrink the view further below the floor
             new_summary, call = self._call(summary_tokens, folded, out)
             miss = 0.0
             if missed:
                 miss = (new_summary + kept + fixed_after) * miss_ratio
             cost = call + miss
+            overhead = cost - folded  # the folded rounds' read is paid whenever they fold
             removed = folded - (new_summary - summary_tokens)
             # the coming request is certain, the others as likely as the horizon says
             confident = removed * likely_price - likely_added
             net = removed * horizon_price - horizon_added - cost
-            if rent >= cost and confident >= cost and net > best.net_saving:
+            if rent >= overhead and confident >= cost and net > best.net_saving:
                 reason: FoldReason = "cold" if cold_now and caches else "rent"
-                best = FoldDecision(k, reason, net, cost, rent)
+                best = FoldDecision(k, reason, net, cost, rent, overhead)
         return best
 
 

@@ -3,11 +3,11 @@
 A `RunningSummary` is the cumulative summary of everything compressed so far, with the exact ids
 of the messages it represents. `Summarizer` turns the previous summary plus the next messages into
 a new summary with one model call: the previous summary is passed once, as data; the messages are
-shown with `render.render_transcript`; the answer is parsed, validated (non-empty, not a refusal,
-within ``max_summary_tokens``) and only then returned. Transient model errors (rate limits, 5xx,
-timeouts, dropped connections) and unusable answers are retried a bounded number of times; anything
-else fails at once. Every failure raises `SummarizationError` and changes nothing.
-The prompt, its configuration and the answer's parser are in `summary_prompt`.
+shown as compact lines (`render.render_turn_lines`); the answer is parsed, validated (non-empty,
+not a refusal, within ``max_summary_tokens``) and only then returned. Transient model errors
+(rate limits, 5xx, timeouts, dropped connections) and unusable answers are retried a bounded
+number of times; anything else fails at once. Every failure raises `SummarizationError` and
+changes nothing. The prompt, its configuration and the answer's parser are in `summary_prompt`.
 
 Summary profiles:
 
@@ -39,7 +39,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -70,8 +70,9 @@ from langchain_histcompress._model_edge import (
     report_failure,
     run_steps,
 )
+from langchain_histcompress.budget import context_budget, fit_messages
 from langchain_histcompress.coverage import CoveredIds, CoveredIdsField, as_covered_ids
-from langchain_histcompress.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.errors import BudgetError, ConfigurationError, SummarizationError
 from langchain_histcompress.render import wrap_data
 from langchain_histcompress.rounds import SUMMARY_SOURCE, is_summary_message
 from langchain_histcompress.summary_prompt import (
@@ -87,7 +88,12 @@ from langchain_histcompress.summary_prompt import (
     parse_summary_output,
     render_content,
 )
-from langchain_histcompress.tokens import TokenCounter, resolve_counter
+from langchain_histcompress.tokens import (
+    TokenCounter,
+    count_request,
+    message_costs,
+    resolve_counter,
+)
 
 __all__ = [
     "INTERNAL_TAGS",
@@ -131,9 +137,6 @@ def _utcnow() -> datetime:
 
 # Private per-summary caches (see `_memos`): a history cursor, the sorted covered ids, the
 # summary a new one was built from.
-_TEXT_TOKENS_KEY = "text_tokens"
-"""Private memo key: ``(counter, tokens)`` of a summary's text, from the counter's
-``count_text`` (set by `Summarizer` when it checks the size cap)."""
 
 _existing_memo = _memos.existing_memo
 _memo = _memos.memo
@@ -413,6 +416,11 @@ def summary_output_cap(
     return max_output_tokens
 
 
+def _nothing(index: int, message: BaseMessage) -> bool:
+    """Protects no message: every one may be shortened for the summarizer."""
+    return False
+
+
 @dataclass(frozen=True)
 class _Request:
     messages: tuple[BaseMessage, ...]
@@ -420,6 +428,9 @@ class _Request:
     rounds: int
     partial_round: bool
     previous_text: str | None
+    shown: tuple[BaseMessage, ...]
+    """What the prompt shows of ``messages``: themselves, or copies of the largest shortened
+    so the prompt fits the summarizer's own window."""
 
 
 class Summarizer:
@@ -513,6 +524,11 @@ class Summarizer:
         )
         self._clock = clock or _utcnow
         self.max_output_tokens = summary_output_cap(max_summary_tokens, max_output_tokens)
+        budget = context_budget(model).tokens
+        # an answer never takes more than half the window: the summary is read back next time
+        answer = min(self.max_output_tokens or max_summary_tokens, budget // 2)
+        self.max_input_tokens = budget - answer
+        """Tokens a prompt may hold: the model's window budget less its answer."""
         self._runnable: Runnable[Any, Any] = model
         self._structured_output = structured_output
         if structured_output:
@@ -572,11 +588,46 @@ class Summarizer:
                 msg = f"message {index} ({message.type}) has no id; coverage needs message ids"
                 raise ConfigurationError(msg)
         check_int("rounds", rounds, minimum=0)
-        return _Request(tuple(messages), previous, rounds, partial_round, previous_text)
+        request = _Request(
+            tuple(messages), previous, rounds, partial_round, previous_text, tuple(messages)
+        )
+        return self._within_window(request)
+
+    def _within_window(self, request: _Request) -> _Request:
+        """``request`` with the largest messages shortened when its prompt would not fit.
+
+        The summarizer reads at most its own window's budget (`budget.context_budget` of its
+        model, less the answer): a message too large for it is shown shortened, with a
+        marker (it is still covered: the summary says what it could read of it).
+        """
+        limit = self.max_input_tokens
+        counter = self.token_counter
+        sizes = message_costs(counter, request.messages)
+        if sum(sizes) * 6 // 5 + self.config.max_summary_tokens * 2 + 2_000 <= limit:
+            return request
+        shown = request.messages
+        for _ in range(4):
+            prompt = self._prompt(replace(request, shown=shown), "x" * 200)
+            size = count_request(counter, prompt)
+            if size <= limit:
+                break
+            room = sum(message_costs(counter, shown)) - (size - limit) - 64
+            try:
+                fitted = fit_messages(request.messages, max(room, 1), counter, protected=_nothing)
+            except BudgetError as error:
+                msg = (
+                    f"the summarizer prompt does not fit in its window ({limit:,} tokens): {error}"
+                )
+                raise SummarizationError(msg) from None
+            shown = tuple(fitted)
+        else:
+            msg = f"the summarizer prompt does not fit in {limit:,} tokens"
+            raise SummarizationError(msg)
+        return replace(request, shown=shown)
 
     def _prompt(self, request: _Request, rejection: str | None) -> list[BaseMessage]:
         return build_summary_prompt(
-            request.messages,
+            request.shown,
             request.previous,
             config=self.config,
             partial_round=request.partial_round,
@@ -622,9 +673,6 @@ class Summarizer:
             prompt_version=PROMPT_VERSION,
             created_at=self._clock(),
         )
-        if callable(getattr(self.token_counter, "count_text", None)):
-            # the text's count, kept so that a compressor does not encode the text again
-            _memo(summary)[_TEXT_TOKENS_KEY] = (self.token_counter, size)
         return summary
 
     def _after_error(self, exc: Exception, attempt: int) -> Pause:

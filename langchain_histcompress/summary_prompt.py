@@ -4,6 +4,10 @@
 `build_summary_prompt` writes the prompt (the previous summary once, as data; the messages as
 a transcript; the answer format of the profile); `parse_summary_output` reads the answer back
 into the profile's structure, rejecting empty, refused or malformed answers.
+
+The transcript is written as compact lines (`render.render_turn_lines`: ``[id role] text``),
+not as one XML element per message: every folded token is paid again in the summarizer's
+input, and element tags made a chat's transcript about 1.3 times its tokens in the chat.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from langchain_histcompress._answer_text import (
 )
 from langchain_histcompress.aliases import IdAliases
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
-from langchain_histcompress.render import escape_data, render_transcript, wrap_data
+from langchain_histcompress.render import escape_data, render_turn_lines, wrap_data
 
 if TYPE_CHECKING:
     from langchain_histcompress.summary import RunningSummary
@@ -239,7 +243,7 @@ def build_summary_prompt(
         >>> from langchain_core.messages import HumanMessage
         >>> prompt = build_summary_prompt([HumanMessage("hi", id="h1")])
         >>> print(prompt[1].content.splitlines()[3])
-        <message id="h1" role="user">hi</message>
+        [h1 user] hi
     """
     cfg = config or SummarizationConfig()
     parts = [_BASE_INSTRUCTIONS.format(max_tokens=cfg.max_summary_tokens)]
@@ -251,7 +255,7 @@ def build_summary_prompt(
         parts.append(cfg.instructions)
     data = [
         _previous_block(previous, previous_text),
-        f"<conversation>\n{render_transcript(IdAliases.for_messages(messages).apply(messages))}"
+        f"<conversation>\n{render_turn_lines(IdAliases.for_messages(messages).apply(messages))}"
         "\n</conversation>",
         _format_instructions(cfg.profile),
     ]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,12 +26,13 @@ __all__ = ["acompress_in_background", "compress_in_background", "thread_summariz
 def thread_summarizer(model: Runnable[Any, Any], **kwargs: Any) -> RoundCompressor:
     """A `RoundCompressor` preset for thread summarization: every finished exchange is folded.
 
-    ``rounds_to_compress=1, rounds_to_retain=0, compress_on_rounds=True``; any keyword
-    overrides. The summary is its own message right after the unchanged system preamble
-    (``placement="system_message"``), so the preamble stays a cacheable prefix; pass
-    ``placement="append_to_system"`` to write it into the system prompt instead (which
-    rewrites the system text at every fold). The latest round is never folded, so the
-    current question always stays verbatim: a round is folded once a newer round exists.
+    ``trigger=("rounds", 1), keep=("rounds", 0)``; any keyword overrides. The summary is its
+    own message right after the unchanged system preamble (``placement="system_message"``),
+    so the preamble stays a cacheable prefix; pass ``placement="append_to_system"`` to write
+    it into the system prompt instead (which rewrites the system text at every fold). The
+    latest round stays verbatim before the reply (a round is folded once a newer one exists);
+    after the reply, ``compress(..., after_reply=True)`` (what `compress_in_background` does)
+    folds the exchange just answered too.
 
     To answer first and summarize after, build the view with ``compressor.view(history,
     summary)`` (no model call), reply, then fold in the background with
@@ -52,22 +52,8 @@ def thread_summarizer(model: Runnable[Any, Any], **kwargs: Any) -> RoundCompress
         >>> [m.type for m in result.messages], result.calls
         (['system', 'system', 'human'], 1)
     """
-    options: dict[str, Any] = {
-        "rounds_to_compress": 1,
-        "rounds_to_retain": 0,
-        "compress_on_rounds": True,
-        **kwargs,
-    }
+    options: dict[str, Any] = {"trigger": ("rounds", 1), "keep": ("rounds", 0), **kwargs}
     return RoundCompressor(model, **options)
-
-
-def _after_reply(compressor: RoundCompressor) -> RoundCompressor:
-    """``compressor`` folding the answered latest round too (a copy; the original is unchanged)."""
-    if compressor.fold_answered_round or compressor.rounds_to_retain != 0:
-        return compressor
-    after = copy.copy(compressor)
-    after.fold_answered_round = True
-    return after
 
 
 def compress_in_background(
@@ -77,13 +63,11 @@ def compress_in_background(
     *,
     config: RunnableConfig | None = None,
     executor: concurrent.futures.Executor | None = None,
-    fold_answered: bool = True,
 ) -> concurrent.futures.Future[CompressionResult]:
     """Start ``compressor.compress`` in the background and return its future at once.
 
-    Meant for after the reply: with ``fold_answered`` (default) a compressor that retains no
-    round (`thread_summarizer`) also folds the exchange just answered (see
-    ``RoundCompressor(fold_answered_round=...)``), so the next call finds it in the summary.
+    Meant for after the reply: a compressor that keeps no round (`thread_summarizer`) folds
+    the exchange just answered, so the next call finds it in the summary.
 
     The history is snapshotted (a new list) before returning, so the caller may keep appending
     to its own list. Runs on ``executor`` when given, else on a daemon thread (context
@@ -102,10 +86,13 @@ def compress_in_background(
         ['a1', 'h1']
     """
     snapshot = list(messages)
-    compressor = _after_reply(compressor) if fold_answered else compressor
     if executor is not None:
-        return executor.submit(compressor.compress, snapshot, summary, config=config)
-    return submit_to_worker(lambda: compressor.compress(snapshot, summary, config=config))
+        return executor.submit(
+            compressor.compress, snapshot, summary, config=config, after_reply=True
+        )
+    return submit_to_worker(
+        lambda: compressor.compress(snapshot, summary, config=config, after_reply=True)
+    )
 
 
 def acompress_in_background(
@@ -114,13 +101,11 @@ def acompress_in_background(
     summary: RunningSummary | None = None,
     *,
     config: RunnableConfig | None = None,
-    fold_answered: bool = True,
 ) -> asyncio.Task[CompressionResult]:
     """Schedule ``compressor.acompress`` as an ``asyncio.Task`` on the running loop.
 
     Call it from a coroutine after the reply was sent; keep a reference to the task and await
     it (or check ``task.done()``) before the next turn. The history is snapshotted first.
-    ``fold_answered`` as in `compress_in_background`.
 
     Raises:
         RuntimeError: No event loop is running.
@@ -141,8 +126,8 @@ def acompress_in_background(
         'The user said hi.'
     """
     snapshot = list(messages)
-    compressor = _after_reply(compressor) if fold_answered else compressor
     loop = asyncio.get_running_loop()
     return loop.create_task(
-        compressor.acompress(snapshot, summary, config=config), name="histcompress-compress"
+        compressor.acompress(snapshot, summary, config=config, after_reply=True),
+        name="histcompress-compress",
     )

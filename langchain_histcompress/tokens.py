@@ -70,6 +70,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.runnables import RunnableBinding
 
 from langchain_histcompress._prefix import holds
 from langchain_histcompress.errors import ConfigurationError, TokenizerError
@@ -217,12 +218,40 @@ def get_encoding(name: str) -> tiktoken.Encoding:
     return encoding
 
 
-_O200K_MODEL = re.compile(
-    r"(?:gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-oss|o[134])(?:$|[-.:_@])"
-)
-_CL100K_MODEL = re.compile(
-    r"(?:gpt-4|gpt-3\.5|gpt-35|text-embedding-3|text-embedding-ada-002)(?:$|[-.:_@])"
-)
+_O200K_FAMILY = re.compile(r"gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5(?:\.\d+)?|gpt-oss|o[134]")
+_CL100K_FAMILY = re.compile(r"gpt-4|gpt-3\.5|gpt-35|text-embedding-3|text-embedding-ada-002")
+_NAME_PARTS = frozenset(
+    {
+        "mini", "nano", "pro", "max", "turbo", "preview", "latest", "chat", "codex",
+        "instruct", "vision", "audio", "realtime", "search", "transcribe", "tts",
+        "deep", "research", "small", "large", "high", "low", "medium", "diarize",
+    }
+)  # fmt: skip
+"""Words OpenAI model names put after the family (``gpt-4o-mini-search-preview``)."""
+_NAME_NUMBER = re.compile(r"\d+[kb]?")
+"""Snapshot dates and sizes after the family (``2024-08-06``, ``0613``, ``32k``, ``120b``)."""
+
+
+def _known_variant(rest: str) -> bool:
+    """Whether ``rest`` (the name after its family) is made of known words and numbers.
+
+    So a typo (``gpt-4o-mnii``) is an unknown model, not silently a ``gpt-4o`` variant.
+    """
+    if not rest:
+        return True
+    if rest[0] not in "-_@":
+        return False
+    parts = re.split(r"[-_@]", rest[1:])
+    return all(part in _NAME_PARTS or _NAME_NUMBER.fullmatch(part) for part in parts)
+
+
+def _family_encoding(base: str) -> str | None:
+    for family, encoding in ((_O200K_FAMILY, "o200k_base"), (_CL100K_FAMILY, "cl100k_base")):
+        found = family.match(base)
+        # the longest family that fits: gpt-4o before gpt-4, gpt-5.1 before gpt-5
+        if found is not None and _known_variant(base[found.end() :]):
+            return encoding
+    return None
 
 
 def _base_model_name(model: str) -> str:
@@ -240,9 +269,13 @@ def encoding_name_for_model(model: str) -> str:
     """Name the tiktoken encoding an OpenAI model uses.
 
     Provider prefixes (``"openai:gpt-4o"``, ``"openai/gpt-4o"``) and fine-tune names
-    (``"ft:gpt-4o-mini:org::id"``) are understood. Any other model is an error rather than a
-    silent guess: name the encoding yourself (``TiktokenCounter(model, encoding="o200k_base")``,
-    or ``token_counter="o200k_base"``), or pass a counter of your own.
+    (``"ft:gpt-4o-mini:org::id"``) are understood. A name is known when it is a model family
+    (``gpt-4o``, ``gpt-4.1``, ``gpt-5.1``, ``o3``, ``gpt-4``, ``gpt-3.5``...) followed only by
+    the words and numbers OpenAI's names use (``-mini``, ``-preview``, ``-2024-08-06``,
+    ``-32k``...), so a typo such as ``"gpt-4o-mnii"`` is unknown. Any unknown model is an
+    error rather than a silent guess: name the encoding yourself
+    (``TiktokenCounter(model, encoding="o200k_base")``, or ``token_counter="o200k_base"``),
+    or pass a counter of your own.
 
     Args:
         model: The model name.
@@ -259,11 +292,9 @@ def encoding_name_for_model(model: str) -> str:
         >>> encoding_name_for_model("gpt-3.5-turbo")
         'cl100k_base'
     """
-    base = _base_model_name(model)
-    if _O200K_MODEL.match(base):
-        return "o200k_base"
-    if _CL100K_MODEL.match(base):
-        return "cl100k_base"
+    encoding = _family_encoding(_base_model_name(model))
+    if encoding is not None:
+        return encoding
     msg = (
         f"unknown model {model!r}: its token encoding is not known. Name one explicitly "
         f"(TiktokenCounter({model!r}, encoding='o200k_base'), or token_counter set to one of "
@@ -516,7 +547,8 @@ class TiktokenCounter:
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
-        self._prefixes: OrderedDict[tuple[int, int], _Counted] = OrderedDict()
+        self._prefixes: list[_Counted] = []
+        """Remembered lists with their counts, the most recently used last."""
         self._roles: dict[str, int] = {}
 
     @property
@@ -715,7 +747,10 @@ class TiktokenCounter:
         messages:
 
         * a list is matched only with a remembered list that starts with the same two
-          objects (so lists sharing only a system message do not evict each other);
+          objects, and every conversation keeps its own: lists sharing their first
+          messages (a fixed system prompt and greeting) do not evict each other, and a list
+          that shares at least half of a remembered one (the same history, edited) takes
+          its place;
         * when the part they share is at most 2,048 messages long, every reference in it is
           compared (exact: any message replaced, inserted or removed is seen);
         * when it is longer, each call compares its first 64 and last 512 references and
@@ -743,16 +778,8 @@ class TiktokenCounter:
 
     def _counted(self, messages: Sequence[BaseMessage]) -> _Counted:
         """A memo whose first ``len(messages)`` entries are the counts of ``messages``."""
-        # Keyed by the first two messages: lists that share only their system message (a
-        # history, a prompt built from it, a short list of fixed parts) keep their own memos
-        # instead of replacing each other's.
-        key = (id(messages[0]), id(messages[1]) if len(messages) > 1 else 0)
         with self._lock:
-            memo = self._prefixes.get(key)
-            kept = 0
-            if memo is not None and memo.messages[0] is messages[0]:
-                kept = memo.shared_prefix(messages)
-                self._prefixes.move_to_end(key)
+            memo, kept = self._best_memo(messages)
             size = len(memo.messages) if memo is not None else 0
         if memo is not None and kept == len(messages):
             return memo
@@ -762,12 +789,54 @@ class TiktokenCounter:
                 memo.extend(messages[kept:], fresh)  # still the newest list: grow in place
             else:
                 counts = memo.counts[:kept] if memo is not None else []
+                replaced = memo if memo is not None and 2 * kept >= len(memo.messages) else None
                 memo = _Counted(_as_list(messages[:]), counts + fresh)
-                self._prefixes[key] = memo
-                self._prefixes.move_to_end(key)
-                while len(self._prefixes) > _PREFIX_MEMOS:
-                    self._prefixes.popitem(last=False)
+                self._remember(memo, replaced)
         return memo
+
+    def _remember(self, memo: _Counted, replaced: _Counted | None) -> None:
+        """Keep ``memo`` as the most recently used list (the caller holds the lock).
+
+        It takes the place of ``replaced``, a list it shares at least half of (the same
+        conversation, edited or tried with another last message); otherwise it is another
+        list (a conversation sharing only its first messages) and the least recently used
+        memo goes when there are too many.
+        """
+        memos = self._prefixes
+        if replaced is not None:
+            memos[:] = [m for m in memos if m is not replaced]
+        memos.append(memo)
+        if len(memos) > _PREFIX_MEMOS:
+            del memos[0]
+
+    def _best_memo(self, messages: Sequence[BaseMessage]) -> tuple[_Counted | None, int]:
+        """The remembered list sharing the longest beginning with ``messages``, and its length.
+
+        Only lists that start with the same two objects are compared (so lists sharing only a
+        system message cost a pointer comparison each), most recently used first; a list
+        holding all of ``messages``, or wholly held by it, ends the search. The memo found
+        becomes the most recently used. The caller holds the counter's lock.
+        """
+        first = messages[0]
+        second = messages[1] if len(messages) > 1 else None
+        memos = self._prefixes
+        best: _Counted | None = None
+        kept = 0
+        at_best = -1
+        for at in range(len(memos) - 1, -1, -1):
+            mine = memos[at].messages
+            if mine[0] is not first or (
+                second is not None and len(mine) > 1 and mine[1] is not second
+            ):
+                continue
+            shared = memos[at].shared_prefix(messages)
+            if best is None or shared > kept:
+                best, kept, at_best = memos[at], shared, at
+            if shared in (len(mine), len(messages)):
+                break
+        if best is not None:
+            memos.append(memos.pop(at_best))
+        return best, kept
 
     def _count_each(self, messages: Sequence[BaseMessage]) -> list[int]:
         """Per-message counts: cached ones under one lock, the others computed outside it."""
@@ -845,7 +914,7 @@ def _shared_encoding_counter(encoding: str) -> TiktokenCounter:
 
 
 def resolve_counter(
-    counter: TokenCounter | BaseLanguageModel[Any] | str | None,
+    counter: TokenCounter | BaseLanguageModel[Any] | RunnableBinding[Any, Any] | str | None,
 ) -> TokenCounter:
     """Turn a counter specification into a token counter.
 
@@ -854,8 +923,9 @@ def resolve_counter(
             shared `TiktokenCounter` of that model, an encoding name (``"o200k_base"``,
             ``"cl100k_base"``) for a counter of that encoding (``"approximate"`` for
             ``count_tokens_approximately``); a chat model, whose
-            ``get_num_tokens_from_messages`` is used; any callable taking a message list is
-            returned as is (``count_tokens_approximately``...).
+            ``get_num_tokens_from_messages`` is used (a bound one, ``model.bind(...)``,
+            counts with the model it binds); any callable taking a message list is returned
+            as is (``count_tokens_approximately``...).
 
     Returns:
         The token counter.
@@ -881,6 +951,9 @@ def resolve_counter(
         if counter in _SPECS:
             return _shared_encoding_counter(counter)
         return _shared_counter(counter)
+    bound = _bound_model(counter)
+    if bound is not None:
+        counter = bound
     if isinstance(counter, BaseLanguageModel):
         model = counter
         return lambda messages: model.get_num_tokens_from_messages(list(messages))
@@ -891,6 +964,26 @@ def resolve_counter(
         )
         raise ConfigurationError(msg)
     return counter
+
+
+def _bound_model(counter: object) -> BaseLanguageModel[Any] | None:
+    """The model inside ``model.bind(...)`` / ``with_config(...)`` wrappers, if that is one.
+
+    Raises:
+        ConfigurationError: ``counter`` is a binding of something that is not a model.
+    """
+    if not isinstance(counter, RunnableBinding):
+        return None
+    inner: object = counter
+    while isinstance(inner, RunnableBinding):
+        inner = inner.bound
+    if not isinstance(inner, BaseLanguageModel):
+        msg = (
+            "token counter must be None, a model name, a chat model (bound or not) or a "
+            f"callable taking a message list, got a binding of {type(inner).__name__}"
+        )
+        raise ConfigurationError(msg)
+    return inner
 
 
 def message_costs(counter: TokenCounter, messages: Sequence[BaseMessage]) -> list[int]:

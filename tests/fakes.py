@@ -27,6 +27,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import Field
 
 from langchain_histcompress.compressor import RoundCompressor
+from langchain_histcompress.render import escape_data, read_turn_lines
 from langchain_histcompress.summary import RunningSummary
 
 # --------------------------------------------------------------------------- package prompts
@@ -35,8 +36,10 @@ _MESSAGE_ID = re.compile(r'<message id="([^"]*)"')
 
 
 def prompt_ids(prompt: Sequence[BaseMessage]) -> list[str]:
-    """Ids of the conversation messages shown in a summary or extraction prompt."""
-    return _MESSAGE_ID.findall(str(prompt[-1].content))
+    """Ids of the conversation messages shown in a summary prompt (``[id role]`` lines) or
+    an extraction prompt (``<message id=...>`` elements)."""
+    text = str(prompt[-1].content)
+    return _MESSAGE_ID.findall(text) + [i for i, _role, _body in read_turn_lines(text)]
 
 
 _MESSAGE_TEXT = re.compile(r"<message [^>]*>([^<]*)</message>")
@@ -45,7 +48,9 @@ _MESSAGE_TEXT = re.compile(r"<message [^>]*>([^<]*)</message>")
 def prompt_message_texts(prompt: Sequence[BaseMessage]) -> list[str]:
     """Texts of the conversation messages shown in a summary or extraction prompt (long
     ids are shown as aliases there, texts as they are)."""
-    return _MESSAGE_TEXT.findall(str(prompt[-1].content))
+    text = str(prompt[-1].content)
+    lines = [escape_data(body) for _i, _role, body in read_turn_lines(text)]
+    return _MESSAGE_TEXT.findall(text) + lines
 
 
 def prompt_text(prompt: Sequence[BaseMessage]) -> str:
@@ -310,19 +315,12 @@ async def _no_sleep(_: float) -> None:
     return None
 
 
-def by_round_count(options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` folding by round count (the rhythm most tests script) unless they choose
-    another trigger (``pricing``, ``trigger`` or ``compress_on_rounds``)."""
-    if not {"pricing", "trigger", "compress_on_rounds"} & options.keys():
-        return {**options, "compress_on_rounds": True}
-    return options
-
-
 def controlled_compressor(control: Control, **kw: Any) -> RoundCompressor:
-    """A quick RoundCompressor (2 rounds folded, 1 kept) over a ControlledSummarizer."""
+    """A quick RoundCompressor (folds once 3 rounds are pending, keeps 1) over a
+    ControlledSummarizer."""
     options: dict[str, Any] = {
-        "rounds_to_compress": 2,
-        "rounds_to_retain": 1,
+        "trigger": ("rounds", 3),
+        "keep": ("rounds", 1),
         "token_counter": "approximate",
         "max_retries": 1,
         "timeout": 0.5,
@@ -332,7 +330,67 @@ def controlled_compressor(control: Control, **kw: Any) -> RoundCompressor:
         "async_sleep": _no_sleep,
         **kw,
     }
-    return RoundCompressor(ControlledSummarizer(control=control), **by_round_count(options))
+    return RoundCompressor(ControlledSummarizer(control=control), **options)
+
+
+# --------------------------------------------------------------------------- agent middleware
+
+
+def model_request(
+    model: Any,
+    messages: Sequence[BaseMessage],
+    state: dict[str, Any],
+    system: BaseMessage | None = None,
+) -> Any:
+    """A ``ModelRequest`` as ``create_agent`` builds it: the system prompt apart, the state's
+    messages, the state itself."""
+    from langchain.agents.middleware.types import ModelRequest
+    from langgraph.runtime import Runtime
+
+    return ModelRequest(
+        model=model,
+        messages=list(messages) if not isinstance(messages, list) else messages,
+        system_message=system,  # type: ignore[arg-type]
+        state=state,  # type: ignore[arg-type]
+        runtime=Runtime(),
+    )
+
+
+def _sent_and_update(out: Any, sent: list[Any]) -> tuple[Any, dict[str, Any]]:
+    from langchain.agents.middleware.types import ExtendedModelResponse
+
+    update: dict[str, Any] = {}
+    if isinstance(out, ExtendedModelResponse) and out.command is not None:
+        update = dict(out.command.update or {})  # type: ignore[call-overload]
+    return (sent[0] if sent else None), update
+
+
+def through_middleware(middleware: Any, request: Any) -> tuple[Any, dict[str, Any]]:
+    """Run ``middleware.wrap_model_call`` around a model call that answers ``ok``: the request
+    the model received (``None`` when it was not called) and the state update returned with
+    the answer (``{}`` when none)."""
+    from langchain.agents.middleware.types import ModelResponse
+
+    sent: list[Any] = []
+
+    def handler(req: Any) -> Any:
+        sent.append(req)
+        return ModelResponse(result=[AIMessage("ok")])
+
+    return _sent_and_update(middleware.wrap_model_call(request, handler), sent)
+
+
+async def athrough_middleware(middleware: Any, request: Any) -> tuple[Any, dict[str, Any]]:
+    """Async `through_middleware` (``awrap_model_call``)."""
+    from langchain.agents.middleware.types import ModelResponse
+
+    sent: list[Any] = []
+
+    async def handler(req: Any) -> Any:
+        sent.append(req)
+        return ModelResponse(result=[AIMessage("ok")])
+
+    return _sent_and_update(await middleware.awrap_model_call(request, handler), sent)
 
 
 # --------------------------------------------------------------------------- provider errors

@@ -4,7 +4,12 @@
 everything providers accept or that real threads contain: tool call ids reused across
 steps, invalid tool calls answered by tool messages, system messages in the middle of the
 conversation, stray tool messages (answering nothing), empty contents and content-block
-lists.
+lists. With ``blank_ids=True`` some messages carry an empty-string id (``add_messages``
+keeps those), which every face treats as no id.
+
+`history_updates` turns a history into the writes a chat history receives: batches of
+whole units, interleaved with ``RemoveMessage`` batches naming messages written before
+(sometimes a ``REMOVE_ALL_MESSAGES`` followed by a fresh start).
 """
 
 from __future__ import annotations
@@ -17,9 +22,13 @@ from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
+
+from langchain_histcompress.rounds import split_units
+from langchain_histcompress.storage.base import REMOVE_ALL_MESSAGES
 
 _counter = itertools.count()
 
@@ -117,10 +126,12 @@ def history(
     allow_leading_tools: bool = True,
     allow_in_flight: bool = True,
     wild: bool = False,
+    blank_ids: bool = False,
 ) -> list[BaseMessage]:
     """A whole history: optional system preamble, optional leading orphan tool messages,
     rounds, optionally an in-flight tool call at the tail. Always ends in a round that
-    contains the latest human message. ``wild`` adds the shapes of the module docstring."""
+    contains the latest human message. ``wild`` adds the shapes of the module docstring;
+    ``blank_ids`` gives some messages an empty-string id."""
     out: list[BaseMessage] = []
     if draw(st.booleans()):
         out.append(SystemMessage(draw(text) or "system", id=_id("sys")))
@@ -133,9 +144,47 @@ def history(
         out += draw(round_(wild=wild))
     if allow_in_flight and draw(st.booleans()):
         out += draw(tool_group(in_flight=True, wild=wild))
+    if blank_ids:
+        blank = draw(st.lists(st.booleans(), min_size=len(out), max_size=len(out)))
+        out = [m.model_copy(update={"id": ""}) if b else m for m, b in zip(out, blank, strict=True)]
     return out
 
 
 def wild_history(**kwargs: Any) -> st.SearchStrategy[list[BaseMessage]]:
     """`history` with every accepted and every broken-but-real shape (``wild=True``)."""
     return history(wild=True, **kwargs)
+
+
+@st.composite
+def history_updates(
+    draw: st.DrawFn, *, max_rounds: int = 6, wild: bool = True
+) -> list[list[BaseMessage]]:
+    """The batches a chat history receives for a drawn history, removals interleaved.
+
+    Whole units are written one batch at a time (a few per batch); between them a batch
+    may remove messages written before (their ids, never one twice) or start over with
+    ``RemoveMessage(id=REMOVE_ALL_MESSAGES)``. Messages carry unique ids (removals need
+    them).
+    """
+    messages = draw(history(max_rounds=max_rounds, wild=wild))
+    units = split_units(messages)
+    batches: list[list[BaseMessage]] = []
+    live: list[str] = []
+    position = 0
+    while position < len(units):
+        action = draw(st.sampled_from(["write", "write", "write", "remove", "reset"]))
+        if action == "remove" and live:
+            doomed = draw(st.lists(st.sampled_from(live), min_size=1, max_size=2, unique=True))
+            live = [i for i in live if i not in doomed]
+            batches.append([RemoveMessage(id=i) for i in doomed])
+            continue
+        if action == "reset" and live:
+            live = []
+            batches.append([RemoveMessage(id=REMOVE_ALL_MESSAGES)])
+            continue
+        take = draw(st.integers(1, 3))
+        batch = [m for unit in units[position : position + take] for m in unit]
+        position += take
+        live += [str(m.id) for m in batch]
+        batches.append(batch)
+    return batches

@@ -11,7 +11,8 @@ builds the model input, which is checked against the OpenAI tool-pairing rules
 apart (the cache stays warm), each trajectory starting cold.
 
 The internal model is `AgentReplayModel`, offline: summaries quote the opening words of the
-shown messages up to the cap, fact extraction adds one fact per shown user message.
+shown messages (``<message>`` elements or ``[id role]`` lines) up to the cap, fact extraction
+adds one fact per shown user message.
 
 Example:
     >>> from langchain_core.messages import AIMessage, ToolMessage
@@ -60,7 +61,7 @@ from langchain_histcompress.bench.replay import (
 from langchain_histcompress.bench.strategies import StrategyEnv, build_strategy, is_priced
 from langchain_histcompress.errors import ConfigurationError
 from langchain_histcompress.pricing import DEFAULT_PRICING
-from langchain_histcompress.render import message_text
+from langchain_histcompress.render import message_text, read_turn_lines
 from langchain_histcompress.tokens import TiktokenCounter
 
 __all__ = [
@@ -83,6 +84,7 @@ AGENT_CALL_GAP = 10.0
 """Seconds between two model calls of a trajectory."""
 
 _ELEMENT = re.compile(r'<message\b[^>]*\bid="([^"]*)"[^>]*>([^<]*)</message>')
+_TURN_LINES = re.compile(r"^\[[^\s\]]+ [^\s\]]+(?: [^\s\]]+)*\].*(?:\n  .*)*$", re.MULTILINE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -179,7 +181,8 @@ class AgentReplayModel(BaseChatModel):
         """
         text = "\n".join(message_text(m) for m in messages)
         shown = [(i, html.unescape(t).strip()) for i, t in _ELEMENT.findall(text)]
-        kind = detect_prompt_kind(_ELEMENT.sub("", text))
+        shown += [(i, body.strip()) for i, _role, body in read_turn_lines(text)]
+        kind = detect_prompt_kind(_TURN_LINES.sub("", _ELEMENT.sub("", text)))
         if kind == "fact_operations":
             operations = [
                 {

@@ -16,13 +16,18 @@ from typing import Any
 
 from langchain_histcompress.bench.costs import REPORTED_PRICINGS, CostFigures
 from langchain_histcompress.bench.runner import BenchResult
+from langchain_histcompress.bench.tables import columns, markdown_table, text_table
 from langchain_histcompress.pricing import PRICING_MODELS, PricingModel
 
 __all__ = [
+    "BOUND",
     "BOUND_STRATEGIES",
+    "CEILING",
     "COST_DEFINITIONS",
     "agent_rows",
     "agent_to_dict",
+    "compact_agent_rows",
+    "compact_cost_rows",
     "cost_rows",
     "cost_to_dict",
     "format_agent_table",
@@ -36,6 +41,12 @@ __all__ = [
 BOUND_STRATEGIES: tuple[str, ...] = ("round_compression",)
 """Strategies whose "summaries free" bound is reported beside them."""
 
+CEILING = "output only (ceiling)"
+"""Row label of the savings left when every prompt is free."""
+
+BOUND = "(summaries free)"
+"""Row label, right under a strategy of `BOUND_STRATEGIES`, of its bound."""
+
 COST_DEFINITIONS: dict[str, str] = {
     "cost under caching": "every call of the replay (answering and internal) priced as the "
     "provider bills it: a call's cached part is its longest token prefix shared with an "
@@ -45,10 +56,10 @@ COST_DEFINITIONS: dict[str, str] = {
     "30 s apart, sessions start at their dates (cold cache)",
     "savings @ pricing": "1 - cost(strategy) / cost(full) with both priced by that model",
     "cached": "share of prompt tokens read from the cache",
-    "answers' output only (ceiling)": "the savings if every prompt were free: the answers' "
-    "output tokens, the same for every strategy, are all that is left",
-    "(summaries free)": "a bound, not a strategy: the savings of the strategy's answering "
-    "requests alone, its internal calls priced at zero",
+    CEILING: "the savings if every prompt were free: the answers' output tokens, the same "
+    "for every strategy, are all that is left",
+    BOUND: "a bound, not a strategy, on the row of the strategy above it: the savings of its "
+    "answering requests alone, its internal calls priced at zero",
     "no_history": "a reference, not a strategy: system prompt + current round only; "
     "what any strategy that keeps history costs at least (both pay the answers' output)",
 }
@@ -85,12 +96,15 @@ def pricing_assumptions_markdown(names: Sequence[str] = REPORTED_PRICINGS) -> st
     return "\n".join(lines)
 
 
+_SAVINGS = "savings @ "
+
+
 def cost_rows(
     result: BenchResult, conversation: str | None = None
 ) -> tuple[list[str], list[list[str]]]:
     """Header and rows: billed tokens, cached shares, then savings under each pricing model."""
     header = ["strategy", "billed", "cached openai", "cached anthropic"]
-    header += [f"savings @ {name}" for name in REPORTED_PRICINGS]
+    header += [f"{_SAVINGS}{name}" for name in REPORTED_PRICINGS]
     rows: list[list[str]] = []
     for strategy in result.strategies:
         figures = result.figures(strategy, conversation)
@@ -106,43 +120,51 @@ def cost_rows(
         cells += [_percent(c.savings if c else None) for c in costs.values()]
         rows.append(cells)
         if strategy == result.strategies[0]:  # the baseline: what every strategy pays
-            ceiling = ["answers' output only (ceiling)", "-", "-", "-"]
+            ceiling = [CEILING, "-", "-", "-"]
             ceiling += [
                 _percent(1 - c.output_cost / c.cost if c and c.cost else None)
                 for c in costs.values()
             ]
             rows.append(ceiling)
         if strategy in BOUND_STRATEGIES:
-            bound = [f"{strategy} (summaries free)", "-", "-", "-"]
+            bound = [BOUND, "-", "-", "-"]
             bound += [_percent(c.answer_savings if c else None) for c in costs.values()]
             rows.append(bound)
     return header, rows
 
 
 def format_cost_table(result: BenchResult, conversation: str | None = None) -> str:
-    """The cost figures as an aligned plain-text table."""
+    """The cost figures as aligned plain-text tables (at most 100 columns wide)."""
     header, rows = cost_rows(result, conversation)
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        first = f"{cells[0]:<{widths[0]}}"
-        rest = [f"{c:>{w}}" for c, w in zip(cells[1:], widths[1:], strict=True)]
-        return "  ".join([first, *rest]).rstrip()
-
-    out = ["Cost under prompt caching (savings against full history priced the same way)"]
-    out += [line(header), line(["-" * w for w in widths]), *[line(r) for r in rows]]
-    return "\n".join(out)
+    savings = [h for h in header if h.startswith(_SAVINGS)]
+    short = [h.removeprefix(_SAVINGS) for h in header]
+    return "\n".join(
+        [
+            text_table(
+                *columns(header, rows, ["billed", "cached openai", "cached anthropic"]),
+                title="Cost under prompt caching: billed tokens and the share of prompt tokens "
+                "read from the cache",
+            ),
+            "",
+            text_table(
+                *columns(short, rows, [h.removeprefix(_SAVINGS) for h in savings]),
+                title="Savings against the full history priced the same way, per pricing model",
+            ),
+        ]
+    )
 
 
 def markdown_cost_table(result: BenchResult, conversation: str | None = None) -> str:
     """The cost figures as a Markdown table."""
-    header, rows = cost_rows(result, conversation)
-    lines = [
-        "| " + " | ".join(header) + " |",
-        "| :--- | " + " | ".join("---:" for _ in header[1:]) + " |",
-    ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(*cost_rows(result, conversation))
+
+
+def compact_cost_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
+    """The cost table without billed tokens, headed by pricing names (fits 100 columns)."""
+    header, rows = cost_rows(result)
+    picked = columns(header, rows, [h for h in header[1:] if h != "billed"])
+    short = {"cached anthropic": "cached anthr."}
+    return [short.get(h, h.removeprefix(_SAVINGS)) for h in picked[0]], picked[1]
 
 
 def agent_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
@@ -154,7 +176,7 @@ def agent_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     under at least one pricing model.
     """
     header = ["strategy", "failed", "internal", "broken", "sys changed", "worse"]
-    header += [f"savings @ {name}" for name in REPORTED_PRICINGS]
+    header += [f"{_SAVINGS}{name}" for name in REPORTED_PRICINGS]
     agent = result.agent
     rows: list[list[str]] = []
     if agent is None:
@@ -188,23 +210,24 @@ def agent_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
 
 
 def format_agent_table(result: BenchResult) -> str:
-    """The agent workload as an aligned plain-text table ("" when it was not run)."""
+    """The agent workload as aligned plain-text tables ("" when it was not run)."""
     if result.agent is None:
         return ""
     header, rows = agent_rows(result)
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        first = f"{cells[0]:<{widths[0]}}"
-        rest = [f"{c:>{w}}" for c, w in zip(cells[1:], widths[1:], strict=True)]
-        return "  ".join([first, *rest]).rstrip()
-
-    title = (
-        f"Agent workload: {len(result.agent.trajectories)} tau-bench trajectories "
-        "(savings against full history, over the trajectories each strategy completed)"
-    )
+    short = [h.removeprefix(_SAVINGS) for h in header]
     return "\n".join(
-        [title, line(header), line(["-" * w for w in widths]), *[line(r) for r in rows]]
+        [
+            text_table(
+                *columns(header, rows, ["failed", "internal", "broken", "sys changed", "worse"]),
+                title=f"Agent workload: {len(result.agent.trajectories)} tau-bench trajectories",
+            ),
+            "",
+            text_table(
+                *columns(short, rows, short[6:]),
+                title="Agent workload: savings against the full history per pricing model, over "
+                "the trajectories each strategy completed",
+            ),
+        ]
     )
 
 
@@ -212,13 +235,14 @@ def markdown_agent_table(result: BenchResult) -> str:
     """The agent workload as a Markdown table ("" when it was not run)."""
     if result.agent is None:
         return ""
+    return markdown_table(*agent_rows(result))
+
+
+def compact_agent_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
+    """Failures, rule breaks, costlier trajectories and savings per pricing name (100 columns)."""
     header, rows = agent_rows(result)
-    lines = [
-        "| " + " | ".join(header) + " |",
-        "| :--- | " + " | ".join("---:" for _ in header[1:]) + " |",
-    ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    picked = columns(header, rows, ["failed", "broken", "worse", *header[6:]])
+    return [h.removeprefix(_SAVINGS) for h in picked[0]], picked[1]
 
 
 def agent_to_dict(result: BenchResult) -> dict[str, Any] | None:
@@ -307,36 +331,45 @@ def cost_to_dict(result: BenchResult) -> dict[str, Any]:
 def write_cost_plot(result: BenchResult, out_dir: Path) -> Path | None:
     """Draw ``cost_by_pricing.png``: each strategy's cost under each pricing model.
 
-    Bars are grouped by pricing model, one bar per strategy, as a share of the full history's
-    cost under the same model (100% = full history). ``None`` when nothing was priced.
+    One row per strategy (named on the axis), one bar per pricing model, as a share of the
+    full history's cost under the same model (100% = full history). ``None`` when nothing
+    was priced.
     """
-    from matplotlib import colormaps
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import PercentFormatter
 
     strategies = [s for s in result.strategies if result.cost(s, REPORTED_PRICINGS[0])]
     if not strategies:
         return None
-    palette = colormaps["tab20"]
-    colour = {s: palette(i % 20) for i, s in enumerate(result.strategies)}
-    figure = Figure(figsize=(11, 5.5), dpi=100)
+    figure = Figure(figsize=(9, 1.2 + 0.42 * len(strategies)), dpi=100)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    width = 0.8 / len(strategies)
-    for index, strategy in enumerate(strategies):
-        heights = []
-        for name in REPORTED_PRICINGS:
+    height = 0.8 / len(REPORTED_PRICINGS)
+    for index, name in enumerate(REPORTED_PRICINGS):
+        shares = []
+        for strategy in strategies:
             figures = result.cost(strategy, name)
             savings = figures.savings if figures is not None else None
-            heights.append(100 * (1 - savings) if savings is not None else 0.0)
-        positions = [i + (index - (len(strategies) - 1) / 2) * width for i in range(len(heights))]
-        axes.bar(positions, heights, width=width, label=strategy, color=colour[strategy])
-    axes.axhline(100, color="black", linewidth=0.8, linestyle="--")
-    axes.set_xticks(range(len(REPORTED_PRICINGS)), list(REPORTED_PRICINGS))
-    axes.set_ylabel("cost, % of full history priced the same way")
-    axes.set_title("Cost per strategy under each pricing model (lower is better)")
-    axes.grid(True, axis="y", alpha=0.3)
-    axes.legend(fontsize="small", ncol=2)
+            shares.append(100 * (1 - savings) if savings is not None else 0.0)
+        offset = (index - (len(REPORTED_PRICINGS) - 1) / 2) * height
+        axes.barh(
+            [row + offset for row in range(len(strategies))], shares, height=height,
+            label=name, color=_PRICING_COLOURS[index % len(_PRICING_COLOURS)],
+            edgecolor="white", linewidth=0.3,
+        )  # fmt: skip
+    axes.axvline(100, color="black", linewidth=0.8, linestyle="--")
+    axes.set_yticks(range(len(strategies)), strategies)
+    axes.invert_yaxis()  # the report's order, top to bottom
+    axes.xaxis.set_major_formatter(PercentFormatter(decimals=0))
+    axes.set_xlabel("cost, % of the full history priced the same way (lower is better)")
+    axes.set_title("Cost per strategy under each pricing model")
+    axes.grid(True, axis="x", alpha=0.3)
+    axes.legend(title="pricing", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                frameon=False)  # fmt: skip
     path = out_dir / "cost_by_pricing.png"
     figure.savefig(path, bbox_inches="tight")
     return path
+
+
+_PRICING_COLOURS = ("#4d4d4d", "#1f77b4", "#2ca02c", "#d62728", "#9467bd")

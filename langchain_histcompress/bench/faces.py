@@ -4,7 +4,9 @@ Each face (a reducer, a graph node, the compressor, the rephraser, the token cou
 retrieval-based strategies) is driven through its public API on one long history, extended to
 each size (1k / 10k / 100k messages by default). At each size the face first catches up on
 the history (untimed warm-up), then handles a fixed number of turns, the history growing by one
-round per turn; every turn is timed with the internal model's time subtracted. A turn *folds*
+round per turn; every turn is timed with the internal model's time subtracted. A few more
+turns then run under `tracemalloc`, untimed, for the memory a turn allocates (the peak above
+what was in use when it started, the internal model's own memory left out). A turn *folds*
 when the face made an internal model call for it (a summary or fact extraction) or reports a
 compression; folding and non-folding turns are averaged apart, and together, because whether
 a turn folds changes its work and a median over a few turns hides which kind it measured.
@@ -29,6 +31,7 @@ import logging
 import statistics
 import threading
 import time
+import tracemalloc
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -37,12 +40,26 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    messages_from_dict,
+    messages_to_dict,
+)
 
 from langchain_histcompress.bench.metrics import extended_history
-from langchain_histcompress.bench.strategies import StrategyEnv, build_strategy
+from langchain_histcompress.bench.plot_style import strategy_styles
+from langchain_histcompress.bench.strategies import (
+    DEFAULT_STRATEGIES,
+    StrategyEnv,
+    build_strategy,
+    kept_verbatim,
+)
 from langchain_histcompress.coverage import CoveredIds
 from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.facts import Fact
+from langchain_histcompress.render import message_text
 from langchain_histcompress.rounds import ensure_ids, split_rounds
 from langchain_histcompress.summary import RunningSummary
 from langchain_histcompress.tokens import TiktokenCounter
@@ -88,6 +105,18 @@ class FaceOverhead:
     """Whether each timed turn folded."""
     pass_means_ms: tuple[float, ...] = field(default_factory=tuple)
     """The mean of every pass, in the order they ran (the figure is the lowest of them)."""
+    alloc_kib: float | None = None
+    """Mean memory a turn allocated, in KiB: the `tracemalloc` peak above what was in use
+    when the turn started (internal model calls' own memory left out, see
+    `ModelClock.traced_peak`), over the traced turns (``None`` when none was traced)."""
+    fold_alloc_kib: float | None = None
+    """The same over the traced turns that folded (``None`` without any)."""
+    plain_alloc_kib: float | None = None
+    """The same over the traced turns that did not fold (``None`` without any)."""
+    alloc_samples_kib: tuple[float, ...] = field(default_factory=tuple)
+    """Every traced turn's allocation, in KiB."""
+    alloc_folded: tuple[bool, ...] = field(default_factory=tuple)
+    """Whether each traced turn folded."""
 
 
 class _Face(ABC):
@@ -97,8 +126,12 @@ class _Face(ABC):
         """Catch up on ``history`` (untimed)."""
         self.turn(history)
 
+    def prepare(self, history: Sequence[BaseMessage]) -> Any:
+        """What the application does before the call (untimed); `turn` gets the result."""
+        return history
+
     @abstractmethod
-    def turn(self, history: Sequence[BaseMessage]) -> bool:
+    def turn(self, history: Any) -> bool:
         """Handle the next turn; return whether it compressed (model calls count anyway)."""
 
 
@@ -121,11 +154,33 @@ class ModelClock:
         self.seconds = 0.0
         self.calls = 0
         self._lock = threading.Lock()
+        self._peaks: list[int] = []
 
     def _add(self, seconds: float) -> None:
         with self._lock:
             self.seconds += seconds
             self.calls += 1
+
+    def _call_starts(self) -> None:
+        """Under `tracemalloc`: keep the peak so far (the model's own peak is not the face's)."""
+        if tracemalloc.is_tracing():
+            with self._lock:
+                self._peaks.append(tracemalloc.get_traced_memory()[1])
+
+    def _call_ends(self) -> None:
+        """Under `tracemalloc`: the peak starts again from what the call left in use."""
+        if tracemalloc.is_tracing():
+            tracemalloc.reset_peak()
+
+    def traced_peak(self) -> int:
+        """The `tracemalloc` peak since the last reading, internal model calls left out.
+
+        What a call allocated and freed again is not counted; what it returned (still in
+        use when it ended) is.
+        """
+        with self._lock:
+            peaks, self._peaks = self._peaks, []
+        return max([tracemalloc.get_traced_memory()[1], *peaks])
 
     def reading(self) -> tuple[float, int]:
         """Seconds and calls so far."""
@@ -139,18 +194,22 @@ class ModelClock:
 
         class Timed(base):  # type: ignore[valid-type,misc]
             def invoke(self, *args: Any, **kwargs: Any) -> Any:
+                clock._call_starts()
                 start = time.perf_counter()
                 try:
                     return super().invoke(*args, **kwargs)
                 finally:
                     clock._add(time.perf_counter() - start)
+                    clock._call_ends()
 
             async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
+                clock._call_starts()
                 start = time.perf_counter()
                 try:
                     return await super().ainvoke(*args, **kwargs)
                 finally:
                     clock._add(time.perf_counter() - start)
+                    clock._call_ends()
 
         Timed.__name__ = base.__name__
         copy = model.model_copy()
@@ -172,11 +231,11 @@ FaceFactory = Callable[[_Env], _Face]
 def _warm_summary(compressor: Any, history: Sequence[BaseMessage]) -> RunningSummary | None:
     """A summary covering every round but the retained ones, made with one summarizer call."""
     rounds = split_rounds(history).rounds
-    keep = max(1, int(compressor.rounds_to_retain))
+    keep = max(1, kept_verbatim(compressor))
     folded = rounds[:-keep]
     if not folded:
         return None
-    chunk = [m for r in folded[-int(compressor.rounds_to_compress) :] for m in r.messages]
+    chunk = [m for r in folded[-2:] for m in r.messages]
     made = compressor.summarizer.summarize(chunk, None, rounds=1).summary
     return RunningSummary(
         content=made.content,
@@ -257,6 +316,101 @@ class _Reducer(_Face):
         return False
 
 
+class _ReducerInFront(_Face):
+    """`SummarizationReducer` in front of the answering model, a fold on every turn.
+
+    ``with_history_reducer``'s pattern: ``target_count=40`` and no threshold, so each turn
+    folds its new messages. The application hands it the full history every turn, or, with
+    ``fed_back``, keeps the reduced output and appends each turn's new messages to it
+    (Semantic Kernel's way); with ``reloaded`` as well, that list goes through storage
+    between turns (serialized and read back as new objects, untimed).
+    """
+
+    def __init__(self, env: _Env, *, fed_back: bool = False, reloaded: bool = False) -> None:
+        from langchain_histcompress.reducers import SummarizationReducer
+
+        self.reducer = SummarizationReducer(
+            env.model, target_count=40, token_counter=env.counter, max_summary_tokens=100_000
+        )
+        self.fed_back = fed_back
+        self.reloaded = reloaded
+        self.kept: list[BaseMessage] | None = None
+        self.seen = 0
+
+    def warm(self, history: Sequence[BaseMessage]) -> None:
+        self.turn(self.prepare(history))
+
+    def prepare(self, history: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
+        new, self.seen = history[self.seen :], len(history)
+        if not self.fed_back or self.kept is None:
+            return history
+        kept = [*self.kept, *new]
+        return messages_from_dict(messages_to_dict(kept)) if self.reloaded else kept
+
+    def turn(self, history: Sequence[BaseMessage]) -> bool:
+        reduced = self.reducer.reduce(history)
+        if self.fed_back:
+            self.kept = list(history) if reduced is None else reduced
+        return False
+
+
+class _Builder(_Face):
+    """`ContextBuilder` with a running summary, facts and retrieved raw turns.
+
+    At warm-up it gets a summary covering every message but the last 3 rounds and 200 facts,
+    each sourced from one user message (spread over the history; ids as the builder derives
+    them for messages without one). Each turn builds the context of the grown history
+    (``max_context_tokens=2000``, ``raw_turn_retrieval=4``); with ``reloaded`` the summary is
+    read back from its JSON first, a new object as from storage (untimed).
+    """
+
+    def __init__(self, env: _Env, *, reloaded: bool = False) -> None:
+        from langchain_histcompress.context import ContextBuilder
+
+        self.builder = ContextBuilder(
+            max_context_tokens=2000, token_counter=env.counter, raw_turn_retrieval=4
+        )
+        self.reloaded = reloaded
+        self.summary: RunningSummary | None = None
+        self.stored = ""
+        self.facts: list[Fact] = []
+
+    def warm(self, history: Sequence[BaseMessage]) -> None:
+        ided = ensure_ids(history)
+        rounds = split_rounds(ided).rounds
+        folded = rounds[:-3]
+        if folded:
+            self.summary = RunningSummary(
+                content="The user and the assistant talked about many things.",
+                text="The user and the assistant talked about many things.",
+                covered_ids=CoveredIds([str(m.id) for r in folded for m in r.messages]),
+                rounds_covered=len(folded),
+            )
+            self.stored = self.summary.model_dump_json()
+        humans = [m for m in ided if isinstance(m, HumanMessage)]
+        picked = humans[:: max(1, len(humans) // 200)][:200]
+        self.facts = [
+            Fact(
+                id=f"fact-{n}",
+                content=message_text(m)[:200].strip() or "(no text)",
+                source_ids=(str(m.id),),
+            )
+            for n, m in enumerate(picked)
+        ]
+        self.turn(self.prepare(history))
+
+    def prepare(self, history: Sequence[BaseMessage]) -> Any:
+        summary = self.summary
+        if self.reloaded and summary is not None:
+            summary = RunningSummary.model_validate_json(self.stored)
+        return history, summary
+
+    def turn(self, history: Any) -> bool:
+        messages, summary = history
+        self.builder.build(messages, summary=summary, facts=self.facts)
+        return False
+
+
 class _Rephraser(_Face):
     def __init__(self, env: _Env, *, node: bool) -> None:
         from langchain_histcompress.rephrase import HistoryRephraseNode, create_history_rephraser
@@ -312,11 +466,18 @@ FACES: dict[str, FaceFactory] = {
     "compression_node_no_ids": _Node,
     "round_compression": lambda env: _Compressor(_round_compressor(env)),
     "thread_summary": lambda env: _Compressor(
-        _round_compressor(env, rounds_to_compress=1, rounds_to_retain=0, compress_on_rounds=True)
+        _round_compressor(env, trigger=("rounds", 1), keep=("rounds", 0))
     ),
     "rephrase_node": lambda env: _Rephraser(env, node=True),
     "rephrase_chain": lambda env: _Rephraser(env, node=False),
     "tiktoken_counter": _Counter,
+    "reducer_full_history": _ReducerInFront,
+    "reducer_full_history_no_ids": _ReducerInFront,
+    "reducer_fed_back": lambda env: _ReducerInFront(env, fed_back=True),
+    "reducer_fed_back_reloaded": lambda env: _ReducerInFront(env, fed_back=True, reloaded=True),
+    "context_builder": _Builder,
+    "context_builder_no_ids": _Builder,
+    "context_builder_reloaded_summary": lambda env: _Builder(env, reloaded=True),
     "facts": lambda env: _Strategy(env, "facts"),
     "hybrid": lambda env: _Strategy(env, "hybrid"),
     "hybrid_retrieval": lambda env: _Strategy(env, "hybrid_retrieval"),
@@ -324,7 +485,16 @@ FACES: dict[str, FaceFactory] = {
 """Face name -> factory. ``*_no_ids`` faces get the history without message ids (a graph
 state key reduced by ``operator.add`` instead of ``add_messages``, or a plain list)."""
 
-RETRIEVAL_FACES = frozenset({"facts", "hybrid", "hybrid_retrieval"})
+RETRIEVAL_FACES = frozenset(
+    {
+        "facts",
+        "hybrid",
+        "hybrid_retrieval",
+        "context_builder",
+        "context_builder_no_ids",
+        "context_builder_reloaded_summary",
+    }
+)
 """Faces that rank data for every turn (their targets differ from the others')."""
 
 
@@ -341,6 +511,7 @@ def measure_face(
     clock: ModelClock,
     turns: int,
     begin_at: int | None = None,
+    traced_turns: int = 0,
 ) -> FaceOverhead:
     """Time ``turns`` turns of ``face`` once the history holds ``size`` messages.
 
@@ -348,6 +519,8 @@ def measure_face(
     (untimed); then each timed turn hands it the history up to the next assistant turn (a
     new list, as LangGraph's ``add_messages`` makes; the young garbage-collector generations
     are collected before the clock starts, so walking that list is not timed as the face's).
+    ``traced_turns`` more turns then run under `tracemalloc`, untimed: each one's allocation
+    is the peak of traced memory above what was in use when it started.
 
     Args:
         face: A fresh face (from `FACES`).
@@ -358,14 +531,16 @@ def measure_face(
         turns: Turns to time.
         begin_at: Where the timed turns start instead of ``size`` (at or after it; the figure
             is still reported at ``size``).
+        traced_turns: Turns whose allocation is measured after the timed ones.
 
     Raises:
         ValueError: The history has too few assistant turns after ``size``.
     """
     begin = size if begin_at is None else max(size, begin_at)
     positions = [i for i in range(begin, len(history)) if history[i].type == "ai"]
-    if len(positions) < turns + 1:
-        msg = f"history of {len(history)} messages has < {turns + 1} assistant turns after {size}"
+    needed = turns + traced_turns + 1
+    if len(positions) < needed:
+        msg = f"history of {len(history)} messages has < {needed} assistant turns after {size}"
         raise ValueError(msg)
     face.warm(history[: positions[0]])
     samples: list[float] = []
@@ -376,7 +551,7 @@ def measure_face(
         # a face starts with are the same whatever the history's length.
         evict = history[:]
         del evict
-        prefix = history[:position]
+        prefix = face.prepare(history[:position])
         # The new list is young: the next collection of the young generations walks every
         # message it holds. Building it is the caller's work, so that walk happens here,
         # before the clock starts, instead of in whichever turn allocates next.
@@ -388,8 +563,11 @@ def measure_face(
         model_after, calls_after = clock.reading()
         samples.append(max(0.0, elapsed - (model_after - model_before)) * 1000)
         folded.append(compressed or calls_after > calls_before)
+    allocations, alloc_folded = _traced_turns(face, history, positions[turns + 1 : needed], clock)
     fold = [s for s, f in zip(samples, folded, strict=True) if f]
     plain = [s for s, f in zip(samples, folded, strict=True) if not f]
+    fold_kib = [a for a, f in zip(allocations, alloc_folded, strict=True) if f]
+    plain_kib = [a for a, f in zip(allocations, alloc_folded, strict=True) if not f]
     return FaceOverhead(
         face=name,
         messages=size,
@@ -400,7 +578,51 @@ def measure_face(
         plain_ms=statistics.fmean(plain) if plain else None,
         samples_ms=tuple(samples),
         folded=tuple(folded),
+        alloc_kib=statistics.fmean(allocations) if allocations else None,
+        fold_alloc_kib=statistics.fmean(fold_kib) if fold_kib else None,
+        plain_alloc_kib=statistics.fmean(plain_kib) if plain_kib else None,
+        alloc_samples_kib=tuple(allocations),
+        alloc_folded=tuple(alloc_folded),
     )
+
+
+def _traced_turns(
+    face: _Face, history: Sequence[BaseMessage], positions: Sequence[int], clock: ModelClock
+) -> tuple[list[float], list[bool]]:
+    """Run a turn up to each of ``positions`` under `tracemalloc`: KiB each allocated, folds.
+
+    A turn's input stays alive until the next turn has run, so what a turn lets go of from
+    the previous one (a summary a cache held) is freed between turns, where it cannot hide
+    what the turn allocates. What an internal model call allocates and frees again is left
+    out, as its time is (what it returns is counted).
+    """
+    allocations: list[float] = []
+    folded: list[bool] = []
+    if not positions:
+        return allocations, folded
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    held: Any = None
+    try:
+        for position in positions:
+            prefix = face.prepare(history[:position])
+            gc.collect(1)
+            _, calls_before = clock.reading()
+            clock.traced_peak()
+            tracemalloc.reset_peak()
+            before, _ = tracemalloc.get_traced_memory()
+            compressed = face.turn(prefix)
+            peak = clock.traced_peak()
+            _, calls_after = clock.reading()
+            allocations.append(max(0, peak - before) / 1024)
+            folded.append(compressed or calls_after > calls_before)
+            held = prefix
+    finally:
+        del held
+        if not tracing:
+            tracemalloc.stop()
+    return allocations, folded
 
 
 def measure_faces(
@@ -413,6 +635,7 @@ def measure_faces(
     counter: TiktokenCounter | None = None,
     on_figure: Callable[[FaceOverhead], None] | None = None,
     passes: int = 1,
+    traced_turns: int = 10,
 ) -> list[FaceOverhead]:
     """Measure every face (or ``faces``) at every size on ``base`` extended to the largest.
 
@@ -434,9 +657,12 @@ def measure_faces(
         counter: Token counter shared by the faces (default: ``gpt-4o-mini``'s).
         on_figure: Called with each pass's figure as it is measured (progress).
         passes: Times every figure is measured (>= 1).
+        traced_turns: Turns run under `tracemalloc` after the timed ones, for the memory a
+            turn allocates (0: none).
 
     Raises:
-        ConfigurationError: An unknown face name, or ``passes`` below 1.
+        ConfigurationError: An unknown face name, ``passes`` below 1 or ``traced_turns``
+            below 0.
     """
     names = list(FACES) if faces is None else list(faces)
     unknown = [n for n in names if n not in FACES]
@@ -446,11 +672,15 @@ def measure_faces(
     if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
         msg = f"passes must be an integer >= 1, got {passes!r}"
         raise ConfigurationError(msg)
+    if isinstance(traced_turns, bool) or not isinstance(traced_turns, int) or traced_turns < 0:
+        msg = f"traced_turns must be an integer >= 0, got {traced_turns!r}"
+        raise ConfigurationError(msg)
     counter = counter or TiktokenCounter("gpt-4o-mini", cache_size=1_048_576)
     clock = ModelClock()
     timed = clock.timed(model or GenericFakeChatModel(messages=_fixed_summaries()))
     shared = _Env(counter, timed, StrategyEnv(counter=counter, model=timed), clock)
-    history = extended_history(base, max(sizes) + 2 * (turns + 2) + 4 * len(base) // 3 + 50)
+    extra = 2 * (turns + traced_turns + 2) + 4 * len(base) // 3 + 50
+    history = extended_history(base, max(sizes) + extra)
     plain_history: list[BaseMessage] | None = None
     runs: dict[tuple[int, str], list[FaceOverhead]] = {}
     # Every size times the same turns (the start of a repetition of ``base``): what the new
@@ -476,6 +706,7 @@ def measure_faces(
                         clock=clock,
                         turns=turns,
                         begin_at=begin_at,
+                        traced_turns=traced_turns,
                     )
                 except Exception as exc:
                     logger.warning(
@@ -508,22 +739,30 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def face_overhead_table(figures: Sequence[FaceOverhead]) -> str:
-    """A Markdown table: per face, mean / folding / non-folding ms per turn at each size.
+def _kib(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
-    The figures are those of the lowest pass; the last column lists every pass's mean.
+
+def face_overhead_table(figures: Sequence[FaceOverhead]) -> str:
+    """A Markdown table: per face, time and memory per turn at each size, folding turns apart.
+
+    Time is the mean / folding / non-folding ms per turn of the lowest pass (the last column
+    lists every pass's mean); memory the mean / folding / non-folding KiB a traced turn
+    allocated.
 
     Example:
-        >>> figure = FaceOverhead("x", 1000, 4, 1, 0.5, 1.1, 0.3, pass_means_ms=(0.61, 0.5))
-        >>> print(face_overhead_table([figure]))
-        | face | messages | turns | folds | mean ms | folding ms | non-folding ms | pass means ms |
-        |---|---:|---:|---:|---:|---:|---:|---:|
-        | x | 1,000 | 4 | 1 | 0.500 | 1.100 | 0.300 | 0.610 / 0.500 |
+        >>> figure = FaceOverhead("x", 1000, 4, 1, 0.5, 1.1, 0.3, pass_means_ms=(0.61, 0.5),
+        ...                       alloc_kib=12.4, plain_alloc_kib=12.4)
+        >>> print(face_overhead_table([figure]))  # doctest: +NORMALIZE_WHITESPACE
+        | face | messages | turns | folds | mean ms | folding ms | non-folding ms
+        | pass means ms | mean KiB | folding KiB | non-folding KiB |
+        |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+        | x | 1,000 | 4 | 1 | 0.500 | 1.100 | 0.300 | 0.610 / 0.500 | 12 | - | 12 |
     """
     lines = [
         "| face | messages | turns | folds | mean ms | folding ms | non-folding ms "
-        "| pass means ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| pass means ms | mean KiB | folding KiB | non-folding KiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for f in sorted(figures, key=lambda f: (f.face, f.messages)):
         cells = [
@@ -535,6 +774,9 @@ def face_overhead_table(figures: Sequence[FaceOverhead]) -> str:
             _ms(f.fold_ms),
             _ms(f.plain_ms),
             " / ".join(map(_ms, f.pass_means_ms)) or "-",
+            _kib(f.alloc_kib),
+            _kib(f.fold_alloc_kib),
+            _kib(f.plain_alloc_kib),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -556,22 +798,28 @@ def plot_face_overhead(figures: Sequence[FaceOverhead], path: Path) -> Path:
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     figure = Figure(figsize=(8, 5))
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    for name, points in _series(figures).items():
-        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    series = _series(figures)
+    styles = strategy_styles(list(series), order=(*DEFAULT_STRATEGIES, *FACES))
+    for name, points in series.items():
+        style = styles[name]
+        axes.plot([p[0] for p in points], [p[1] for p in points], label=name, color=style.colour,
+                  linestyle=style.linestyle, **style.marker_kwargs(6))  # fmt: skip
     axes.set_xscale("log")
     axes.set_yscale("log")
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    axes.xaxis.set_minor_formatter(NullFormatter())
     axes.set_xlabel("history size (messages)")
     axes.set_ylabel("library overhead per turn (ms, mean)")
     axes.set_title("Overhead per turn against history size (flat = constant work)")
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize="small", ncol=2)
-    figure.tight_layout()
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
     return path
 
 
@@ -598,7 +846,10 @@ def write_face_reports(
         "over a fixed number of turns at each history size; folding turns (an internal model "
         "call or a compression) and the others are averaged apart. Each figure is measured "
         "in several passes far apart in time (a fresh face and warm-up each) and the pass "
-        "with the lowest mean is shown: other processes only add time.",
+        "with the lowest mean is shown: other processes only add time. Beside the time, the "
+        "memory a turn allocates (KiB, the tracemalloc peak above what was in use when the "
+        "turn started; an internal model call's own memory left out, what it returns "
+        "counted), over a few more turns run under tracemalloc after the timed ones.",
         "",
         face_overhead_table(figures),
         "",

@@ -29,13 +29,14 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from langchain_core.messages import BaseMessage
 
 from langchain_histcompress.bench.coverage import answer_covered
 from langchain_histcompress.bench.locomo import QAItem
+from langchain_histcompress.bench.recall_costs import ToolCallCost
 
 __all__ = [
     "QuestionContext",
@@ -56,7 +57,10 @@ class QuestionContext:
     """Ids of turns that a fact shown in ``messages`` was extracted from."""
     retrieved_ids: frozenset[str] = frozenset()
     """Ids of turns whose whole text ``messages`` shows inside a data block (retrieved raw
-    turns); they count as verbatim."""
+    turns, or recalled by a tool); they count as verbatim."""
+    tool_request: tuple[BaseMessage, ...] = ()
+    """When the context was reached through one tool call: the request that made the call
+    (``messages`` extends it with the call and the tool's result). Empty otherwise."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,10 @@ class QuestionRecall:
     answer_covered: bool | None = None
     """The normalized gold answer appears in the context (``bench.coverage``); ``None``
     when the question has no gold answer."""
+    recalled_tokens: int | None = None
+    """Tokens of the tool result the context ends with (``None``: no tool call)."""
+    tool_costs: Mapping[str, ToolCallCost] = field(default_factory=dict)
+    """The extra request the tool call made, priced by each pricing model (by name)."""
 
     @property
     def hit(self) -> bool:

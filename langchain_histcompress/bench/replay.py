@@ -8,9 +8,11 @@ package's whole prompt -> parse -> merge path runs offline and deterministically
 How a prompt is read:
 
 - **Turns shown.** Every ``<message id="...">`` element (the `render.render_transcript`
+  format) and every ``[id role] text`` line (`render.render_turn_lines`, the summarizer's
   format) names a turn by id; a message object whose own ``id`` is a turn id counts too
   (prompts that pass messages through unchanged); a ``<message ...>`` element without an id
-  (other libraries' XML transcripts) is matched to a turn by its exact text. Ids with a
+  (other libraries' XML transcripts), or a line whose id is an alias, is matched to a turn by
+  its exact text. Ids with a
   ``#suffix`` (fresh ids of extended histories) stand for the turn before the ``#``.
 - **Kind of prompt** (`detect_prompt_kind`, the one place to adjust): instructions
   mentioning ``ConversationSummary`` ask for the package's JSON summary; an operations
@@ -77,7 +79,7 @@ from pydantic import ConfigDict, Field, InstanceOf, PrivateAttr
 
 from langchain_histcompress.bench.locomo import LocomoConversation, Observation
 from langchain_histcompress.fact_lines import format_fact_lines
-from langchain_histcompress.render import message_text
+from langchain_histcompress.render import message_text, read_turn_lines
 from langchain_histcompress.tokens import TiktokenCounter, resolve_counter
 
 __all__ = [
@@ -102,6 +104,8 @@ OperationsFormat = Literal["lines", "json"]
 _START_TAG = re.compile(r"<message\b([^>]*)>")
 _PLAIN_ELEMENT = re.compile(r"<message\b([^>]*)>([^<]*)</message>")
 _ID_ATTRIBUTE = re.compile(r'\bid="([^"]*)"')
+_TURN_LINES = re.compile(r"^\[[^\s\]]+ [^\s\]]+(?: [^\s\]]+)*\].*(?:\n  .*)*$", re.MULTILINE)
+"""A `render.render_turn_lines` line and its continuation lines (data, not instructions)."""
 _OPERATIONS_MARKER = re.compile(r'"op"|\bADD\b')
 _JSON_OPERATIONS_MARKER = re.compile(r'"op"')
 _JSON_UNICODE = re.compile(r"\\u([0-9a-fA-F]{4})")
@@ -227,7 +231,19 @@ def _read_with_index(messages: Sequence[BaseMessage], index: _Index) -> PromptVi
                 # an alias (``m1``) or a repetition's fresh id (``D1:3#2``): answer with it
                 if found is not None and html.unescape(found.group(1)) != turn_id:
                     shown_as[turn_id] = html.unescape(found.group(1))
-        instructions.append(_PLAIN_ELEMENT.sub("", text))
+        for line_id, _role, body in read_turn_lines(text):
+            turn_id = _base_id(line_id) if _base_id(line_id) in index.position else None
+            if turn_id is None:  # an alias (``m1``): find the turn by its text
+                options = index.by_text.get(body.strip(), [])
+                later = [o for o in options if index.position[o] > last]
+                chosen = later or options
+                turn_id = chosen[0] if chosen else None
+            if turn_id is not None:
+                shown.add(turn_id)
+                last = index.position[turn_id]
+                if line_id != turn_id:
+                    shown_as[turn_id] = line_id
+        instructions.append(_TURN_LINES.sub("", _PLAIN_ELEMENT.sub("", text)))
     normalized = _normalize("\n".join(texts))
     complete = frozenset(n for n, s in index.summaries if s and s in normalized)
     carried: set[str] = set()
@@ -418,8 +434,9 @@ class ReplayChatModel(BaseChatModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    conversation: InstanceOf[LocomoConversation]
-    """The conversation whose session summaries and observations are replayed."""
+    conversation: InstanceOf[LocomoConversation] = Field(repr=False)
+    """The conversation whose session summaries and observations are replayed (left out of
+    the model's repr, which LangChain's callbacks build on every call)."""
     counter: InstanceOf[TiktokenCounter] | None = None
     """Counter for usage metadata and the summary cap (default: the shared gpt-4o-mini one)."""
     summary_token_cap: int = Field(default=128, gt=0)

@@ -1,4 +1,7 @@
-"""Benchmark reports: a plain-text table, a JSON file with every figure, Markdown, PNG plots.
+"""Benchmark reports: console tables, a JSON file with every figure, Markdown, PNG plots.
+
+Console tables and the README's section stay within 100 columns; ``bench.md`` and the
+documentation's benchmark page (`docs_section`) hold every table.
 
 Plots are drawn with matplotlib's object API on the Agg canvas (no pyplot, no GUI backend,
 no global state changed).
@@ -10,35 +13,47 @@ import itertools
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from langchain_histcompress.bench.cost_report import (
     COST_DEFINITIONS,
+    compact_agent_rows,
+    compact_cost_rows,
     cost_to_dict,
     markdown_agent_table,
     markdown_cost_table,
     pricing_assumptions_markdown,
     write_cost_plot,
 )
-from langchain_histcompress.bench.faces import write_face_reports
+from langchain_histcompress.bench.faces import face_overhead_table, write_face_reports
 from langchain_histcompress.bench.metrics import ReplayFigures
+from langchain_histcompress.bench.plot_style import Style, label_column, strategy_styles
 from langchain_histcompress.bench.recall import RecallSummary
+from langchain_histcompress.bench.recall_report import (
+    markdown_tool_recall_tables,
+    tool_recall_to_dict,
+)
 from langchain_histcompress.bench.runner import BASELINE, BenchResult
-from langchain_histcompress.bench.strategies import available_strategies
+from langchain_histcompress.bench.strategies import DEFAULT_STRATEGIES, available_strategies
+from langchain_histcompress.bench.tables import columns, markdown_table, text_table, wrap
 from langchain_histcompress.errors import ConfigurationError
 
 __all__ = [
     "DEFINITIONS",
     "INTERNAL_CALLS_DEFINITION",
     "RECALL_TARGET",
+    "docs_section",
     "format_table",
+    "markdown_report",
     "plot_billed_vs_history",
     "plot_recall_vs_tokens",
     "plot_tokens_per_call",
+    "readme_section",
     "result_to_dict",
+    "update_readme",
     "write_json",
     "write_markdown",
     "write_plots",
@@ -66,18 +81,18 @@ DEFINITIONS: dict[str, str] = {
 """What each reported figure means."""
 
 _COLUMNS = (
-    ("strategy", "<"),
-    ("calls", ">"),
-    ("internal", ">"),
-    ("prompt mean", ">"),
-    ("p95", ">"),
-    ("last", ">"),
-    ("billed", ">"),
-    ("savings", ">"),
-    ("recall", ">"),
-    ("answer cov", ">"),
-    ("ctx tokens", ">"),
-    ("ms/turn", ">"),
+    "strategy",
+    "calls",
+    "internal",
+    "prompt mean",
+    "p95",
+    "last",
+    "billed",
+    "savings",
+    "recall",
+    "answer cov",
+    "ctx tokens",
+    "ms/turn",
 )
 
 
@@ -132,7 +147,7 @@ def _row(
 
 
 def _table_rows(result: BenchResult, conversation: str | None) -> tuple[list[str], list[list[str]]]:
-    header = [name for name, _ in _COLUMNS]
+    header = list(_COLUMNS)
     sizes = result.config.sizes if result.overhead and conversation is None else ()
     header += [f"ms@{_size_label(s)}" for s in sizes]
     rows: list[list[str]] = []
@@ -143,21 +158,23 @@ def _table_rows(result: BenchResult, conversation: str | None) -> tuple[list[str
 
 
 def format_table(result: BenchResult, conversation: str | None = None) -> str:
-    """The figures as an aligned plain-text table (all conversations, or one).
+    """The figures as aligned plain-text tables (all conversations, or one), 100 columns wide.
+
+    Tokens and savings first, then evidence recall and overhead per turn (ms), each table
+    repeating the strategy column; every figure is also in ``bench.md`` and ``bench.json``.
 
     Example output row: ``truncation  208  0  763  962  ...``.
     """
     header, rows = _table_rows(result, conversation)
-    aligns = [a for _, a in _COLUMNS] + [">"] * (len(header) - len(_COLUMNS))
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            f"{c:{a}{w}}" for c, a, w in zip(cells, aligns, widths, strict=True)
-        ).rstrip()
-
-    out = [line(header), line(["-" * w for w in widths])]
-    out += [line(r) for r in rows]
+    split = header.index("recall")
+    out = [
+        text_table(*columns(header, rows, header[1:split])),
+        "",
+        text_table(
+            *columns(header, rows, header[split:]),
+            title="Evidence recall at question time, context tokens, overhead per turn (ms)",
+        ),
+    ]
     errors = [e for s in result.strategies if (e := _row(result, s, conversation)[1])]
     out += [f"failed: {e}" for e in errors]
     if conversation is None:
@@ -209,34 +226,31 @@ def _internal_calls_rows(result: BenchResult) -> list[list[str]]:
 
 
 def _internal_calls_text(result: BenchResult) -> str:
-    rows = [list(_INTERNAL_HEADER), *_internal_calls_rows(result)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_INTERNAL_HEADER))]
-    lines = [
-        "  ".join(
-            f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        ).rstrip()
-        for r in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    rows = _internal_calls_rows(result)
+    table = "\n".join(
+        [
+            text_table(*columns(_INTERNAL_HEADER, rows, _INTERNAL_HEADER[1:4]),
+                       title="internal calls"),
+            "",
+            text_table(
+                *columns(_INTERNAL_HEADER, rows, _INTERNAL_HEADER[4:]),
+                title="internal calls: tokens as the provider reported them, beside the "
+                "tiktoken estimate",
+            ),
+        ]
+    )  # fmt: skip
     failed = result.failed_strategies()
     verdict = (
-        f"INTERNAL CALL FAILURES in: {', '.join(failed)} (their figures are not trustworthy)"
+        wrap(f"INTERNAL CALL FAILURES in: {', '.join(failed)} (their figures are not trustworthy)")
         if failed
         else "internal calls: no failures"
     )
-    return "\n".join(["internal calls", *lines, verdict])
+    return "\n".join([table, verdict])
 
 
 def _internal_calls_markdown(result: BenchResult) -> list[str]:
-    header = list(_INTERNAL_HEADER)
     lines = ["## Internal calls", "", f"{INTERNAL_CALLS_DEFINITION}.", ""]
-    lines += [
-        "| " + " | ".join(header) + " |",
-        "| :--- | " + " | ".join("---:" for _ in header[1:]) + " |",
-        *["| " + " | ".join(r) + " |" for r in _internal_calls_rows(result)],
-        "",
-    ]
+    lines += [markdown_table(_INTERNAL_HEADER, _internal_calls_rows(result)), ""]
     failed = result.failed_strategies()
     if failed:
         lines += [
@@ -245,14 +259,6 @@ def _internal_calls_markdown(result: BenchResult) -> list[str]:
             "",
         ]
     return lines
-
-
-def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    aligns = [a for _, a in _COLUMNS] + [">"] * (len(header) - len(_COLUMNS))
-    marks = ["---:" if a == ">" else ":---" for a in aligns[: len(header)]]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def _figures_dict(figures: ReplayFigures | None) -> dict[str, Any] | None:
@@ -352,6 +358,7 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
         "incremental_counting": result.counting,
         "notes": list(result.notes),
         "costs": cost_to_dict(result),
+        "tool_recall": tool_recall_to_dict(result),
     }
 
 
@@ -374,49 +381,38 @@ def write_json(result: BenchResult, path: Path) -> Path:
     return path
 
 
-def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = ()) -> Path:
-    """Write a Markdown report (tables, definitions, plot links) to ``path``."""
+def _settings(result: BenchResult) -> str:
     config = result.config
-    specs = available_strategies()
-    lines = [
-        "# histcompress benchmark",
-        "",
+    return (
         f"Conversations: {', '.join(result.conversations)}. Internal model: "
         f"`{result.internal_model}`. Token budget {config.budget_tokens}, kept messages "
         f"{config.keep_messages}, summary cap {config.summary_tokens} tokens, assembled "
-        f"contexts {config.context_tokens} tokens. Run time {result.seconds:.1f} s.",
-        "",
-        "## All conversations",
-        "",
-        _markdown_table(*_table_rows(result, None)),
-        "",
+        f"contexts {config.context_tokens} tokens. Run time {result.seconds:.1f} s."
+    )
+
+
+def _per_conversation_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
+    """Savings against the full history and recall @ mean context tokens, per conversation."""
+    header = ["strategy"] + [
+        f"{c} {kind}" for c in result.conversations for kind in ("savings", "recall")
     ]
-    failures = [e for s in result.strategies if (e := _row(result, s, None)[1])]
-    lines += [f"- failed: {e}" for e in failures]
-    if failures:
-        lines.append("")
-    lines += _internal_calls_markdown(result)
-    lines += [
-        "## Cost under prompt caching",
-        "",
-        markdown_cost_table(result),
-        "",
-        pricing_assumptions_markdown(),
-        "",
-    ]
-    if result.agent is not None:
-        lines += ["## Agent workload (tau-bench)", "", markdown_agent_table(result), ""]
-    lines += ["## Strategies", ""]
-    lines += [f"- `{s}`: {specs[s].description if s in specs else ''}" for s in result.strategies]
-    lines.append("")
-    for conversation in result.conversations:
-        lines += [
-            f"## Conversation {conversation}",
-            "",
-            _markdown_table(*_table_rows(result, conversation)),
-            "",
-        ]
-    lines += ["## Evidence recall by category", ""]
+    rows = []
+    for strategy in result.strategies:
+        cells = [strategy]
+        for conversation in result.conversations:
+            figures = result.figures(strategy, conversation)
+            recall = result.recall(strategy, conversation)
+            cells.append(_percent(figures.savings if figures else None))
+            cells.append(
+                f"{_percent(recall.recall)} @ {_tokens(recall.mean_context_tokens)}"
+                if recall
+                else "-"
+            )
+        rows.append(cells)
+    return header, rows
+
+
+def _category_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     categories = sorted(
         {k for s in result.strategies if (r := result.recall(s)) is not None for k in r.by_category}
     )
@@ -432,12 +428,60 @@ def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = (
             cells.append(f"{hits}/{total}")
         cells.append(str(recall.via_fact_hits))
         rows.append(cells)
-    lines += [
-        "| " + " | ".join(header) + " |",
-        "| :--- | " + " | ".join("---:" for _ in header[1:]) + " |",
-        *["| " + " | ".join(r) + " |" for r in rows],
+    return header, rows
+
+
+def markdown_report(result: BenchResult, *, plots: Sequence[Path] = ()) -> str:
+    """Every table of the run as Markdown sections (``##`` headings), definitions last.
+
+    The body of ``bench.md`` and of the documentation's benchmark page.
+    """
+    specs = available_strategies()
+    lines = [
+        _settings(result),
+        "",
+        "## All conversations",
+        "",
+        markdown_table(*_table_rows(result, None)),
         "",
     ]
+    failures = [e for s in result.strategies if (e := _row(result, s, None)[1])]
+    lines += [f"- failed: {e}" for e in failures]
+    if failures:
+        lines.append("")
+    lines += [
+        "## Savings and recall per conversation",
+        "",
+        "Savings against the full history; evidence recall at question time @ the mean "
+        "context tokens.",
+        "",
+        markdown_table(*_per_conversation_rows(result)),
+        "",
+    ]
+    lines += _internal_calls_markdown(result)
+    lines += [
+        "## Cost under prompt caching",
+        "",
+        markdown_cost_table(result),
+        "",
+        pricing_assumptions_markdown(),
+        "",
+    ]
+    if tool_recall := markdown_tool_recall_tables(result):
+        lines += ["## Recall tool at question time", "", tool_recall, ""]
+    if result.agent is not None:
+        lines += ["## Agent workload (tau-bench)", "", markdown_agent_table(result), ""]
+    lines += ["## Strategies", ""]
+    lines += [f"- `{s}`: {specs[s].description if s in specs else ''}" for s in result.strategies]
+    lines.append("")
+    for conversation in result.conversations:
+        lines += [
+            f"## Conversation {conversation}",
+            "",
+            markdown_table(*_table_rows(result, conversation)),
+            "",
+        ]
+    lines += ["## Evidence recall by category", "", markdown_table(*_category_rows(result)), ""]
     if result.counting:
         c = result.counting
         lines += [
@@ -461,7 +505,13 @@ def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = (
     lines += [f"- **{k}**: {v}." for k, v in {**DEFINITIONS, **COST_DEFINITIONS}.items()]
     if result.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in result.notes]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return "\n".join(lines)
+
+
+def write_markdown(result: BenchResult, path: Path, *, plots: Sequence[Path] = ()) -> Path:
+    """Write a Markdown report (every table, definitions, plot links) to ``path``."""
+    text = "# histcompress benchmark\n\n" + markdown_report(result, plots=plots) + "\n"
+    path.write_text(text, encoding="utf-8")
     return path
 
 
@@ -472,28 +522,10 @@ def _safe(name: str) -> str:
 RECALL_TARGET = 0.85
 """Evidence recall the retrieval strategies aim for (marked on the recall plot)."""
 
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "8", "d")
 
-
-@dataclass(frozen=True)
-class _Style:
-    colour: Any
-    marker: str
-    linestyle: str
-
-
-_COLOURS = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf", "#000000", "#b8860b", "#000080", "#008080",
-)  # fmt: skip
-
-
-def _styles(strategies: Sequence[str]) -> dict[str, _Style]:
-    """One colour, marker and line style per strategy, the same in every plot."""
-    return {
-        s: _Style(_COLOURS[i % len(_COLOURS)], _MARKERS[i % len(_MARKERS)], "-" if i < 10 else "--")
-        for i, s in enumerate(strategies)
-    }
+def _styles(strategies: Sequence[str]) -> dict[str, Style]:
+    """One colour and marker per strategy, the same in every plot and every run."""
+    return strategy_styles(strategies, order=DEFAULT_STRATEGIES)
 
 
 def _axes(width: float = 10.0, height: float = 5.5) -> tuple[Any, Any]:
@@ -513,7 +545,22 @@ def _save(figure: Any, axes: Any, path: Path, *, legend: bool = True) -> Path:
     return path
 
 
-def _line(axes: Any, xs: Sequence[float], ys: Sequence[float], label: str, style: _Style) -> None:
+def _count_axis(axis: Any, *, log: bool = False) -> None:
+    """Ticks of a count axis: whole numbers only, written out (1,000 rather than 10^3)."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+
+    if log:
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else ""))
+        axis.set_minor_formatter(NullFormatter())
+    else:
+        axis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+
+
+def _line(
+    axes: Any, xs: Sequence[float], ys: Sequence[float], label: str, style: Style, index: int
+) -> None:
+    step = max(1, len(xs) // 10)
     axes.plot(
         xs,
         ys,
@@ -521,9 +568,8 @@ def _line(axes: Any, xs: Sequence[float], ys: Sequence[float], label: str, style
         color=style.colour,
         linestyle=style.linestyle,
         linewidth=1.3,
-        marker=style.marker,
-        markersize=4,
-        markevery=max(1, len(xs) // 12),
+        markevery=(index % step, step),  # staggered, so overlapping lines show every marker
+        **style.marker_kwargs(5),
     )
 
 
@@ -534,13 +580,15 @@ def plot_tokens_per_call(result: BenchResult, conversation: str, out_dir: Path) 
     """
     styles = _styles(result.strategies)
     figure, axes = _axes()
-    for strategy in result.strategies:
+    for index, strategy in enumerate(result.strategies):
         run = result.run(strategy, conversation)
         if run is None or not run.turns:
             continue
         series = [max(t.prompt_tokens, 1) for t in run.turns]
-        _line(axes, range(1, len(series) + 1), series, strategy, styles[strategy])
+        _line(axes, range(1, len(series) + 1), series, strategy, styles[strategy], index)
     axes.set_yscale("log")
+    _count_axis(axes.xaxis)
+    _count_axis(axes.yaxis, log=True)
     axes.set_xlabel("assistant turn")
     axes.set_ylabel("prompt tokens per answering call (log)")
     axes.set_title(f"Prompt tokens per call, conversation {conversation}")
@@ -557,7 +605,7 @@ def plot_billed_vs_history(result: BenchResult, conversation: str, out_dir: Path
     baseline = result.run(BASELINE, conversation)
     sizes = [t.input_messages for t in baseline.turns] if baseline is not None else []
     figure, axes = _axes()
-    for strategy in result.strategies:
+    for index, strategy in enumerate(result.strategies):
         run = result.run(strategy, conversation)
         if run is None or not run.turns:
             continue
@@ -567,49 +615,22 @@ def plot_billed_vs_history(result: BenchResult, conversation: str, out_dir: Path
             )
         )
         xs = sizes[: len(billed)] if len(sizes) >= len(billed) else range(1, len(billed) + 1)
-        _line(axes, xs, billed, strategy, styles[strategy])
+        _line(axes, xs, billed, strategy, styles[strategy], index)
     axes.set_xscale("log")
     axes.set_yscale("log")
+    _count_axis(axes.xaxis, log=True)
+    _count_axis(axes.yaxis, log=True)
     axes.set_xlabel("messages in the history (log)")
     axes.set_ylabel("billed tokens so far, internal calls included (log)")
     axes.set_title(f"Billed tokens as the history grows, conversation {conversation}")
     return _save(figure, axes, out_dir / f"billed_vs_history_{_safe(conversation)}.png")
 
 
-def _label_points(figure: Any, axes: Any, points: Sequence[tuple[str, float, float, Any]]) -> None:
-    """Write each point's name beside it, moved until it covers no other label or point."""
-    from matplotlib.text import Text
-    from matplotlib.transforms import Bbox
-
-    renderer = figure.canvas.get_renderer()
-    inside = axes.get_window_extent(renderer)
-    taken: list[Any] = []
-    for _, x, y, _ in points:
-        px, py = axes.transData.transform((x, y))
-        taken.append(Bbox.from_extents(px - 5, py - 5, px + 5, py + 5))
-    shifts = [(8, -4), (8, 8), (8, -16), (-8, 8), (8, 20), (8, -28), (8, 32), (8, 44), (8, 56)]
-    for name, x, y, colour in sorted(points, key=lambda p: (p[1], p[2])):
-        for dx, dy in shifts:
-            label = axes.annotate(
-                name, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize="small",
-                color=colour, ha="left" if dx > 0 else "right",
-                arrowprops={"arrowstyle": "-", "color": colour, "lw": 0.5} if dy != -4 else None,
-            )  # fmt: skip
-            label.update_positions(renderer)
-            box = Text.get_window_extent(label, renderer)
-            fits = inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1)
-            free = not any(box.overlaps(other) for other in taken)
-            if (fits and free) or (dx, dy) == shifts[-1]:
-                taken.append(box)
-                break
-            label.remove()
-
-
 def plot_recall_vs_tokens(result: BenchResult, out_dir: Path) -> Path:
-    """Evidence recall against the context tokens spent per question, every strategy labelled.
+    """Evidence recall against the context tokens spent per question, every strategy named.
 
-    The recall target is drawn as a dashed line; labels of points close together are staggered
-    so none hides another.
+    The recall target is drawn as a dashed line. Names stand in a column beside the plot,
+    each joined to its point, so points that coincide or crowd together stay readable.
     """
     styles = _styles(result.strategies)
     figure, axes = _axes(9.0, 6.0)
@@ -619,23 +640,24 @@ def plot_recall_vs_tokens(result: BenchResult, out_dir: Path) -> Path:
         if recall is not None:
             points.append((strategy, max(recall.mean_context_tokens, 1.0), 100 * recall.recall))
     for strategy, x, y in points:
-        style = styles[strategy]
-        axes.scatter(
-            [x], [y], color=style.colour, marker=style.marker, s=60, alpha=0.85,
-            edgecolors="black", linewidths=0.5, zorder=3, label=strategy,
-        )  # fmt: skip
+        axes.plot([x], [y], linestyle="none", zorder=3, alpha=0.9,
+                  **styles[strategy].marker_kwargs(8))  # fmt: skip
     axes.set_xscale("log")
+    if points:
+        xs = [x for _, x, _ in points]
+        axes.set_xlim(min(xs) / 1.5, max(xs) * 1.5)
     axes.set_ylim(-5, 105)
-    _label_points(figure, axes, [(s, x, y, styles[s].colour) for s, x, y in points])
+    _count_axis(axes.xaxis, log=True)
     axes.axhline(100 * RECALL_TARGET, color="grey", linestyle="--", linewidth=1)
     axes.annotate(
         f"target {RECALL_TARGET:.0%}", (0.01, 100 * RECALL_TARGET), xycoords=("axes fraction",
         "data"), xytext=(0, 4), textcoords="offset points", fontsize="small", color="grey",
     )  # fmt: skip
+    label_column(figure, axes, points, styles)
     axes.set_xlabel("mean context tokens at question time (log)")
     axes.set_ylabel("evidence recall (%): every evidence turn in the context")
     axes.set_title("Evidence recall vs context size (top left is best)")
-    return _save(figure, axes, out_dir / "recall_vs_tokens.png")
+    return _save(figure, axes, out_dir / "recall_vs_tokens.png", legend=False)
 
 
 def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
@@ -674,65 +696,83 @@ def write_reports(result: BenchResult, out_dir: Path, *, plots: bool = True) -> 
 README_START = "<!-- bench:start -->"
 README_END = "<!-- bench:end -->"
 
+HEADLINE_STRATEGIES = (
+    "round_compression",
+    "round_compression_recall",
+    "hybrid_retrieval",
+    "langmem",
+    "summarization_middleware",
+    "no_history",
+)
+"""The strategies of the README's headline table (those the run measured), in this order."""
+
 
 def readme_section(result: BenchResult) -> str:
-    """The figures for the README: settings, the overall table, savings and recall per file."""
+    """The README's one small headline table (every line at most 100 characters).
+
+    For the package's default, its recall tool, facts + retrieved turns and the peers: savings
+    against the full history under each pricing model, evidence recall at question time, and
+    how many tau-bench trajectories cost more than the full history. The full tables go to
+    `docs_section` and ``bench.md``.
+    """
     config = result.config
-    lines = [
-        f"Generated by `make bench` ({', '.join(result.conversations)}; internal model "
-        f"`{result.internal_model}`; token budget {config.budget_tokens}, summary cap "
-        f"{config.summary_tokens} tokens, question contexts {config.context_tokens} tokens).",
-        "",
-        _markdown_table(*_table_rows(result, None)),
-        "",
-        "Per conversation (savings against full history; evidence recall at question time with "
-        "the mean context tokens):",
-        "",
-    ]
-    header = ["strategy"] + [
-        f"{c} {kind}" for c in result.conversations for kind in ("savings", "recall")
-    ]
-    rows = []
-    for strategy in result.strategies:
-        cells = [strategy]
-        for conversation in result.conversations:
-            figures = result.figures(strategy, conversation)
-            recall = result.recall(strategy, conversation)
-            cells.append(_percent(figures.savings if figures else None))
-            cells.append(
-                f"{_percent(recall.recall)} @ {_tokens(recall.mean_context_tokens)}"
-                if recall
-                else "-"
-            )
-        rows.append(cells)
-    lines += [
-        "| " + " | ".join(header) + " |",
-        "| :--- | " + " | ".join("---:" for _ in header[1:]) + " |",
-        *["| " + " | ".join(r) + " |" for r in rows],
-        "",
-        "Cost under prompt caching (savings against the full history priced the same way; "
-        "cached = share of prompt tokens read from the cache):",
-        "",
-        markdown_cost_table(result),
-        "",
-        pricing_assumptions_markdown(),
-    ]
+    cost_header, cost_rows_ = compact_cost_rows(result)
+    savings = {row[0]: row for row in cost_rows_}
+    main_header, main_rows = _table_rows(result, None)
+    recall_at = main_header.index("recall")
+    recall = {row[0]: row[recall_at] for row in main_rows}
+    worse: dict[str, str] = {}
     if result.agent is not None:
-        lines += [
-            "",
-            f"Agent workload ({len(result.agent.trajectories)} tau-bench trajectories, UUID "
-            "message ids, tool definitions in the prompt; failed = trajectories the strategy "
-            "raised on, broken = requests breaking the tool-pairing rules, sys changed = "
-            "requests whose system text was changed, worse = "
-            "trajectories costing more than the full history under some pricing model):",
-            "",
-            markdown_agent_table(result),
-        ]
+        agent_header, agent_body = compact_agent_rows(result)
+        at = agent_header.index("worse")
+        worse = {row[0]: f"{row[at]}/{len(result.agent.trajectories)}" for row in agent_body}
+    pricing_columns = [h for h in cost_header[1:] if not h.startswith("cached")]
+    header = ["strategy", *pricing_columns, "recall", "tau worse"]
+    rows = []
+    for name in HEADLINE_STRATEGIES:
+        if name not in savings:
+            continue
+        row = savings[name]
+        cells = [row[cost_header.index(h)] for h in pricing_columns]
+        label = f"{name} (default)" if name == "round_compression" else name
+        rows.append([label, *cells, recall.get(name, "-"), worse.get(name, "-")])
+    lines = [
+        wrap(
+            f"Savings against the full history, priced as each provider bills with prompt "
+            f"caching (LoCoMo {', '.join(result.conversations)}; summary cap "
+            f"{config.summary_tokens} tokens); evidence recall at question time; tau-bench "
+            "trajectories costing more than the full history. Generated by `make bench-readme`; "
+            "every table: docs/benchmark.md."
+        ),
+        "",
+        markdown_table(header, rows),
+    ]
     return "\n".join(lines)
 
 
+def docs_section(result: BenchResult) -> str:
+    """Every table of the run for the documentation's benchmark page.
+
+    `markdown_report`, then the overhead of every face when the run measured them.
+    """
+    text = (
+        "Generated by `make bench-readme` "
+        f"({', '.join(result.conversations)}; internal model `{result.internal_model}`).\n\n"
+        + markdown_report(result)
+    )
+    if result.faces:
+        text += (
+            "\n\n## Library overhead per face\n\nMean ms per turn of each face driven through "
+            "its public API, folding turns apart; the lowest of several passes, every pass's "
+            "mean beside it.\n\n" + face_overhead_table(result.faces)
+        )
+    return text
+
+
 def update_readme(path: Path, section: str) -> Path:
-    """Replace the text between the README's bench markers with ``section``.
+    """Replace the text between the bench markers of a Markdown file with ``section``.
+
+    The README holds `readme_section` there, the documentation's benchmark page `docs_section`.
 
     Raises:
         ConfigurationError: The file lacks the markers (nothing is written).

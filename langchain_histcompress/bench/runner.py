@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TextIO
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from langchain_histcompress._model_edge import InternalFailure, recording_failures
 from langchain_histcompress.bench.agent import TAU_BENCH_FILE, AgentResult, run_agent_workload
@@ -63,11 +63,13 @@ from langchain_histcompress.bench.metrics import (
     replay_figures,
 )
 from langchain_histcompress.bench.recall import (
+    QuestionContext,
     QuestionRecall,
     RecallSummary,
     score_question,
     summarize_recall,
 )
+from langchain_histcompress.bench.recall_costs import price_tool_call
 from langchain_histcompress.bench.replay import ReplayChatModel
 from langchain_histcompress.bench.strategies import (
     DEFAULT_STRATEGIES,
@@ -78,7 +80,7 @@ from langchain_histcompress.bench.strategies import (
     is_priced,
 )
 from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.pricing import DEFAULT_PRICING
+from langchain_histcompress.pricing import DEFAULT_PRICING, PRICING_MODELS
 from langchain_histcompress.render import message_text
 from langchain_histcompress.tokens import TiktokenCounter
 
@@ -519,7 +521,10 @@ def _replay(
             question = HumanMessage(qa.question, id=f"question-{index}")
             context = strategy.context_for_question(snapshot, question)
             tokens = counter.count_messages(context.messages)
-            questions.append(score_question(qa, context, context_tokens=tokens))
+            scored = score_question(qa, context, context_tokens=tokens)
+            if context.tool_request:
+                scored = _with_tool_call(scored, context, strategy, counter, meter)
+            questions.append(scored)
     except Exception as exc:
         logger.warning(
             "strategy %s failed on %s: %s", strategy.name, conversation.name, type(exc).__name__
@@ -538,6 +543,35 @@ def _replay(
     )
 
 
+def _with_tool_call(
+    scored: QuestionRecall,
+    context: QuestionContext,
+    strategy: Strategy,
+    counter: TiktokenCounter,
+    meter: CostMeter | None,
+) -> QuestionRecall:
+    """``scored`` with the recalled tokens and the priced extra request of its tool call."""
+    call = context.messages[len(context.tool_request)]
+    result = context.messages[-1]
+    call_tokens = counter.count_messages([call]) - counter.count_messages([AIMessage("")])
+    pricings = (
+        list(meter.pricings.values())
+        if meter is not None
+        else [PRICING_MODELS[name] for name in REPORTED_PRICINGS]
+    )
+    tools_text = getattr(strategy, "tools_text", None)
+    costs = price_tool_call(
+        context.tool_request,
+        context.messages,
+        call_tokens=call_tokens,
+        encoder=meter.encoder if meter is not None else RequestEncoder(counter),
+        pricings=pricings,
+        tools_text=tools_text() if callable(tools_text) else "",
+    )
+    recalled = counter.count_text(message_text(result)) if isinstance(result, ToolMessage) else 0
+    return replace(scored, recalled_tokens=recalled, tool_costs=costs)
+
+
 def merge_priced_runs(runs: Mapping[str, StrategyRun]) -> StrategyRun:
     """One run from a strategy's replays configured for each pricing model (by name).
 
@@ -551,7 +585,26 @@ def merge_priced_runs(runs: Mapping[str, StrategyRun]) -> StrategyRun:
     error = main.error or next((r.error for r in runs.values() if r.error), None)
     costs = {name: run.costs[name] for name, run in runs.items() if name in run.costs}
     failures = tuple(f for r in runs.values() for f in r.failures)
-    return replace(main, costs=costs if error is None else {}, error=error, failures=failures)
+    questions = main.questions
+    if any(q.tool_costs for q in questions):  # each pricing's tool calls from its own replay
+        questions = tuple(
+            replace(
+                q,
+                tool_costs={
+                    name: run.questions[i].tool_costs[name]
+                    for name, run in runs.items()
+                    if i < len(run.questions) and name in run.questions[i].tool_costs
+                },
+            )
+            for i, q in enumerate(questions)
+        )
+    return replace(
+        main,
+        costs=costs if error is None else {},
+        error=error,
+        failures=failures,
+        questions=questions,
+    )
 
 
 def _price_turn(

@@ -22,6 +22,11 @@ adapter. Built in:
 - ``round_compression``: the package's default ``RoundCompressor`` (folds by cost,
   ``schedule.FoldSchedule``), configured for the pricing model each cost column prices:
   replayed once per pricing model (`StrategySpec.priced`).
+- ``round_compression_recall``: ``round_compression`` for every turn (the same requests, the
+  same bill), and at each question one call of the recall tool
+  (``recall_tool.HistoryRecall``, ranked by ``EvidenceRetriever``) with the question as the
+  query, its result within ``context_tokens``: what an agent that always looks things up
+  sends. Whether a real model makes that call is not measured here.
 - ``round_compression_rounds`` / ``round_compression_5_10`` / ``thread_summary``:
   ``RoundCompressor`` folding by round count (2 compressed / 3 retained, TaskWeaver's
   rhythm; 5 / 10) and the ``thread_summarizer`` preset.
@@ -64,6 +69,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import json
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -73,7 +79,14 @@ from typing import Any, cast
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, trim_messages
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    trim_messages,
+)
 from langchain_core.outputs import LLMResult
 
 from langchain_histcompress.bench.recall import QuestionContext
@@ -357,17 +370,16 @@ class CompressorStrategy(Strategy):
     def warm_start(self, history: Sequence[BaseMessage]) -> None:
         """Start from a summary covering all but the retained rounds, made with one call.
 
-        Catching up on a long backlog normally takes one summarizer call per
-        ``rounds_to_compress`` rounds; for timing, the summary text comes from one call on the
-        newest folded rounds and its coverage is set to every folded round.
+        For timing, the summary text comes from one call on the newest two folded rounds and
+        its coverage is set to every folded round.
         """
         rounds = split_rounds(history).rounds
-        keep = max(1, int(self.compressor.rounds_to_retain))
+        keep = max(1, kept_verbatim(self.compressor))
         folded = rounds[:-keep]
         if not folded:
             self.model_input(history)
             return
-        chunk = [m for r in folded[-int(self.compressor.rounds_to_compress) :] for m in r.messages]
+        chunk = [m for r in folded[-2:] for m in r.messages]
         update = self.compressor.summarizer.summarize(chunk, None, rounds=1)
         made = update.summary
         self._summary = type(made)(
@@ -384,6 +396,59 @@ class CompressorStrategy(Strategy):
     def view(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         """The model view from the current summary, no model call."""
         return list(self.compressor.view(list(messages), self._summary))
+
+
+class RecallStrategy(CompressorStrategy):
+    """The default compression for the turns; at each question, one recall-tool call.
+
+    Every turn is `CompressorStrategy`'s (nothing is added until the tool is called). The
+    context of a question is the request an agent sends after calling the recall tool with
+    the question as its query: the view with the summary's recall hint, the question, the
+    call, and the tool's result (the recalled messages count as verbatim).
+    """
+
+    def __init__(self, compressor: Any, recall: Any) -> None:
+        """Wrap a ``RoundCompressor`` and a ``HistoryRecall``."""
+        super().__init__(compressor)
+        self.recall = recall
+
+    def context_for_question(
+        self, history: Sequence[BaseMessage], question: HumanMessage
+    ) -> QuestionContext:
+        """The request after one recall call with the question as the query (no state change)."""
+        asked = tuple(self.recall.add_hint(self.view([*history, question])))
+        query = question.content if isinstance(question.content, str) else str(question.content)
+        found = self.recall.recall(query, list(history), self._summary)
+        call_id = f"call-{question.id}"
+        call = AIMessage(
+            "",
+            id=f"{question.id}-call",
+            tool_calls=[
+                {
+                    "name": self.recall.name,
+                    "args": {"query": query},
+                    "id": call_id,
+                    "type": "tool_call",
+                }
+            ],
+        )
+        result = ToolMessage(
+            found.content,
+            tool_call_id=call_id,
+            id=f"{question.id}-result",
+            artifact=found.artifact(),
+        )
+        return QuestionContext(
+            (*asked, call, result),
+            retrieved_ids=frozenset(found.message_ids),
+            tool_request=asked,
+        )
+
+    def tools_text(self) -> str:
+        """The recall tool's definition as a request sends it (priced ahead of the request)."""
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        return json.dumps([convert_to_openai_tool(self.recall.as_tool())], ensure_ascii=False)
 
 
 DATA_BUDGET_RATIO = 0.9
@@ -775,8 +840,26 @@ def _compressor(env: StrategyEnv, **kwargs: Any) -> Strategy:
     return CompressorStrategy(_round_compressor(env, **kwargs))
 
 
+def kept_verbatim(compressor: Any) -> int:
+    """Rounds a compressor keeps verbatim when its ``keep`` is in rounds (else 3)."""
+    unit, amount = compressor.keep
+    return int(amount) if unit == "rounds" else 3
+
+
+def _recall(env: StrategyEnv) -> Strategy:
+    recall_module = importlib.import_module("langchain_histcompress.recall_tool")
+    retrieval = importlib.import_module("langchain_histcompress.retrieval")
+    recall = recall_module.HistoryRecall(
+        retriever=retrieval.EvidenceRetriever(speaker_names=env.speaker_names),
+        max_tokens=env.context_tokens,
+        token_counter=env.counter,
+    )
+    trigger = ("cost", env.pricing) if env.pricing else "cost"
+    return RecallStrategy(_round_compressor(env, trigger=trigger), recall)
+
+
 def _hybrid(env: StrategyEnv) -> Strategy:
-    compressor = _round_compressor(env, rounds_to_compress=2, rounds_to_retain=3)
+    compressor = _round_compressor(env)
     return FactsStrategy(env, summaries=CompressorStrategy(compressor), raw_turns=True)
 
 
@@ -880,23 +963,30 @@ register_strategy(
 )
 register_strategy(
     "round_compression",
-    lambda env: _compressor(env, pricing=env.pricing),
+    lambda env: _compressor(env, trigger=("cost", env.pricing) if env.pricing else "cost"),
     "RoundCompressor defaults: keep 3 rounds, fold by cost under the pricing model it is "
     "configured for (one run per cost column; token and recall figures: openai-50, the default)",
     requires=("langchain_histcompress.compressor",),
     priced=True,
 )
 register_strategy(
+    "round_compression_recall",
+    _recall,
+    "round_compression for the turns; at each question one recall-tool call with the question "
+    "as query, its result within the context budget (whether a real model calls it is not "
+    "measured offline)",
+    requires=("langchain_histcompress.compressor", "langchain_histcompress.recall_tool"),
+    priced=True,
+)
+register_strategy(
     "round_compression_rounds",
-    lambda env: _compressor(env, rounds_to_compress=2, rounds_to_retain=3, compress_on_rounds=True),
+    lambda env: _compressor(env, trigger=("rounds", 5), keep=("rounds", 3)),
     "RoundCompressor by round count (TaskWeaver): fold 2 rounds once 2 + 3 are pending",
     requires=("langchain_histcompress.compressor",),
 )
 register_strategy(
     "round_compression_5_10",
-    lambda env: _compressor(
-        env, rounds_to_compress=5, rounds_to_retain=10, compress_on_rounds=True
-    ),
+    lambda env: _compressor(env, trigger=("rounds", 15), keep=("rounds", 10)),
     "RoundCompressor by round count: fold 5 rounds once 5 + 10 are pending, keep 10 verbatim",
     requires=("langchain_histcompress.compressor",),
 )

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import re
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableBinding
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_histcompress.errors import BudgetError, ConfigurationError
@@ -134,7 +137,9 @@ class MaxTokensReducer(ConfigEquality):
     a few times per call (a galloping search over round starts).
 
     With ``allow_partial``, the newest part of the next older plain message that still fits
-    is kept too, split by ``text_splitter`` (lines by default), as ``trim_messages`` does.
+    is kept too, split by ``text_splitter`` (lines by default), as ``trim_messages`` does; a
+    message made of content blocks keeps its newest blocks, the oldest of them a text block
+    possibly in part (images and other non-text blocks are never split).
     The kept part is repaired like `TruncationReducer`'s (stray tool results dropped,
     placeholders for calls left unanswered before the last step, logged).
 
@@ -178,7 +183,11 @@ class MaxTokensReducer(ConfigEquality):
         self,
         max_tokens: int,
         *,
-        token_counter: TokenCounter | BaseLanguageModel[Any] | str | None = None,
+        token_counter: TokenCounter
+        | BaseLanguageModel[Any]
+        | RunnableBinding[Any, Any]
+        | str
+        | None = None,
         threshold_tokens: int = 0,
         start_on_human: bool = True,
         allow_partial: bool = False,
@@ -191,8 +200,9 @@ class MaxTokensReducer(ConfigEquality):
             max_tokens: Budget for the whole request (an integer >= 1): messages, reply
                 priming and tool schemas.
             token_counter: Any ``(messages) -> int`` callable, a chat model (its
-                ``get_num_tokens_from_messages``), a model name for an exact tiktoken
-                counter, or ``None`` for the default `TiktokenCounter`.
+                ``get_num_tokens_from_messages``; a bound one, ``model.bind(...)``, counts
+                with the model it binds), a model name for an exact tiktoken counter, or
+                ``None`` for the default `TiktokenCounter`.
             threshold_tokens: Extra tokens tolerated before reducing (an integer >= 0).
             start_on_human: Start the kept part on a user message.
             allow_partial: Keep the newest pieces of the next older plain message that fit.
@@ -336,8 +346,14 @@ class MaxTokensReducer(ConfigEquality):
         *,
         after_human: bool = False,
     ) -> list[BaseMessage]:
-        """The newest pieces of ``message`` that fit between ``before`` and ``after``."""
-        if not self.allow_partial or message is None or not isinstance(message.content, str):
+        """The newest pieces of ``message`` that fit between ``before`` and ``after``.
+
+        A text is cut by ``text_splitter``. A list of content blocks is cut like
+        ``trim_messages(allow_partial=True)`` cuts one: whole blocks go from the oldest,
+        and a text block (a string, or ``{"type": "text"}``) may be kept in part, split the
+        same way; other blocks (images, files...) are kept or left out whole.
+        """
+        if not self.allow_partial or message is None:
             return []
         if not isinstance(message, HumanMessage | AIMessage) or (
             isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls)
@@ -345,10 +361,11 @@ class MaxTokensReducer(ConfigEquality):
             return []
         if self.start_on_human and not after_human and not isinstance(message, HumanMessage):
             return []
-        pieces = self.text_splitter(message.content)
+        pieces = _pieces(message.content, self.text_splitter)
 
         def cut(count: int) -> BaseMessage:
-            return message.model_copy(update={"content": "".join(pieces[len(pieces) - count :])})
+            kept = pieces[len(pieces) - count :]
+            return message.model_copy(update={"content": _joined(message.content, kept)})
 
         def fits(count: int) -> bool:
             return measure([*before, cut(count), *after]) <= self.max_tokens
@@ -359,6 +376,52 @@ class MaxTokensReducer(ConfigEquality):
     async def areduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
         """Async twin of `reduce` (no I/O, so it simply calls it)."""
         return self.reduce(messages)
+
+
+_Piece = tuple[int, str | None]
+"""A piece of a message's content: (block index, text piece), or (block index, ``None``)
+for a block kept or left out whole. A plain text content is block 0."""
+
+
+def _block_text(block: object) -> str | None:
+    """The text of a text block (``trim_messages`` splits these), else ``None``."""
+    if isinstance(block, str):
+        return block
+    if isinstance(block, dict) and block.get("type") == "text":
+        text = block.get("text")
+        return text if isinstance(text, str) else None
+    return None
+
+
+def _pieces(content: str | list[Any], splitter: TextSplitter) -> list[_Piece]:
+    """``content`` as the pieces a partial message keeps a suffix of, oldest first."""
+    if isinstance(content, str):
+        return [(0, piece) for piece in splitter(content)]
+    out: list[_Piece] = []
+    for index, block in enumerate(content):
+        text = _block_text(block)
+        if text:
+            out.extend((index, piece) for piece in splitter(text))
+        else:
+            out.append((index, None))
+    return out
+
+
+def _joined(content: str | list[Any], kept: list[_Piece]) -> str | list[Any]:
+    """The content made of the ``kept`` pieces (a suffix of `_pieces` of ``content``)."""
+    if isinstance(content, str):
+        return "".join(text or "" for _, text in kept)
+    blocks: list[Any] = []
+    for index, group in itertools.groupby(kept, key=operator.itemgetter(0)):
+        texts = [text for _, text in group]
+        block = content[index]
+        if texts == [None]:
+            blocks.append(block)
+        elif isinstance(block, str):
+            blocks.append("".join(t or "" for t in texts))
+        else:
+            blocks.append({**block, "text": "".join(t or "" for t in texts)})
+    return blocks
 
 
 def _hashable(value: object) -> bool:

@@ -14,9 +14,11 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress._prefix import holds
 from langchain_histcompress.errors import SummarizationError
+from langchain_histcompress.fold_plan import call_sizes
 from langchain_histcompress.reducers import _units as cut
 from langchain_histcompress.rounds import ensure_ids, is_summary_message
 from langchain_histcompress.summary import RunningSummary, Summarizer
+from langchain_histcompress.tokens import message_costs
 
 __all__ = ["SummarizationReducer"]
 
@@ -53,6 +55,14 @@ def _pinned(messages: Sequence[BaseMessage]) -> list[SystemMessage]:
     return [m for m in messages if isinstance(m, SystemMessage) and not is_summary_message(m)]
 
 
+def _reduced(out: list[BaseMessage], messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+    """``out``, or ``None`` when it is the input itself: nothing was reduced.
+
+    That is a reduced history fed back with nothing new to fold (or a failed fold).
+    """
+    return None if cut.unchanged(out, messages) else out
+
+
 @dataclass(frozen=True)
 class _Folded:
     """What one conversation's summaries cover: the originals they fold, in order.
@@ -69,6 +79,10 @@ class _Folded:
     summaries: tuple[RunningSummary, ...]
     messages: tuple[SystemMessage, ...]
     pinned: tuple[SystemMessage, ...] = ()
+
+    def starts_with(self, message: BaseMessage) -> bool:
+        """Whether ``message`` is the very object this state folded first."""
+        return self.count > 0 and self.originals[self.head] is message
 
     def covers_start_of(self, messages: list[BaseMessage], head: int) -> bool:
         """Whether ``messages[head:]`` begins with exactly the messages this state folded.
@@ -131,8 +145,9 @@ class SummarizationReducer(cut.ConfigEquality):
     ``single_summary=False`` every fold adds its own summary message (of only its messages)
     and earlier ones are kept. With ``fail_on_error=False`` a summarizer failure is logged and
     the history is returned without a new fold (earlier summaries still apply) instead of
-    raising `SummarizationError`. Two reducers with the same model object and configuration
-    are equal.
+    raising `SummarizationError`; when that leaves the input as it was (a reduced history
+    fed back), the result is ``None``, as when nothing needs folding. Two reducers with the
+    same model object and configuration are equal.
 
     Args:
         model: The summarizer chat model (may be cheaper than the answering one).
@@ -214,13 +229,22 @@ class SummarizationReducer(cut.ConfigEquality):
     # ------------------------------------------------------------------ planning
 
     def _recall(self, messages: list[BaseMessage], head: int) -> _Folded | None:
-        """This conversation's remembered state, if ``messages`` begins with what it folded."""
+        """This conversation's remembered state, if ``messages`` begins with what it folded.
+
+        The states whose first folded message is the very object at ``head`` are tried
+        first, most recent first (conversations sharing that object, a fixed greeting, each
+        have their own); then, for a history read back from storage, every state by value.
+        """
+        if len(messages) <= head:
+            return None
+        first = messages[head]
         with self._lock:
-            likely = self._memory.get(id(messages[head])) if len(messages) > head else None
-            if likely is not None and likely.covers_start_of(messages, head):
-                return likely
-            for state in reversed(self._memory.values()):
-                if state is not likely and state.covers_start_of(messages, head):
+            states = list(reversed(self._memory.values()))
+            for state in states:
+                if state.starts_with(first) and state.covers_start_of(messages, head):
+                    return state
+            for state in states:
+                if not state.starts_with(first) and state.covers_start_of(messages, head):
                     return state
         return None
 
@@ -286,21 +310,58 @@ class SummarizationReducer(cut.ConfigEquality):
                 originals = list(plan.preamble)
             originals.extend(plan.older)
             state = _Folded(originals, head, len(originals) - head, summaries, shown, pinned)
-            key = id(originals[head])
+            # one entry per list of folded originals (a conversation), which the state keeps
+            # alive: conversations sharing their first messages never replace each other's
+            key = id(originals)
             self._memory[key] = state
             self._memory.move_to_end(key)
             while len(self._memory) > self.max_conversations:
                 self._memory.popitem(last=False)
         return state
 
-    def _request(self, plan: _Plan) -> dict[str, Any]:
-        """The summarizer's arguments for folding ``plan.older``."""
-        fresh = [m for m in plan.older if not isinstance(m, SystemMessage)]  # kept verbatim
-        older = ensure_ids(fresh, namespace=f"reducer-{plan.offset}")
-        rounds = sum(1 for m in older if isinstance(m, HumanMessage))
-        return {"messages": older, "previous": self._previous(plan), "rounds": rounds}
+    def _chunks(self, plan: _Plan) -> list[list[BaseMessage]]:
+        """``plan.older`` to fold, in summarizer calls that each fit its window.
 
-    def _failed(self, plan: _Plan, error: SummarizationError) -> list[BaseMessage] | None:
+        Pinned system messages stay out (they are kept verbatim); calls split between
+        rounds, so a tool call and its results are always sent together.
+        """
+        fresh = [m for m in plan.older if not isinstance(m, SystemMessage)]
+        older = ensure_ids(fresh, namespace=f"reducer-{plan.offset}")
+        starts = [0, *(i for i, m in enumerate(older) if i and isinstance(m, HumanMessage))]
+        units = [older[a:b] for a, b in zip(starts, [*starts[1:], len(older)], strict=True)]
+        summarizer = self.summarizer
+        limit = summarizer.max_input_tokens
+        # room left beside the prompt's own text and the previous summary (at most a quarter)
+        room = (limit - 2 * min(summarizer.config.max_summary_tokens, limit // 4) - 2_000) * 5 // 6
+        costs = [sum(message_costs(summarizer.token_counter, unit)) for unit in units]
+        out: list[list[BaseMessage]] = []
+        at = 0
+        for size in call_sizes(costs, max(room, 1)):
+            out.append([m for unit in units[at : at + size] for m in unit])
+            at += size
+        return out or [older]
+
+    def _folded(self, plan: _Plan) -> RunningSummary:
+        """The summary after folding ``plan.older`` (sync summarizer calls)."""
+        summary = self._previous(plan)
+        for chunk in self._chunks(plan):
+            rounds = sum(1 for m in chunk if isinstance(m, HumanMessage))
+            summary = self.summarizer.summarize(chunk, summary, rounds=rounds).summary
+        assert summary is not None  # at least one call
+        return summary
+
+    async def _afolded(self, plan: _Plan) -> RunningSummary:
+        """Async `_folded`."""
+        summary = self._previous(plan)
+        for chunk in self._chunks(plan):
+            rounds = sum(1 for m in chunk if isinstance(m, HumanMessage))
+            summary = (await self.summarizer.asummarize(chunk, summary, rounds=rounds)).summary
+        assert summary is not None  # at least one call
+        return summary
+
+    def _failed(
+        self, plan: _Plan, error: SummarizationError, messages: Sequence[BaseMessage]
+    ) -> list[BaseMessage] | None:
         if self.fail_on_error:
             raise error
         logger.warning("summarizer failed; history left unfolded: %s", type(error).__name__)
@@ -308,14 +369,20 @@ class SummarizationReducer(cut.ConfigEquality):
             return None
         folded = plan.folded
         shown = [*plan.preamble, *folded.messages, *folded.pinned, *plan.older, *plan.body]
-        return cut.provider_valid(shown)
+        return _reduced(cut.provider_valid(shown), messages)
 
-    def _unfolded(self, plan: _Plan | None) -> list[BaseMessage] | None:
+    def _unfolded(
+        self, plan: _Plan | None, messages: Sequence[BaseMessage]
+    ) -> list[BaseMessage] | None:
         """The result when nothing new needs folding."""
-        return None if plan is None else self._assemble(plan, plan.folded)
+        return None if plan is None else _reduced(self._assemble(plan, plan.folded), messages)
 
     def reduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
-        """Return the summarized history, or ``None`` when it is short enough.
+        """Return the summarized history, or ``None`` when there is nothing to reduce.
+
+        ``None`` when the history is short enough, and when the input already holds its
+        summary and nothing new folds (the reduced output fed back as is, also after a
+        failed fold with ``fail_on_error=False``), as Semantic Kernel's reducers do.
 
         Raises:
             SummarizationError: The summarizer failed after its retries (input untouched),
@@ -323,20 +390,20 @@ class SummarizationReducer(cut.ConfigEquality):
         """
         plan = self._plan(messages)
         if plan is None or not plan.older:
-            return self._unfolded(plan)
+            return self._unfolded(plan, messages)
         try:
-            update = self.summarizer.summarize(**self._request(plan))
+            summary = self._folded(plan)
         except SummarizationError as error:
-            return self._failed(plan, error)
-        return self._assemble(plan, self._fold(plan, update.summary))
+            return self._failed(plan, error, messages)
+        return self._assemble(plan, self._fold(plan, summary))
 
     async def areduce(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
         """Async twin of `reduce`."""
         plan = self._plan(messages)
         if plan is None or not plan.older:
-            return self._unfolded(plan)
+            return self._unfolded(plan, messages)
         try:
-            update = await self.summarizer.asummarize(**self._request(plan))
+            summary = await self._afolded(plan)
         except SummarizationError as error:
-            return self._failed(plan, error)
-        return self._assemble(plan, self._fold(plan, update.summary))
+            return self._failed(plan, error, messages)
+        return self._assemble(plan, self._fold(plan, summary))

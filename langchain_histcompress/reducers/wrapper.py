@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -35,37 +34,42 @@ class _SeenLists:
     gets the full history each turn, that is O(history) per turn. A list whose start is, by
     identity, a list seen before (all messages) is checked only from there on, and is
     passed on as it is. The seen lists are private copies holding references, so they never
-    change behind our back and an object id in them cannot be reused.
+    change behind our back and an object id in them cannot be reused. One list is kept per
+    conversation, the least recently used dropped past ``size``: conversations that share
+    their first messages (a fixed system prompt object) keep their own.
     """
 
     def __init__(self, size: int = 64) -> None:
         self._size = size
-        self._lists: OrderedDict[int, list[BaseMessage]] = OrderedDict()
+        self._lists: list[list[BaseMessage]] = []
+        """Most recently used last."""
         self._lock = threading.Lock()
 
-    def known_prefix(self, value: list[Any]) -> int:
-        """How many leading items of ``value`` are, one by one, a list already checked."""
-        with self._lock:
-            seen = self._lists.get(id(value[0]))
-            if seen is None or len(seen) > len(value):
-                return 0
+    def _match(self, value: list[Any]) -> tuple[list[BaseMessage] | None, int]:
+        """The seen list ``value`` begins with (moved to the end), and its length.
+
+        Lists whose first two items are not those of ``value`` (by identity) are passed over
+        at the cost of two pointer comparisons; another conversation that shares them is
+        left at its first different message.
+        """
+        first, second = value[0], value[1] if len(value) > 1 else None
+        lists = self._lists
+        for at in range(len(lists) - 1, -1, -1):
+            seen = lists[at]
+            if (
+                seen[0] is not first
+                or len(seen) > len(value)
+                or (len(seen) > 1 and seen[1] is not second)
+            ):
+                continue
             try:
                 same = seen == value if len(seen) == len(value) else seen < value
             except TypeError:  # two items differ: messages have no ordering
-                return 0
-            return len(seen) if same else 0
-
-    def remember(self, value: list[BaseMessage], known: int) -> None:
-        with self._lock:
-            seen = self._lists.get(id(value[0]))
-            if seen is not None and known and len(seen) == known:
-                seen.extend(value[known:])
-            else:
-                seen = list(value)
-            self._lists[id(value[0])] = seen
-            self._lists.move_to_end(id(value[0]))
-            while len(self._lists) > self._size:
-                self._lists.popitem(last=False)
+                continue
+            if same:
+                lists.append(lists.pop(at))
+                return seen, len(seen)
+        return None, 0
 
     def __call__(self, value: LanguageModelInput) -> list[BaseMessage]:
         if isinstance(value, PromptValue):
@@ -74,10 +78,16 @@ class _SeenLists:
             return [HumanMessage(value)]
         if not isinstance(value, list) or not value:
             return convert_to_messages(value)
-        known = self.known_prefix(value)
-        if not all(isinstance(m, BaseMessage) for m in value[known:]):
-            return convert_to_messages(value)
-        self.remember(value, known)
+        with self._lock:
+            seen, known = self._match(value)
+            if not all(isinstance(m, BaseMessage) for m in value[known:]):
+                return convert_to_messages(value)
+            if seen is not None:
+                seen.extend(value[known:])  # the same conversation, grown
+            else:
+                self._lists.append(list(value))
+                if len(self._lists) > self._size:
+                    del self._lists[0]
         return value
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Generator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -20,7 +21,14 @@ from langchain_histcompress.errors import (
     ConfigurationError,
     StorageError,
 )
-from langchain_histcompress.storage.base import assign_ids, duplicate_ids, encode_message
+from langchain_histcompress.storage.base import (
+    HistoryCheck,
+    MessagesUpdate,
+    assign_ids,
+    decode_message,
+    encode_message,
+    update_errors,
+)
 from langchain_histcompress.summary import RunningSummary
 
 SCHEMA_VERSION = 1
@@ -172,12 +180,39 @@ def _lock_session(d: Dialect, session_id: str) -> Plan[tuple[int, int]]:
     raise StorageError(msg)
 
 
-def append_plan(d: Dialect, session_id: str, batch: list[BaseMessage]) -> Plan[list[BaseMessage]]:
-    _, next_seq = yield from _lock_session(d, session_id)
-    stored = assign_ids(session_id, next_seq, batch)
+def append_plan(
+    d: Dialect,
+    session_id: str,
+    update: MessagesUpdate,
+    check: HistoryCheck | None = None,
+    covered_ids: Callable[[str, str], AbstractSet[str] | None] = lambda _s, _u: None,
+) -> Plan[list[BaseMessage]]:
+    """Apply ``update`` (appends, removals, remove-all), checked, in one transaction.
+
+    ``covered_ids(session_id, uid)`` gives the covered ids of a cached summary version
+    (``None``: read them), needed only when an append brings its own id.
+    """
+    version, next_seq = yield from _lock_session(d, session_id)
+    covered: AbstractSet[str] = frozenset()
+    if version and not update.clear and any(m.id for m in update.appends):
+        _, uid = yield from _current_version(d, session_id)
+        known = covered_ids(session_id, uid) if uid is not None else None
+        if known is None:
+            _, ids = yield from load_summary_rows(d, session_id, version)
+            known = frozenset(ids)
+        covered = known
+    if update.clear:
+        for table in ("histcompress_messages", "histcompress_summaries"):
+            yield Query(d.q(f"DELETE FROM {table} WHERE session_id = ?"), (session_id,))
+        yield Query(
+            d.q("UPDATE histcompress_sessions SET summary_version = 0 WHERE session_id = ?"),
+            (session_id,),
+        )
+    stored = assign_ids(session_id, next_seq, update.appends)
     ids = [str(m.id) for m in stored]
+    removed = sorted(update.removed_ids)
     existing: list[str] = []
-    for fragment, chunk in d.in_ids("message_id", ids):
+    for fragment, chunk in d.in_ids("message_id", [*ids, *removed]):
         rows = yield Query(
             f"SELECT message_id FROM histcompress_messages WHERE session_id = {_p(d)} "
             f"AND {fragment}",
@@ -185,12 +220,28 @@ def append_plan(d: Dialect, session_id: str, batch: list[BaseMessage]) -> Plan[l
             "all",
         )
         existing.extend(str(r[0]) for r in rows)
-    error = duplicate_ids(stored, existing)
+    error = update_errors(update, stored, existing, covered)
     if error is not None:
         raise error
     rows_to_insert = [
         (session_id, next_seq + i, ids[i], encode_message(m)) for i, m in enumerate(stored)
     ]
+    if check is not None:
+        rows = yield Query(
+            d.q(
+                "SELECT message_id, message FROM histcompress_messages WHERE session_id = ? "
+                "AND covered_version IS NULL ORDER BY seq"
+            ),
+            (session_id,),
+            "all",
+        )
+        gone = update.removed_ids
+        check([*(decode_message(str(r[1])) for r in rows if str(r[0]) not in gone), *stored])
+    for fragment, chunk in d.in_ids("message_id", removed):
+        yield Query(
+            f"DELETE FROM histcompress_messages WHERE session_id = {_p(d)} AND {fragment}",
+            [session_id, *d.id_params(chunk)],
+        )
     if rows_to_insert:
         yield Query(
             d.q(

@@ -7,12 +7,20 @@ Two small abstract classes describe what the faces need:
 * `HistoryStore` adds the append-only message log of a session and commits a
   compression atomically: the new summary, the coverage marks of the messages it
   represents, and the session's summary version move together, after a version check.
+  `HistoryStore.update` applies a LangGraph-style update (messages to append,
+  ``RemoveMessage`` to delete, ``RemoveMessage(id=REMOVE_ALL_MESSAGES)`` to start over) in
+  one transaction, optionally checking the resulting history first.
 
 Guarantees every implementation keeps:
 
 * **Append-only, ordered.** Messages of a session get a strictly increasing sequence
-  number; reads return them in that order. Originals are deleted only by `clear` or an
-  explicit `prune_covered`.
+  number; reads return them in that order. Originals are deleted only by `clear`, an
+  explicit `prune_covered`, or a ``RemoveMessage`` given to `HistoryStore.update`.
+* **Removal keeps coverage exact.** Removing an uncovered message deletes it (it leaves the
+  view); removing a covered one deletes the original as pruning does, and the summary
+  still represents it. ``REMOVE_ALL_MESSAGES`` deletes the session's messages *and*
+  summaries: the conversation was replaced, so the old summary no longer applies. An id
+  removed is never stored again in that update, so no new message inherits its coverage.
 * **Exact coverage.** A message is *covered* exactly when its id is in the current
   summary's ``covered_ids``; `SessionSnapshot.uncovered` lists every other message, so
   every original is either in the view verbatim or represented by the summary.
@@ -33,9 +41,9 @@ from __future__ import annotations
 import asyncio
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.messages import (
@@ -54,7 +62,10 @@ from langchain_histcompress.rounds import HistoryViolation, ensure_ids
 from langchain_histcompress.summary import RunningSummary, _added_since
 
 __all__ = [
+    "REMOVE_ALL_MESSAGES",
+    "HistoryCheck",
     "HistoryStore",
+    "MessagesUpdate",
     "SessionSnapshot",
     "SummaryStore",
     "assign_ids",
@@ -65,7 +76,17 @@ __all__ = [
     "duplicate_ids",
     "encode_message",
     "encode_summary",
+    "plan_update",
+    "refuse_removals",
+    "update_errors",
 ]
+
+REMOVE_ALL_MESSAGES = "__remove_all__"
+"""The id of a ``RemoveMessage`` that removes every message (LangGraph's sentinel, same value)."""
+
+HistoryCheck = Callable[[Sequence[BaseMessage]], None]
+"""Called by `HistoryStore.update` with the session's uncovered messages as the update
+would leave them (preamble and tail, new messages last); raising refuses the update."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +253,135 @@ def duplicate_ids(
     return InvalidHistoryError(violations) if violations else None
 
 
+@dataclass(frozen=True)
+class MessagesUpdate:
+    """A LangGraph-style messages update, resolved within itself (no store read yet).
+
+    Built by `plan_update` with ``add_messages`` semantics: a ``RemoveMessage`` removes the
+    message with its id, a ``RemoveMessage(id=REMOVE_ALL_MESSAGES)`` removes everything
+    before it (stored messages and earlier messages of the update alike).
+    """
+
+    clear: bool
+    """Whether every stored message and summary of the session goes first."""
+    appends: tuple[BaseMessage, ...]
+    """The messages to append, in order (none removed later in the update)."""
+    append_at: tuple[int, ...]
+    """The position of each of ``appends`` in the update."""
+    removals: tuple[tuple[int, str], ...]
+    """``(position in the update, id)`` of each stored message to remove."""
+
+    @property
+    def removed_ids(self) -> frozenset[str]:
+        """The ids of the stored messages to remove."""
+        return frozenset(message_id for _, message_id in self.removals)
+
+
+def plan_update(messages: Sequence[BaseMessage]) -> MessagesUpdate:
+    """Resolve an update's ``RemoveMessage`` entries against the update itself.
+
+    Raises:
+        ConfigurationError: A ``RemoveMessage`` has no id.
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage, RemoveMessage
+        >>> update = plan_update([RemoveMessage(id="old"), HumanMessage("hi", id="h1"),
+        ...                       HumanMessage("oops", id="h2"), RemoveMessage(id="h2")])
+        >>> update.clear, [m.id for m in update.appends], update.removals
+        (False, ['h1'], ((0, 'old'),))
+    """
+    start = 0
+    clear = False
+    for index, message in enumerate(messages):
+        if isinstance(message, RemoveMessage) and message.id == REMOVE_ALL_MESSAGES:
+            start, clear = index + 1, True
+    appends: list[tuple[int, BaseMessage]] = []
+    removals: list[tuple[int, str]] = []
+    for index in range(start, len(messages)):
+        message = messages[index]
+        if not isinstance(message, RemoveMessage):
+            appends.append((index, message))
+            continue
+        if not message.id:
+            msg = f"messages[{index}] is a RemoveMessage without an id: name the message to remove"
+            raise ConfigurationError(msg)
+        kept = [(i, m) for i, m in appends if m.id != message.id]
+        if len(kept) == len(appends):
+            removals.append((index, message.id))
+        appends = kept
+    return MessagesUpdate(
+        clear,
+        tuple(m for _, m in appends),
+        tuple(i for i, _ in appends),
+        tuple(removals),
+    )
+
+
+def update_errors(
+    update: MessagesUpdate,
+    stored: Sequence[BaseMessage],
+    existing: Collection[str],
+    covered: Container[str] = frozenset(),
+) -> InvalidHistoryError | None:
+    """The error to raise for an update, or ``None`` when it may be applied.
+
+    Args:
+        update: The resolved update.
+        stored: Its appends with their final ids (`assign_ids`).
+        existing: Which of the appended and removed ids the session holds now (after
+            ``update.clear``, none).
+        covered: The ids the session's current summary covers (at least those of the
+            appends).
+
+    The appends must not repeat an id: in the update, in the session, or among the ids the
+    summary covers (the message with it was removed or pruned: a new message taking its id
+    would be taken for summarized and never shown). Every removal must name a message the
+    session holds.
+    """
+    removed = update.removed_ids
+    duplicates = duplicate_ids(stored, [*existing, *removed])
+    violations = (
+        []
+        if duplicates is None
+        else [replace(v, index=update.append_at[v.index]) for v in duplicates.violations]
+    )
+    flagged = {v.index for v in violations}
+    for position, message in zip(update.append_at, stored, strict=True):
+        message_id = str(message.id)
+        if position not in flagged and message_id not in existing and message_id in covered:
+            detail = (
+                f"message id {message_id!r} is covered by the running summary (its message "
+                "was removed or pruned); a new message needs a new id"
+            )
+            violations.append(
+                HistoryViolation("duplicate_message_id", position, message_id, detail)
+            )
+    violations.sort(key=lambda v: v.index)
+    held = set(existing)
+    for index, message_id in update.removals:
+        if message_id not in held:
+            detail = (
+                f"RemoveMessage names message id {message_id!r}, which no stored message of "
+                "this session has (removed, pruned or never added)"
+            )
+            violations.append(HistoryViolation("unknown_message_id", index, message_id, detail))
+    if not violations:
+        return None
+    return InvalidHistoryError(violations, hint="nothing was written")
+
+
+def refuse_removals(messages: Sequence[BaseMessage]) -> None:
+    """Raise `ConfigurationError` when ``messages`` holds a ``RemoveMessage`` (for `append`)."""
+    for index, message in enumerate(messages):
+        if isinstance(message, RemoveMessage):
+            msg = (
+                f"messages[{index}] is a RemoveMessage: append only stores messages; apply "
+                "removals with HistoryStore.update (CompressingChatMessageHistory.add_messages "
+                "does)"
+            )
+            raise ConfigurationError(msg)
+
+
 def check_messages(messages: object) -> list[BaseMessage]:
     """Validate that ``messages`` is a sequence of messages; return it as a list."""
     if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Sequence):
@@ -357,6 +507,58 @@ class HistoryStore(SummaryStore):
     @abstractmethod
     def prune_covered(self, session_id: str) -> int:
         """Delete the session's covered originals; return how many were deleted."""
+
+    def update(
+        self,
+        session_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        check: HistoryCheck | None = None,
+    ) -> list[BaseMessage]:
+        """Apply a LangGraph-style update in one transaction (see `plan_update`).
+
+        Messages are appended as by `append`; a ``RemoveMessage`` deletes the stored message
+        with its id (covered or not: a covered one stays represented by the summary, as
+        after `prune_covered`); ``RemoveMessage(id=REMOVE_ALL_MESSAGES)`` deletes every
+        message and summary of the session first. With ``check``, the session's uncovered
+        messages as the update would leave them are passed to it before anything is
+        written; if it raises, nothing is.
+
+        The default supports appends only (with ``check`` run on a snapshot first); the
+        package's stores override it with one transaction for all of it.
+
+        Returns:
+            The appended messages (with ids), in order.
+
+        Raises:
+            InvalidHistoryError: An appended id repeats (in the update, in the session, or
+                as the id of a message the update removes), or a removal names no stored
+                message; nothing was written.
+            ConfigurationError: A message cannot be serialized, or this store cannot
+                remove messages; nothing was written.
+            StorageError: The backend failed; nothing was written.
+        """
+        check_session_id(session_id)
+        planned = plan_update(check_messages(messages))
+        if planned.clear or planned.removals:
+            msg = (
+                f"{type(self).__name__} cannot remove messages (RemoveMessage): override "
+                "HistoryStore.update to support it"
+            )
+            raise ConfigurationError(msg)
+        if check is not None:
+            check([*self.snapshot(session_id).uncovered, *planned.appends])
+        return self.append(session_id, planned.appends)
+
+    async def aupdate(
+        self,
+        session_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        check: HistoryCheck | None = None,
+    ) -> list[BaseMessage]:
+        """Async twin of `update`."""
+        return await asyncio.to_thread(self.update, session_id, messages, check=check)
 
     async def aappend(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         """Async twin of `append`."""

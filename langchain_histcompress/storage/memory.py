@@ -15,15 +15,19 @@ from langchain_core.messages import BaseMessage
 
 from langchain_histcompress.errors import CompressionConflictError, ConfigurationError
 from langchain_histcompress.storage.base import (
+    HistoryCheck,
     HistoryStore,
+    MessagesUpdate,
     SessionSnapshot,
     assign_ids,
     check_messages,
     check_session_id,
     decode_message,
-    duplicate_ids,
     encode_message,
     encode_summary,
+    plan_update,
+    refuse_removals,
+    update_errors,
 )
 from langchain_histcompress.summary import RunningSummary
 
@@ -116,13 +120,42 @@ class InMemoryHistoryStore(HistoryStore):
         """Append ``messages`` to the session (see `HistoryStore.append`)."""
         check_session_id(session_id)
         batch = check_messages(messages)
+        refuse_removals(batch)
+        return self._apply(session_id, plan_update(batch), None)
+
+    def update(
+        self,
+        session_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        check: HistoryCheck | None = None,
+    ) -> list[BaseMessage]:
+        """Apply appends and removals atomically (see `HistoryStore.update`)."""
+        check_session_id(session_id)
+        return self._apply(session_id, plan_update(check_messages(messages)), check)
+
+    def _apply(
+        self, session_id: str, update: MessagesUpdate, check: HistoryCheck | None
+    ) -> list[BaseMessage]:
         with self._lock:
-            session = self._sessions.get(session_id) or _Session()
-            stored = assign_ids(session_id, session.next_seq, batch)
-            error = duplicate_ids(stored, (m.id for m in stored if m.id in session.seq_by_id))
+            current = self._sessions.get(session_id) or _Session()
+            session = _Session(next_seq=current.next_seq) if update.clear else current
+            stored = assign_ids(session_id, session.next_seq, update.appends)
+            wanted = [*(str(m.id) for m in stored), *update.removed_ids]
+            covered = session.summary.covered_ids if session.summary is not None else frozenset()
+            held = [i for i in wanted if i in session.seq_by_id]
+            error = update_errors(update, stored, held, covered)
             if error is not None:
                 raise error
             texts = [encode_message(m) for m in stored]
+            removed = {session.seq_by_id[i] for i in update.removed_ids}
+            if check is not None:
+                kept = [s.text for q, s in session.uncovered.items() if q not in removed]
+                check([*(decode_message(t) for t in kept), *stored])
+            # nothing can fail from here on: the session changes all at once
+            for seq in removed:
+                gone = session.uncovered.pop(seq, None) or session.covered.pop(seq)
+                del session.seq_by_id[gone.message_id]
             self._sessions[session_id] = session
             for message, text in zip(stored, texts, strict=True):
                 message_id = str(message.id)
@@ -191,6 +224,16 @@ class InMemoryHistoryStore(HistoryStore):
     async def aappend(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         """Async twin of `append` (no thread needed)."""
         return self.append(session_id, messages)
+
+    async def aupdate(
+        self,
+        session_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        check: HistoryCheck | None = None,
+    ) -> list[BaseMessage]:
+        """Async twin of `update` (no thread needed)."""
+        return self.update(session_id, messages, check=check)
 
     async def asnapshot(self, session_id: str) -> SessionSnapshot:
         """Async twin of `snapshot` (no thread needed)."""

@@ -50,6 +50,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import BaseMessage
@@ -78,6 +79,7 @@ from langchain_histcompress.storage._sql_plans import (
     snapshot_plan,
 )
 from langchain_histcompress.storage.base import (
+    HistoryCheck,
     HistoryStore,
     SessionSnapshot,
     check_messages,
@@ -85,6 +87,8 @@ from langchain_histcompress.storage.base import (
     decode_message,
     decode_summary,
     encode_summary,
+    plan_update,
+    refuse_removals,
 )
 from langchain_histcompress.storage.urls import ConnectionSpec, parse_connection
 from langchain_histcompress.summary import RunningSummary
@@ -465,6 +469,10 @@ class SQLHistoryStore(HistoryStore):
                 self._cache.move_to_end((session_id, uid))
             return summary
 
+    def _covered_ids(self, session_id: str, uid: str) -> AbstractSet[str] | None:
+        summary = self._cache_get(session_id, uid)
+        return None if summary is None else summary.covered_ids
+
     def _cache_put(self, session_id: str, uid: str, summary: RunningSummary) -> None:
         with self._cache_lock:
             self._cache[(session_id, uid)] = summary
@@ -563,18 +571,50 @@ class SQLHistoryStore(HistoryStore):
         """Append ``messages`` in one transaction (see `HistoryStore.append`)."""
         check_session_id(session_id)
         batch = check_messages(messages)
-        if not batch:
-            return []
-        return self._transact(lambda: append_plan(self._dialect, session_id, batch), write=True)
+        refuse_removals(batch)
+        return self.update(session_id, batch)
 
     async def aappend(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         """Async twin of `append`."""
         check_session_id(session_id)
         batch = check_messages(messages)
+        refuse_removals(batch)
+        return await self.aupdate(session_id, batch)
+
+    def update(
+        self,
+        session_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        check: HistoryCheck | None = None,
+    ) -> list[BaseMessage]:
+        """Apply appends and removals in one transaction (see `HistoryStore.update`)."""
+        check_session_id(session_id)
+        batch = check_messages(messages)
         if not batch:
             return []
+        update = plan_update(batch)
+        return self._transact(
+            lambda: append_plan(self._dialect, session_id, update, check, self._covered_ids),
+            write=True,
+        )
+
+    async def aupdate(
+        self,
+        session_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        check: HistoryCheck | None = None,
+    ) -> list[BaseMessage]:
+        """Async twin of `update`."""
+        check_session_id(session_id)
+        batch = check_messages(messages)
+        if not batch:
+            return []
+        update = plan_update(batch)
         return await self._atransact(
-            lambda: append_plan(self._dialect, session_id, batch), write=True
+            lambda: append_plan(self._dialect, session_id, update, check, self._covered_ids),
+            write=True,
         )
 
     def snapshot(self, session_id: str) -> SessionSnapshot:

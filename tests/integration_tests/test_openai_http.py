@@ -33,7 +33,7 @@ from langchain_histcompress import (
     create_history_rephraser,
 )
 from langchain_histcompress.errors import SummarizationError
-from tests.fakes import Sleeps, by_round_count
+from tests.fakes import Sleeps
 from tests.openai_server import (
     Fault,
     OpenAIServer,
@@ -320,15 +320,15 @@ def test_the_extractor_call_has_a_run_name(server: OpenAIServer) -> None:
 
 
 def _compressor(server: OpenAIServer, **kwargs: Any) -> RoundCompressor:
-    return RoundCompressor(
-        chat(server, "summarizer"),
-        rounds_to_compress=1,
-        rounds_to_retain=1,
-        token_counter="approximate",
-        retry_backoff=0.0,
-        timeout=5.0,
-        **by_round_count(kwargs),
-    )
+    options: dict[str, Any] = {
+        "trigger": ("rounds", 2),
+        "keep": ("rounds", 1),
+        "token_counter": "approximate",
+        "retry_backoff": 0.0,
+        "timeout": 5.0,
+        **kwargs,
+    }
+    return RoundCompressor(chat(server, "summarizer"), **options)
 
 
 def test_node_in_a_streamed_graph_reports_internal_usage(server: OpenAIServer) -> None:
@@ -387,7 +387,7 @@ def test_middleware_in_create_agent_with_real_tools(server: OpenAIServer) -> Non
     agent = create_agent(
         chat(server, "agent"),
         tools=[look_up],
-        middleware=[RoundCompressionMiddleware(_compressor(server))],
+        middleware=[RoundCompressionMiddleware(_compressor(server), on_error="raise")],
     )
     messages: list[BaseMessage] = []
     for turn in range(4):
@@ -405,6 +405,15 @@ def test_middleware_in_create_agent_with_real_tools(server: OpenAIServer) -> Non
     with pytest.raises(SummarizationError):
         agent.invoke({"messages": [*messages, HumanMessage("one more?")]})
     assert len(messages) == before
+    # by default the failure is logged and the agent answers without a new summary
+    lenient = create_agent(
+        chat(server, "agent"),
+        tools=[look_up],
+        middleware=[RoundCompressionMiddleware(_compressor(server))],
+    )
+    state = lenient.invoke({"messages": [*messages, HumanMessage("one more?")]})
+    assert isinstance(state["messages"][-1], AIMessage) and not state["messages"][-1].tool_calls
+    assert state.get("running_summary") is None
 
 
 def test_chat_history_compresses_through_the_real_client(
@@ -514,9 +523,31 @@ def test_demo_runs_against_the_local_server(
     openai_env: OpenAIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from langchain_histcompress.cli import main
+    from langchain_histcompress.demo_script import load_script
 
-    assert main(["demo", "--model", "openai:gpt-4o-mini", "--turns", "12", "--quiet"]) == 0
-    assert "savings" in capsys.readouterr().out
+    replies = {t.user_text: t.reply_text for t in load_script().turns}
+
+    def as_scripted(request: Request) -> Reply | Fault:
+        # the answering call ends with the user's own message: reply as the script does, so
+        # the conversation grows as it does offline (the internal calls get auto replies)
+        messages = request.body.get("messages") or []
+        last = messages[-1] if messages else {}
+        if last.get("role") == "user" and last.get("content") in replies:
+            return Reply(replies[last["content"]])
+        return auto_reply(request)
+
+    openai_env.responder = as_scripted
+    assert main(["demo", "--model", "openai:gpt-4o-mini"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "savings" in out
+    # the defaults read the window and the pricing from ChatOpenAI and fold by cost, when the
+    # user comes back after days (the cache is cold)
+    assert "ChatOpenAI profile" in out and "openai-50, from ChatOpenAI" in out
+    assert (
+        "folding (cost under openai-50, from ChatOpenAI; budget 108,800 tokens): "
+        "1 fold in 64 turns (turn 54)"
+    ) in out
+    assert "cost: the cache has gone cold" in out
     internal = [
         r
         for r in openai_env.requests

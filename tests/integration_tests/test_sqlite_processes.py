@@ -52,12 +52,11 @@ def _worker_compressor() -> Any:
 
     return RoundCompressor(
         _worker_model(),
-        rounds_to_compress=2,
-        rounds_to_retain=1,
+        trigger=("rounds", 3),
+        keep=("rounds", 1),
         token_counter="approximate",
         max_retries=0,
         timeout=None,
-        compress_on_rounds=True,
     )
 
 

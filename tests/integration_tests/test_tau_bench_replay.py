@@ -123,11 +123,10 @@ class Tally:
 def compressor(model: ScriptedSummarizer) -> RoundCompressor:
     return RoundCompressor(
         model,
-        rounds_to_compress=2,
-        rounds_to_retain=1,
+        trigger=("rounds", 3),
+        keep=("rounds", 1),
         token_counter=count_tokens_approximately,
         timeout=None,
-        compress_on_rounds=True,
     )
 
 
@@ -237,7 +236,8 @@ def _graph() -> Any:
         return _Turns.node.invoke(state, config)
 
     def model(state: HistCompressState) -> dict[str, Any]:
-        _Turns.seen.append((list(state["model_input"]), _Turns.position))
+        assert _Turns.node is not None
+        _Turns.seen.append((_Turns.node.model_input(state), _Turns.position))
         answer = _Turns.history[_Turns.position]
         _Turns.position += 1
         return {"messages": [answer]}

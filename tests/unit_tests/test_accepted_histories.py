@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langchain.agents.middleware.types import ModelRequest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -31,6 +30,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
 from langchain_histcompress.compressor import RoundCompressor, view
 from langchain_histcompress.context import ContextBuilder
+from langchain_histcompress.errors import InvalidHistoryError
 from langchain_histcompress.history import CompressingChatMessageHistory
 from langchain_histcompress.middleware import RoundCompressionMiddleware
 from langchain_histcompress.nodes import (
@@ -42,6 +42,7 @@ from langchain_histcompress.nodes import (
 from langchain_histcompress.reducers import MaxTokensReducer, TruncationReducer
 from langchain_histcompress.render import escape_data, wrap_data
 from langchain_histcompress.rounds import (
+    ensure_ids,
     is_pinned,
     is_summary_message,
     split_rounds,
@@ -50,22 +51,28 @@ from langchain_histcompress.rounds import (
 )
 from langchain_histcompress.storage import InMemoryHistoryStore
 from langchain_histcompress.summary import RunningSummary
-from tests.fakes import ScriptedSummarizer, StreamingChatModel, by_round_count
-from tests.histories import wild_history
+from tests.fakes import (
+    ScriptedSummarizer,
+    StreamingChatModel,
+    model_request,
+    through_middleware,
+)
+from tests.histories import history_updates, wild_history
 
 WILD = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 _sessions = itertools.count()
 
 
 def make(**kwargs: Any) -> RoundCompressor:
+    """Folds once 2 rounds are pending, keeping the latest, unless told otherwise."""
     options: dict[str, Any] = {
-        "rounds_to_compress": 1,
-        "rounds_to_retain": 1,
+        "trigger": ("rounds", 2),
+        "keep": ("rounds", 1),
         "token_counter": count_tokens_approximately,
         "timeout": None,
         **kwargs,
     }
-    return RoundCompressor(ScriptedSummarizer(), **by_round_count(options))
+    return RoundCompressor(ScriptedSummarizer(), **options)
 
 
 def strays(messages: Sequence[BaseMessage]) -> set[str]:
@@ -83,26 +90,35 @@ def check_view(
     summary: RunningSummary | None,
     *,
     whole: bool = True,
+    removed_latest: bool = False,
+    removed: bool = False,
 ) -> None:
     """The invariants every face keeps (``whole``: the view must show every message not
-    covered; budgeted faces may leave old rounds out)."""
+    covered; budgeted faces may leave old rounds out; ``removed_latest``: the user removed
+    the latest human message, so the one before, maybe summarized already, is the latest;
+    ``removed``: the user removed messages, so a system message folded as pinned may now
+    lead the history, or have lost the newer one it was folded behind: the summary still
+    represents it)."""
     assert validate_history(out) == [], validate_history(out)
     split = split_rounds(messages)
     preamble = [m for m in split.preamble if not is_summary_message(m)]
+    covered = summary.covered_ids if summary is not None else frozenset()
     for original in preamble:
+        if removed and original.id in covered:
+            continue
         assert any(m is original or m.content == original.content for m in out)
     humans = [m for m in messages if isinstance(m, HumanMessage)]
-    covered = summary.covered_ids if summary is not None else frozenset()
-    if humans:
+    if humans and not (removed_latest and humans[-1].id in covered):
         assert humans[-1].id in {m.id for m in out}
         assert humans[-1].id not in covered
     body = split.body
     shown = {m.id for m in out}
-    for message in body:
-        if is_pinned(message):
-            assert message.id not in covered  # pinned: never folded
-            if whole:
-                assert message.id in shown
+    pinned = [m for m in body if is_pinned(m)]
+    for index, message in enumerate(pinned):
+        if message.id in covered:  # folded only once a newer pinned message is shown
+            assert removed or any(later.id not in covered for later in pinned[index + 1 :])
+        elif whole:
+            assert message.id in shown
     if whole:
         lost = {str(m.id) for m in body} - {str(i) for i in shown} - set(covered)
         assert lost <= strays(messages), lost
@@ -116,7 +132,7 @@ def check_view(
 @WILD
 @given(wild_history(max_rounds=8), st.integers(1, 3))
 def test_compressor_on_wild_histories(messages: list[BaseMessage], step: int) -> None:
-    c = make(rounds_to_compress=step)
+    c = make(trigger=("rounds", step + 1))
     summary = None
     for end in range(1, len(messages) + 1):
         if isinstance(messages[end - 1], ToolMessage):
@@ -134,20 +150,13 @@ def test_node_and_middleware_on_wild_histories(messages: list[BaseMessage], skip
     node = RoundCompressionNode(make(), on_error=on_error)
     update = node.invoke({"messages": messages})
     summary = summary_from_state(update)
-    check_view(messages, update["model_input"], summary)
+    check_view(messages, node.model_input({"messages": messages, **update}), summary)
 
     middleware = RoundCompressionMiddleware(make(), on_error=on_error)
     state: dict[str, Any] = {"messages": messages}
-    state.update(middleware.before_model(state, None) or {})  # type: ignore[arg-type]
-    request = ModelRequest(
-        model=GenericFakeChatModel(messages=iter([])),
-        messages=messages,
-        system_message=None,
-        state=state,  # type: ignore[arg-type]
-        runtime=None,  # type: ignore[arg-type]
-    )
-    sent = middleware.compressed_request(request).messages
-    check_view(messages, sent, summary_from_state(state))
+    answering = GenericFakeChatModel(messages=iter([]))
+    request, update = through_middleware(middleware, model_request(answering, messages, state))
+    check_view(messages, request.messages, summary_from_state({**state, **update}))
 
 
 @WILD
@@ -171,6 +180,96 @@ def check_chat_history(messages: list[BaseMessage], store: Any) -> None:
         written += unit
         check_view(written, chat.messages, chat.summary)
     assert [m.id for m in chat.full_messages] == [m.id for m in messages]
+
+
+@WILD
+@given(history_updates(max_rounds=6), st.sampled_from(["memory", "sqlite"]), st.booleans())
+def test_chat_history_applies_removals_and_strict_checks(
+    batches: list[list[BaseMessage]], backend: str, strict: bool
+) -> None:
+    store = InMemoryHistoryStore() if backend == "memory" else ":memory:"
+    check_chat_updates(batches, store, strict=strict)
+
+
+def check_chat_updates(batches: list[list[BaseMessage]], store: Any, *, strict: bool) -> None:
+    """Apply ``batches`` (writes and removals) and check the record and view after each.
+
+    A strict history either refuses a batch, changing nothing, or stores it and compresses
+    without error: it never gets stuck. A lenient one applies every batch.
+    """
+    from tests.unit_tests.test_history_updates import storage_dump
+
+    chat = CompressingChatMessageHistory(
+        f"updates-{next(_sessions)}",
+        connection=store,
+        compressor=make(on_invalid_history="raise" if strict else "repair"),
+        raise_on_compression_error=True,
+    )
+    expected: list[str] = []
+    removed_latest = any_removed = False
+    stored: list[BaseMessage] = []
+    for batch in batches:
+        before = storage_dump(chat.store, chat.session_id)
+        try:
+            chat.add_messages(batch)
+        except InvalidHistoryError:
+            assert strict
+            assert storage_dump(chat.store, chat.session_id) == before  # refused, not stuck
+            continue
+        removed = {m.id for m in batch if isinstance(m, RemoveMessage)}
+        any_removed = any_removed or bool(removed)
+        if REMOVE_ALL_MESSAGES in removed:
+            expected, removed_latest = [], False
+        latest = next((m.id for m in reversed(stored) if isinstance(m, HumanMessage)), None)
+        removed_latest = removed_latest or latest in removed
+        expected = [i for i in expected if i not in removed]
+        expected += [str(m.id) for m in batch if not isinstance(m, RemoveMessage)]
+        if any(isinstance(m, HumanMessage) for m in batch):
+            removed_latest = False  # a new question: the rules hold again
+        stored = chat.full_messages
+        assert [m.id for m in stored] == expected
+        check_view(
+            stored,
+            chat.messages,
+            chat.summary,
+            removed_latest=removed_latest,
+            removed=any_removed,
+        )
+
+
+@WILD
+@given(wild_history(max_rounds=6, blank_ids=True))
+def test_faces_treat_empty_ids_as_missing(messages: list[BaseMessage]) -> None:
+    ided = ensure_ids(messages)
+    assert all(m.id for m in ided)
+    result = make().compress(ided)  # the advice of the missing-id error works
+    check_view(ided, result.messages, result.summary)
+    node = RoundCompressionNode(make())
+    update = node.invoke({"messages": messages})
+    state = {"messages": messages, **update}
+    check_view(ided, node.model_input(state), summary_from_state(update))
+    builder = ContextBuilder(max_context_tokens=4000, token_counter=count_tokens_approximately)
+    built = builder.build(messages)
+    assert validate_history(built) == []
+    humans = [m for m in messages if isinstance(m, HumanMessage)]
+    if humans:
+        assert [m for m in built if isinstance(m, HumanMessage)][-1].content == humans[-1].content
+    for reducer in (
+        TruncationReducer(target_count=4),
+        MaxTokensReducer(max_tokens=4000, token_counter=count_tokens_approximately),
+    ):
+        reducer.reduce(messages)
+    chat = CompressingChatMessageHistory(
+        f"blank-{next(_sessions)}",
+        connection=InMemoryHistoryStore(),
+        compressor=make(),
+        raise_on_compression_error=True,
+    )
+    for unit in split_units(messages):
+        chat.add_messages(list(unit))
+    stored = chat.full_messages
+    assert all(m.id for m in stored) and len({m.id for m in stored}) == len(messages)
+    check_view(stored, chat.messages, chat.summary)
 
 
 @WILD
@@ -258,11 +357,7 @@ def test_chat_history_keeps_compressing_after_a_system_message() -> None:
         "s1",
         connection=InMemoryHistoryStore(),
         compressor=RoundCompressor(
-            summarizer,
-            rounds_to_compress=2,
-            rounds_to_retain=1,
-            token_counter="approximate",
-            compress_on_rounds=True,
+            summarizer, trigger=("rounds", 3), keep=("rounds", 1), token_counter="approximate"
         ),
         raise_on_compression_error=True,
     )
@@ -277,7 +372,7 @@ def test_chat_history_keeps_compressing_after_a_system_message() -> None:
 
 
 def test_a_covered_message_replaced_in_place_is_shown() -> None:
-    c = make(rounds_to_compress=3)
+    c = make(trigger=("rounds", 4))
     history = [SystemMessage("s", id="s"), *agent_rounds(4)]
     summary = c.compress(history).summary
     assert summary is not None and {"h0", "a1"} <= summary.covered_ids
@@ -289,60 +384,71 @@ def test_a_covered_message_replaced_in_place_is_shown() -> None:
         assert f"new-{position}" in shown, position
 
 
-def remove_all_graph(node: RoundCompressionNode) -> Any:
+def remove_all_graph(node: RoundCompressionNode) -> tuple[Any, list[list[BaseMessage]]]:
+    """A graph compress -> model; the list gets every view the model was sent."""
+    sent: list[list[BaseMessage]] = []
+
+    def model(state: HistCompressState) -> dict[str, Any]:
+        sent.append(node.model_input(state))
+        return {"messages": [AIMessage(f"{len(sent[-1])}")]}
+
     graph = StateGraph(HistCompressState)
     graph.add_node("compress", node)
-    graph.add_node("model", lambda s: {"messages": [AIMessage(f"{len(s['model_input'])}")]})
+    graph.add_node("model", model)
     graph.add_edge(START, "compress")
     graph.add_edge("compress", "model")
     graph.add_edge("model", END)
-    return graph.compile()
+    return graph.compile(), sent
 
 
 def test_remove_all_drops_the_old_summary_in_the_node() -> None:
-    app = remove_all_graph(RoundCompressionNode(make()))
+    app, sent = remove_all_graph(RoundCompressionNode(make()))
     state = app.invoke({"messages": [HumanMessage(f"old secret {i}") for i in range(4)]})
     assert state["running_summary"] is not None
     fresh = app.invoke(
         {**state, "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), HumanMessage("new")]}
     )
     assert fresh["running_summary"] is None
-    assert [m.content for m in fresh["model_input"]] == ["new"]
+    assert [m.content for m in sent[-1]] == ["new"]
 
 
 def test_remove_all_drops_the_old_summary_in_the_middleware() -> None:
     middleware = RoundCompressionMiddleware(make())
+    answering = GenericFakeChatModel(messages=iter([]))
     state: dict[str, Any] = {"messages": add_messages([], agent_rounds(4))}
-    state.update(middleware.before_model(state, None) or {})  # type: ignore[arg-type]
+    _, update = through_middleware(middleware, model_request(answering, state["messages"], state))
+    state.update(update)
     assert state["running_summary"] is not None
     state["messages"] = add_messages(
         state["messages"], [RemoveMessage(id=REMOVE_ALL_MESSAGES), HumanMessage("new")]
     )
-    update = middleware.before_model(state, None)  # type: ignore[arg-type]
-    assert update == {"running_summary": None}
-    request = ModelRequest(
-        model=GenericFakeChatModel(messages=iter([])),
-        messages=state["messages"],
-        system_message=None,
-        state=state,  # type: ignore[arg-type]
-        runtime=None,  # type: ignore[arg-type]
+    request, update = through_middleware(
+        middleware, model_request(answering, state["messages"], state)
     )
-    assert [m.content for m in middleware.compressed_request(request).messages] == ["new"]
+    assert update == {"running_summary": None}
+    assert [m.content for m in request.messages] == ["new"]
 
 
 def test_on_error_skip_covers_an_unreadable_summary() -> None:
     bad = summary_to_state(RunningSummary(content="x", text="x", covered_ids=frozenset({"h0"})))
     bad["sha256"] = "0" * 64
     messages = agent_rounds(2)
-    with pytest.raises(Exception, match="running summary"):
-        RoundCompressionNode(make()).invoke({"messages": messages, "running_summary": bad})
-    update = RoundCompressionNode(make(), on_error="skip").invoke(
-        {"messages": messages, "running_summary": bad}
-    )
-    assert [m.id for m in update["model_input"]] == [m.id for m in messages]
-    middleware = RoundCompressionMiddleware(make(), on_error="skip")
     state = {"messages": messages, "running_summary": bad}
-    assert middleware.before_model(state, None) is None  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="running summary"):
+        RoundCompressionNode(make(), on_error="raise").invoke(state)
+    node = RoundCompressionNode(make())  # on_error="skip" by default
+    assert node.invoke(state) == {}
+    assert [m.id for m in node.model_input(state)] == [m.id for m in messages]
+    middleware = RoundCompressionMiddleware(make())
+    answering = GenericFakeChatModel(messages=iter([]))
+    request, update = through_middleware(middleware, model_request(answering, messages, state))
+    assert update == {}
+    assert [m.id for m in request.messages] == [m.id for m in messages]
+    with pytest.raises(Exception, match="running summary"):
+        through_middleware(
+            RoundCompressionMiddleware(make(), on_error="raise"),
+            model_request(answering, messages, state),
+        )
 
 
 def test_look_alike_delimiters_are_escaped() -> None:
@@ -373,24 +479,21 @@ def test_escaping_skips_only_text_with_nothing_to_escape(text: str) -> None:
 def streaming_graph() -> tuple[Any, ScriptedSummarizer]:
     summarizer = ScriptedSummarizer()
     compressor = RoundCompressor(
-        summarizer,
-        rounds_to_compress=1,
-        rounds_to_retain=1,
-        token_counter="approximate",
-        compress_on_rounds=True,
+        summarizer, trigger=("rounds", 2), keep=("rounds", 1), token_counter="approximate"
     )
     answering = StreamingChatModel(default=lambda prompt: f"reply to {len(prompt)} messages")
+    compress = RoundCompressionNode(compressor)
 
     async def amodel(state: HistCompressState) -> dict[str, Any]:
-        return {"messages": [await answering.ainvoke(state["model_input"])]}
+        return {"messages": [await answering.ainvoke(compress.model_input(state))]}
 
     def model(state: HistCompressState) -> dict[str, Any]:
-        return {"messages": [answering.invoke(state["model_input"])]}
+        return {"messages": [answering.invoke(compress.model_input(state))]}
 
     from langchain_core.runnables import RunnableLambda
 
     graph = StateGraph(HistCompressState)
-    graph.add_node("compress", RoundCompressionNode(compressor))
+    graph.add_node("compress", compress)
     graph.add_node("model", RunnableLambda(model, afunc=amodel))
     graph.add_edge(START, "compress")
     graph.add_edge("compress", "model")

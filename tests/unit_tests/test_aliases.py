@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from typing import Any
 
@@ -8,7 +9,7 @@ from hypothesis import given, settings
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from langchain_histcompress.aliases import IdAliases
+from langchain_histcompress.aliases import IdAliases, resolve_ref, stable_ref, stable_refs
 from langchain_histcompress.facts import FactExtractor
 from langchain_histcompress.summary import build_summary_prompt
 from langchain_histcompress.tokens import TiktokenCounter
@@ -81,3 +82,28 @@ def test_the_replay_model_follows_aliased_ids_back_to_turns() -> None:
     assert result.facts
     sources = {s for f in result.facts.values() for s in f.source_ids}
     assert sources and sources <= set(renamed.values())
+
+
+def test_stable_refs_depend_on_the_id_alone_and_shorten_uuids() -> None:
+    ids = [_uuid(n) for n in range(2_000)]
+    refs = [stable_ref(i) for i in ids]
+    assert refs == [stable_ref(i) for i in reversed(ids)][::-1]  # order and company do not matter
+    assert all(r.startswith("#") and len(r) == 10 for r in refs)
+    assert len(set(refs)) == len(refs)
+    assert stable_ref("D3:14") == "D3:14" and stable_ref("x" * 16) == "x" * 16
+    random_ids = [
+        str(uuid.UUID(int=random.Random(n).getrandbits(128), version=4)) for n in range(50)
+    ]
+    uuid_tokens = sum(COUNTER.count_text(f"[{i}] Lives in Oslo") for i in random_ids)
+    ref_tokens = sum(COUNTER.count_text(f"[{stable_ref(i)}] Lives in Oslo") for i in random_ids)
+    assert uuid_tokens - ref_tokens >= 15 * len(random_ids)
+
+
+def test_a_reference_resolves_back_to_its_id() -> None:
+    ids = ["h1", _uuid(3), _uuid(4)]
+    mapping = stable_refs(ids)
+    assert set(mapping.values()) == {_uuid(3), _uuid(4)}
+    for ref, real in mapping.items():
+        assert resolve_ref(ref, ids) == real
+    assert resolve_ref("h1", ids) == "h1"
+    assert resolve_ref(stable_ref(_uuid(9)), ids) is None

@@ -127,7 +127,9 @@ def test_bench_replays_the_agent_workload_beside_locomo(tmp_path: Path) -> None:
     header, rows = agent_rows(result)
     assert header[:6] == ["strategy", "failed", "internal", "broken", "sys changed", "worse"]
     assert rows[0][:4] == ["full", "0/3", "0", "0"]
-    assert "3 tau-bench trajectories" in format_agent_table(result)
+    text = format_agent_table(result)
+    assert "3 tau-bench trajectories" in text and "sys changed" in text and "openai-90" in text
+    assert max(map(len, text.splitlines())) <= 100
     data = result_to_dict(result)["costs"]["agent_workload"]
     assert data["strategies"]["truncation"]["answering_calls"] == 12
 

@@ -9,6 +9,8 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress.bench.cost_report import (
+    BOUND,
+    CEILING,
     cost_rows,
     format_cost_table,
     pricing_assumptions_markdown,
@@ -23,7 +25,7 @@ from langchain_histcompress.bench.costs import (
 )
 from langchain_histcompress.bench.locomo import parse_locomo
 from langchain_histcompress.bench.metrics import UsageLedger
-from langchain_histcompress.bench.report import readme_section, write_reports
+from langchain_histcompress.bench.report import docs_section, readme_section, write_reports
 from langchain_histcompress.bench.runner import BenchConfig, BenchResult, run_benchmark
 from langchain_histcompress.pricing import encode_request
 from langchain_histcompress.tokens import TiktokenCounter
@@ -132,8 +134,11 @@ def test_every_run_is_priced_under_every_pricing_model(result: BenchResult) -> N
 def test_cost_table_json_markdown_plot_and_readme(result: BenchResult, tmp_path: Path) -> None:
     header, rows = cost_rows(result)
     assert header[:2] == ["strategy", "billed"]
-    assert [r[0] for r in rows] == ["full", "answers' output only (ceiling)", "truncation"]
-    assert format_cost_table(result).splitlines()[1].startswith("strategy")
+    assert [r[0] for r in rows] == ["full", CEILING, "truncation"]
+    text = format_cost_table(result)
+    assert text.splitlines()[1].startswith("strategy")
+    assert max(map(len, text.splitlines())) <= 100
+    assert all(c in text for c in ("billed", "cached anthropic", "openai-90", "anthropic"))
     written = write_reports(result, tmp_path / "out")
     data = json.loads(written["json"].read_text("utf-8"))
     costs = data["costs"]
@@ -144,7 +149,8 @@ def test_cost_table_json_markdown_plot_and_readme(result: BenchResult, tmp_path:
     assert "## Cost under prompt caching" in markdown
     assert "![cost_by_pricing](cost_by_pricing.png)" in markdown
     assert written["plot:cost_by_pricing"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert pricing_assumptions_markdown() in readme_section(result)
+    assert pricing_assumptions_markdown() in docs_section(result)
+    assert max(map(len, readme_section(result).splitlines())) <= 100
 
 
 def test_reference_rows_bound_the_default(tmp_path: Path) -> None:
@@ -161,10 +167,10 @@ def test_reference_rows_bound_the_default(tmp_path: Path) -> None:
     names = [r[0] for r in rows]
     assert names == [
         "full",
-        "answers' output only (ceiling)",
+        CEILING,
         "no_history",
         "round_compression",
-        "round_compression (summaries free)",
+        BOUND,
     ]
     for pricing in REPORTED_PRICINGS:
         full = result.cost("full", pricing)

@@ -16,6 +16,7 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
+from langchain_histcompress.budget import SHORTENED_KEY
 from langchain_histcompress.compressor import (
     SUMMARY_METADATA_KEY,
     CompressionResult,
@@ -36,13 +37,13 @@ from langchain_histcompress.thread_summary import (
     compress_in_background,
     thread_summarizer,
 )
+from langchain_histcompress.tokens import count_request
 from tests.fakes import (
     CallRecorder,
     Hang,
     RateLimitError,
     ScriptedSummarizer,
     Sleeps,
-    by_round_count,
     cancel_once_called,
     conversation,
     exchange,
@@ -58,16 +59,17 @@ def history(rounds: int, *, system: bool = True) -> list[BaseMessage]:
 
 
 def compressor(model: ScriptedSummarizer | None = None, **kwargs: Any) -> RoundCompressor:
+    """Folds once 5 rounds are pending and keeps the newest 3, unless told otherwise."""
     sleeps = Sleeps()
     options: dict[str, Any] = {
+        "trigger": ("rounds", 5),
+        "keep": ("rounds", 3),
         "token_counter": count_tokens_approximately,
         "sleep": sleeps,
         "async_sleep": sleeps.asleep,
         **kwargs,
     }
-    return RoundCompressor(
-        model if model is not None else ScriptedSummarizer(), **by_round_count(options)
-    )
+    return RoundCompressor(model if model is not None else ScriptedSummarizer(), **options)
 
 
 def body_ids(messages: list[BaseMessage]) -> list[str]:
@@ -193,17 +195,23 @@ def test_stale_summary_messages_in_input_are_replaced_not_summarized() -> None:
 # --------------------------------------------------------------------------- backlog
 
 
+def narrow(**kwargs: Any) -> ScriptedSummarizer:
+    """A summarizer whose own window lets one call read two short rounds (with the
+    compressor's ``max_summary_tokens=100``)."""
+    return ScriptedSummarizer(profile={"max_input_tokens": 585}, **kwargs)
+
+
 @pytest.mark.parametrize("mode", MODES)
-async def test_backlog_is_compressed_in_bounded_chunks(mode: str) -> None:
-    model = ScriptedSummarizer()
-    c = compressor(model, max_calls_per_compress=8)
+async def test_backlog_is_folded_in_calls_the_summarizer_window_bounds(mode: str) -> None:
+    model = narrow()
+    c = compressor(model, max_calls_per_compress=8, max_summary_tokens=100)
     messages = history(100)
     result = await run(c, mode, messages)
     assert result.calls == model.calls == 8
     assert [u.version for u in result.updates] == list(range(1, 9))
     assert result.updates[-1] == result.summary
     assert result.summary is not None and result.summary.rounds_covered == 16
-    assert result.deferred_rounds == 80
+    assert result.deferred_rounds == 100 - 3 - 16  # due down to keep, left for later calls
     for i, prompt in enumerate(model.prompts):
         assert prompt_ids(prompt) == [f"{p}{n}" for n in (2 * i, 2 * i + 1) for p in "ha"]
     for i, update in enumerate(result.updates):
@@ -220,17 +228,32 @@ async def test_backlog_is_compressed_in_bounded_chunks(mode: str) -> None:
         calls += again.calls
         summary = again.summary
     assert calls == 48
+    # the last fold stopped at 8 calls one round short of keep; 4 pending fire no trigger
     assert len(pending_rounds(messages, summary)) == 4
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_failure_mid_backlog_changes_nothing(mode: str) -> None:
-    model = ScriptedSummarizer(script=[summary_json("one"), ValueError("bug")])
+async def test_backlog_within_the_summarizer_window_is_folded_in_one_call(mode: str) -> None:
+    model = ScriptedSummarizer()
     c = compressor(model)
+    messages = history(100)
+    result = await run(c, mode, messages)
+    assert (result.calls, result.deferred_rounds) == (1, 0)
+    assert result.summary is not None and result.summary.rounds_covered == 97
+    assert prompt_ids(model.prompts[0]) == body_ids(messages)[: 2 * 97]
+    assert [m.id for m in result.messages[2:]] == body_ids(messages)[2 * 97 :]
+    assert_partition(messages, result)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_failure_mid_backlog_changes_nothing(mode: str) -> None:
+    model = narrow(script=[summary_json("one"), ValueError("bug")])
+    c = compressor(model, max_summary_tokens=100)
     messages = history(20)
     before = copy.deepcopy(messages)
     with pytest.raises(SummarizationError):
         await run(c, mode, messages)
+    assert model.calls >= 2  # the first call succeeded; its summary was not kept
     assert messages == before
 
 
@@ -244,11 +267,9 @@ def big_exchange(n: int, words: int) -> list[BaseMessage]:
     ]
 
 
-def test_token_threshold_trigger_keeps_retained_rounds() -> None:
+def test_token_threshold_trigger_folds_down_to_keep() -> None:
     model = ScriptedSummarizer()
-    c = compressor(
-        model, compress_on_rounds=False, compression_threshold_tokens=1000, rounds_to_retain=1
-    )
+    c = compressor(model, trigger=("tokens", 1000), keep=("rounds", 1))
     messages: list[BaseMessage] = [SYSTEM]
     for n in range(3):
         messages += big_exchange(n, 100)
@@ -257,17 +278,23 @@ def test_token_threshold_trigger_keeps_retained_rounds() -> None:
     plan = c.plan(messages)
     assert plan.reasons == ("tokens",)
     result = c.compress(messages)
-    assert result.compressed
+    assert result.calls == 1
     assert result.summary is not None
-    assert result.summary.covered_ids == {"h0", "a0", "h1", "a1"}
+    assert result.summary.covered_ids == {"h0", "a0", "h1", "a1", "h2", "a2"}
+    assert [m.id for m in result.messages[2:]] == ["h3", "a3"]
     assert_partition(messages, result)
 
 
-def test_token_threshold_never_touches_latest_round() -> None:
-    c = compressor(compress_on_rounds=False, compression_threshold_tokens=10, rounds_to_retain=0)
-    messages = [SYSTEM, *big_exchange(0, 100)]
+def test_token_threshold_never_folds_the_current_question() -> None:
+    c = compressor(trigger=("tokens", 10), keep=("rounds", 0))
+    question = HumanMessage("question 0 " + "lorem " * 100, id="h0")
+    messages: list[BaseMessage] = [SYSTEM, question]
     assert c.plan(messages).chunks == ()
-    messages += big_exchange(1, 100)
+    answered = [SYSTEM, *big_exchange(0, 100)]  # keep zero rounds: after the reply it folds
+    assert c.plan(answered).chunks == ()
+    after = c.plan(answered, after_reply=True).chunks
+    assert [[m.id for m in ch.messages] for ch in after] == [["h0", "a0"]]
+    messages = [*answered, HumanMessage("question 1 " + "lorem " * 100, id="h1")]
     plan = c.plan(messages)
     assert [[m.id for m in ch.messages] for ch in plan.chunks] == [["h0", "a0"]]
 
@@ -278,7 +305,7 @@ def stamped(message: BaseMessage, when: datetime) -> BaseMessage:
 
 def test_idle_gap_folds_everything_before_the_resumed_round() -> None:
     model = ScriptedSummarizer()
-    c = compressor(model, idle_gap=timedelta(hours=1))
+    c = compressor(model, trigger=[("rounds", 5), ("idle", timedelta(hours=1))])
     t0 = datetime(2024, 1, 1, 9, tzinfo=timezone.utc)
     messages: list[BaseMessage] = [SYSTEM]
     for n in range(3):
@@ -292,7 +319,7 @@ def test_idle_gap_folds_everything_before_the_resumed_round() -> None:
     messages.append(resumed)
     result = c.compress(messages)
     assert c.plan(messages).reasons == ("idle_gap",)
-    assert result.calls == 2  # 3 rounds in chunks of 2
+    assert result.calls == 1  # the 3 earlier rounds in one call
     assert [m.id for m in result.messages] == ["sys", result.messages[1].id, "h9"]
     assert_partition(messages, result)
 
@@ -300,7 +327,7 @@ def test_idle_gap_folds_everything_before_the_resumed_round() -> None:
 def test_idle_gap_uses_custom_getter_and_ignores_missing_times() -> None:
     times = {"h0": 0, "a0": 10, "h1": 20, "a1": 30, "h2": 100_000}
     c = compressor(
-        idle_gap=timedelta(minutes=5),
+        trigger=[("rounds", 5), ("idle", timedelta(minutes=5))],
         timestamp_getter=lambda m: (
             datetime.fromtimestamp(times[str(m.id)], tz=timezone.utc) if m.id in times else None
         ),
@@ -344,13 +371,17 @@ def agent_round(steps: int, *, in_flight: bool = False) -> list[BaseMessage]:
     return out
 
 
+@pytest.mark.parametrize("window", [800, 1000])
 @pytest.mark.parametrize("in_flight", [False, True])
-def test_oversized_round_folds_older_tool_groups(in_flight: bool) -> None:
+def test_oversized_round_folds_older_tool_groups(in_flight: bool, window: int) -> None:
     model = ScriptedSummarizer()
-    c = compressor(model, max_round_tokens=600)
+    c = compressor(model, context_window=window)
+    budget = int(0.85 * window)
     messages = [SYSTEM, *agent_round(8, in_flight=in_flight)]
+    assert count_tokens_approximately(messages) > 2 * budget
     result = c.compress(messages)
     assert result.calls == 1
+    assert c.plan(messages).reasons == ("budget",)
     sent = prompt_ids(model.prompts[0])
     assert "q" not in sent
     assert "still in progress" in str(model.prompts[0][0].content)
@@ -363,14 +394,16 @@ def test_oversized_round_folds_older_tool_groups(in_flight: bool) -> None:
     for s in range(8):  # groups are whole: either all shown or all covered
         group = {f"ai{s}", f"t{s}-0", f"t{s}-1"}
         assert group <= result.summary.covered_ids or group <= set(shown)
-    assert count_tokens_approximately(result.messages[2:]) <= 600
+    # folding older tool groups is enough: the view fits without shortening any message
+    assert count_request(c.token_counter, result.messages) <= budget
+    assert not any(SHORTENED_KEY in m.additional_kwargs for m in result.messages)
     assert_partition(messages, result)
     # Once the round is old, its remainder is folded as a whole round.
     later = messages if not in_flight else messages[:-1]
     later = [*later, AIMessage("done", id="done")]
     for n in range(4):
         later += exchange(n)
-    again = compressor(model, max_round_tokens=600).compress(later, result.summary)
+    again = compressor(model, context_window=window).compress(later, result.summary)
     assert again.summary is not None
     assert {"q", "done"} <= again.summary.covered_ids
     assert_partition(later, again)
@@ -417,9 +450,9 @@ def test_view_preamble_is_byte_identical() -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_disabled_returns_the_view_unchanged(mode: str) -> None:
+async def test_without_a_trigger_only_the_budget_folds(mode: str) -> None:
     model = ScriptedSummarizer()
-    c = compressor(model, enabled=False)
+    c = compressor(model, trigger=None)
     messages = history(30)
     result = await run(c, mode, messages)
     assert (result.compressed, result.calls, result.messages) == (False, 0, messages)
@@ -428,6 +461,13 @@ async def test_disabled_returns_the_view_unchanged(mode: str) -> None:
     assert result.summary is s
     assert [m.id for m in result.messages[2:]] == body_ids(messages)[2:]
     assert model.calls == 0
+    # over the budget it folds all the same
+    tight = compressor(model, trigger=None, context_window=500, max_summary_tokens=200)
+    assert tight.plan(messages).reasons == ("budget",)
+    result = await run(tight, mode, messages)
+    assert result.compressed and model.calls == 1
+    assert count_request(tight.token_counter, result.messages) <= int(0.85 * 500)
+    assert_partition(messages, result)
 
 
 def test_partly_covered_group_is_shown_whole() -> None:
@@ -441,16 +481,23 @@ def test_partly_covered_group_is_shown_whole() -> None:
 # --------------------------------------------------------------------------- thread summary
 
 
-def test_thread_summarizer_folds_each_finished_exchange_but_never_the_latest() -> None:
+def test_thread_summarizer_folds_each_finished_exchange_never_the_question() -> None:
     model = ScriptedSummarizer()
     c = thread_summarizer(model, token_counter=count_tokens_approximately)
-    assert (c.rounds_to_compress, c.rounds_to_retain, c.placement) == (1, 0, "system_message")
+    assert (c.trigger.clauses, c.keep, c.placement) == (
+        ({"rounds": 1},),
+        ("rounds", 0),
+        "system_message",
+    )
     messages: list[BaseMessage] = [SYSTEM, HumanMessage("hi", id="h0")]
     summary = None
     result = c.compress(messages)
     assert not result.compressed  # the current question is never summarized
     messages.append(AIMessage("hello", id="a0"))
-    assert not c.compress(messages).compressed  # the latest round stays verbatim
+    assert not c.compress(messages).compressed  # before the reply the latest round stays
+    after_reply = c.compress(messages, after_reply=True)  # after it, the exchange folds
+    assert after_reply.calls == 1 and prompt_ids(model.prompts[-1]) == ["h0", "a0"]
+    assert [m.id for m in after_reply.messages] == ["sys", after_reply.messages[1].id]
     for n in range(1, 6):
         messages.append(HumanMessage(f"q{n}", id=f"h{n}"))
         result = c.compress(messages, summary)
@@ -472,7 +519,7 @@ def test_compress_in_background_returns_first_and_updates_after() -> None:
     assert not future.done()
     model.release.set()
     result = future.result(timeout=30)
-    assert result.calls == 2  # two finished exchanges, one call each
+    assert result.calls == 1  # both finished exchanges in one call
     assert result.updates[0].text == "folded"
     assert result.summary is not None
     assert result.summary.covered_ids == {"h0", "a0", "h1", "a1"}
@@ -556,17 +603,21 @@ def test_messages_without_ids_are_rejected() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"rounds_to_compress": 0}, "rounds_to_compress"),
-        ({"rounds_to_compress": 1.5}, "rounds_to_compress"),
-        ({"rounds_to_retain": -1}, "rounds_to_retain"),
+        ({"trigger": ("rounds", 1.5)}, "trigger"),
+        ({"trigger": ("tokens", -1)}, "trigger"),
+        ({"trigger": "always"}, "trigger"),
+        ({"trigger": []}, "trigger"),
+        ({"trigger": ("idle", timedelta(0))}, "idle gap"),
+        ({"trigger": ("idle", "soon")}, "idle gap"),
+        ({"trigger": ("cost", "openai-99")}, "openai-99"),
+        ({"keep": ("rounds", -1)}, "keep"),
+        ({"keep": ("turns", 3)}, "keep"),
+        ({"keep": ("fraction", 1.5)}, "keep"),
+        ({"context_window": 0}, "context_window"),
+        ({"context_window": True}, "context_window"),
         ({"max_calls_per_compress": 0}, "max_calls_per_compress"),
-        ({"compression_threshold_tokens": 0}, "compression_threshold_tokens"),
-        ({"max_round_tokens": -5}, "max_round_tokens"),
         ({"placement": "top"}, "placement"),
-        ({"idle_gap": 60}, "idle_gap"),
-        ({"idle_gap": timedelta(0)}, "idle_gap"),
         ({"timestamp_getter": 3}, "timestamp_getter"),
-        ({"enabled": "yes"}, "enabled"),
         ({"on_invalid_history": "ignore"}, "on_invalid_history"),
         ({"profile": "nope"}, "profile"),
         ({"timeout": -1}, "timeout"),
@@ -577,11 +628,16 @@ def test_configuration_is_validated(kwargs: dict[str, Any], match: str) -> None:
         compressor(**kwargs)
 
 
-def test_rounds_to_retain_zero_still_keeps_the_latest_round() -> None:
-    c = compressor(rounds_to_compress=2, rounds_to_retain=0)
+def test_keep_zero_rounds_folds_the_latest_round_only_once_answered() -> None:
+    c = compressor(trigger=("rounds", 3), keep=("rounds", 0))
     assert c.plan(history(2)).chunks == ()
-    (chunk,) = c.plan(history(3)).chunks
+    (chunk,) = c.plan(history(3)).chunks  # before the reply the latest round stays
     assert [m.id for m in chunk.messages] == ["h0", "a0", "h1", "a1"]
+    (chunk,) = c.plan(history(3), after_reply=True).chunks
+    assert [m.id for m in chunk.messages] == ["h0", "a0", "h1", "a1", "h2", "a2"]
+    asked = [*history(3), HumanMessage("next", id="h3")]
+    (chunk,) = c.plan(asked).chunks
+    assert [m.id for m in chunk.messages] == ["h0", "a0", "h1", "a1", "h2", "a2"]
 
 
 def test_code_profile_through_the_compressor() -> None:
@@ -602,7 +658,8 @@ def test_code_profile_through_the_compressor() -> None:
 
 def test_repr_shows_settings_not_content() -> None:
     text = repr(compressor())
-    assert "rounds_to_compress=2" in text and "scripted-summarizer" in text
+    assert "trigger=CompressionTrigger(('rounds', 5))" in text
+    assert "keep=('rounds', 3)" in text and "scripted-summarizer" in text
 
 
 def test_only_the_uncovered_tail_is_shape_checked() -> None:

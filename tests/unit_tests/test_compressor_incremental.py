@@ -43,7 +43,13 @@ from langchain_histcompress.summary import (
     _next_summary,
 )
 from langchain_histcompress.thread_summary import thread_summarizer
-from tests.fakes import ScriptedSummarizer, by_round_count, conversation, prompt_ids
+from tests.fakes import (
+    ScriptedSummarizer,
+    conversation,
+    model_request,
+    prompt_ids,
+    through_middleware,
+)
 from tests.unit_tests.test_compressor_properties import make, options, scenario
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -111,10 +117,7 @@ def chat(rounds: int, *, system: bool = True, prefix: str = "") -> list[BaseMess
 
 def compressor(**kwargs: Any) -> RoundCompressor:
     return RoundCompressor(
-        ScriptedSummarizer(),
-        token_counter=count_tokens_approximately,
-        timeout=None,
-        **by_round_count(kwargs),
+        ScriptedSummarizer(), token_counter=count_tokens_approximately, timeout=None, **kwargs
     )
 
 
@@ -185,11 +188,11 @@ def test_cursor_gives_the_same_results_as_a_full_scan(
 
 
 def test_stale_cursor_falls_back_to_the_scan() -> None:
-    c = compressor(rounds_to_compress=2, rounds_to_retain=1)
+    c = compressor(trigger=("rounds", 3), keep=("rounds", 1))
     history = chat(12)
     result = c.compress(history)
     summary = result.summary
-    assert summary is not None and result.calls == 5
+    assert summary is not None and result.calls == 1 and summary.rounds_covered == 11
     # The first covered messages were removed (destructive mode), or replaced by others.
     trimmed = [history[0], *history[5:]]
     assert view(trimmed, summary) == view(trimmed, clone(summary))
@@ -200,7 +203,7 @@ def test_stale_cursor_falls_back_to_the_scan() -> None:
 
 
 def test_cursor_rejects_a_different_history_with_the_same_ids_at_the_cut() -> None:
-    c = compressor(rounds_to_compress=2, rounds_to_retain=1)
+    c = compressor(trigger=("rounds", 3), keep=("rounds", 1))
     history = chat(12)
     summary = c.compress(history).summary
     assert summary is not None
@@ -217,9 +220,9 @@ def test_cursor_rejects_a_different_history_with_the_same_ids_at_the_cut() -> No
 
 
 def test_compress_reads_only_the_tail_once_the_cursor_is_known() -> None:
-    c = compressor(rounds_to_compress=2, rounds_to_retain=3)
+    c = compressor(trigger=("rounds", 5), keep=("rounds", 3))
     full = chat(1500)
-    summary = c.compress(full[:1001]).summary  # 500 rounds pending: capped, 8 calls
+    summary = c.compress(full[:1001]).summary  # 500 rounds pending: one call folds 497
     while summary is not None:
         again = c.compress(full[:1001], summary)
         if not again.compressed:
@@ -236,7 +239,7 @@ def test_compress_reads_only_the_tail_once_the_cursor_is_known() -> None:
 
 
 def test_invalid_tail_is_still_rejected_with_the_cursor() -> None:
-    c = compressor(rounds_to_compress=2, rounds_to_retain=1)
+    c = compressor(trigger=("rounds", 3), keep=("rounds", 1))
     history = chat(20)
     summary = c.compress(history).summary
     assert summary is not None
@@ -351,11 +354,11 @@ def test_state_cache_keeps_about_one_entry_per_thread() -> None:
 
 
 def test_node_reads_only_the_tail_of_a_long_state() -> None:
-    c = compressor(rounds_to_compress=2, rounds_to_retain=3)
+    c = compressor(trigger=("rounds", 5), keep=("rounds", 3))
     node = RoundCompressionNode(c)
     full = chat(700)
     state: dict[str, Any] = {"messages": full[:1001]}
-    for _ in range(100):  # fold the backlog, 8 calls per run
+    for _ in range(100):  # fold the backlog
         update = node.invoke(state)
         if "running_summary" not in update:
             break
@@ -365,14 +368,15 @@ def test_node_reads_only_the_tail_of_a_long_state() -> None:
         state["messages"] = probe
         update = node.invoke(state)
         state.update({k: v for k, v in update.items() if k == "running_summary"})
+        shown = node.model_input(state)
         assert_tail_only(probe, end, 24)
         summary = summary_from_state(state)
-        assert update["model_input"] == view(full[:end], clone(summary))
-        assert build_model_input(state) == update["model_input"]
+        assert shown == view(full[:end], clone(summary))
+        assert build_model_input(state) == shown
 
 
 def test_node_with_id_less_messages_still_uses_deterministic_ids() -> None:
-    c = compressor(rounds_to_compress=2, rounds_to_retain=1)
+    c = compressor(trigger=("rounds", 3), keep=("rounds", 1))
     node = RoundCompressionNode(c)
     history: list[BaseMessage] = [SystemMessage("sys")]
     for n in range(6):
@@ -382,9 +386,10 @@ def test_node_with_id_less_messages_still_uses_deterministic_ids() -> None:
     state["running_summary"] = first["running_summary"]
     again = node.invoke(state)
     assert "running_summary" not in again
-    assert again["model_input"][0] is history[0]  # the caller's own preamble
+    shown = node.model_input(state)
+    assert shown[0] is history[0]  # the caller's own preamble
     expected = view(ensure_ids(history), clone(summary_from_state(state)))
-    assert again["model_input"][1:] == expected[1:]
+    assert shown[1:] == expected[1:]
     ided = _with_ids(history, None)
     assert ided[0] is history[0] and all(m.id for m in ided[1:])
     complete = ensure_ids(history)
@@ -392,35 +397,25 @@ def test_node_with_id_less_messages_still_uses_deterministic_ids() -> None:
 
 
 def test_middleware_request_reads_only_the_tail() -> None:
-    from langchain.agents.middleware.types import ModelRequest
-    from langgraph.runtime import Runtime
-
-    c = compressor(rounds_to_compress=2, rounds_to_retain=3)
+    c = compressor(trigger=("rounds", 5), keep=("rounds", 3))
     middleware = RoundCompressionMiddleware(c)
     full = chat(600, system=False)
     state: dict[str, Any] = {"messages": full[:1001]}
-    runtime: Runtime[Any] = Runtime()
+    system = SystemMessage("Be brief.")
+    model = c.summarizer.model
     for _ in range(100):
-        update = middleware.before_model(state, runtime)  # type: ignore[arg-type]
+        _, update = through_middleware(middleware, model_request(model, state["messages"], state))
         if not update:
             break
         state.update(update)
-    system = SystemMessage("Be brief.")
     for end in range(1003, 1011, 2):
         probe = Probe(full[:end])
         state["messages"] = probe
-        state.update(middleware.before_model(state, runtime) or {})  # type: ignore[arg-type]
-        request = ModelRequest(
-            model=c.summarizer.model,  # type: ignore[arg-type]
-            messages=probe,
-            system_message=system,
-            state=state,  # type: ignore[arg-type]
-            runtime=runtime,
-        )
-        out = middleware.compressed_request(request)
+        sent, update = through_middleware(middleware, model_request(model, probe, state, system))
+        state.update(update)
         assert_tail_only(probe, end, 24)
         expected = view([system, *full[:end]], clone(summary_from_state(state)))
-        assert [out.system_message, *out.messages] == expected
+        assert [sent.system_message, *sent.messages] == expected
 
 
 def test_fact_node_reads_only_messages_after_its_cursor() -> None:

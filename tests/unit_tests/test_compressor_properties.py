@@ -10,9 +10,10 @@ from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
+from langchain_histcompress.budget import SHORTENED_KEY
 from langchain_histcompress.compressor import (
     CompressionResult,
     RoundCompressor,
@@ -26,7 +27,8 @@ from langchain_histcompress.rounds import (
     validate_history,
 )
 from langchain_histcompress.summary import RunningSummary
-from tests.fakes import ScriptedSummarizer, by_round_count, prompt_ids
+from langchain_histcompress.tokens import count_request
+from tests.fakes import ScriptedSummarizer, prompt_ids
 from tests.histories import history
 
 _stale = itertools.count()
@@ -34,16 +36,39 @@ T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
 @st.composite
+def triggers(draw: st.DrawFn) -> Any:
+    """A trigger spec: a lone threshold, a list (OR) with dict clauses (AND), idle, cost, None."""
+    items: list[Any] = []
+    if draw(st.booleans()) or draw(st.booleans()):
+        items.append(("rounds", draw(st.integers(1, 7))))
+    if draw(st.booleans()):
+        items.append(("tokens", draw(st.integers(10, 400))))
+    if draw(st.integers(0, 3)) == 0:
+        items.append({"messages": draw(st.integers(2, 30)), "rounds": draw(st.integers(1, 4))})
+    if draw(st.integers(0, 3)) == 0:
+        items.append(("cost", "none"))
+    if draw(st.booleans()):
+        items.append(("idle", timedelta(hours=1)))
+    if not items:
+        return None
+    return items[0] if len(items) == 1 else items
+
+
+@st.composite
 def options(draw: st.DrawFn) -> dict[str, Any]:
+    narrow = draw(st.booleans())  # a summarizer whose own window splits a fold into calls
     return {
-        "rounds_to_compress": draw(st.integers(1, 3)),
-        "rounds_to_retain": draw(st.integers(0, 4)),
+        "trigger": draw(triggers()),
+        "keep": draw(
+            st.tuples(st.just("rounds"), st.integers(0, 4))
+            | st.tuples(st.just("messages"), st.integers(1, 12))
+            | st.tuples(st.just("tokens"), st.integers(10, 300))
+        ),
         "max_calls_per_compress": draw(st.integers(1, 4)),
-        "compress_on_rounds": draw(st.booleans()) or draw(st.booleans()),
-        "compression_threshold_tokens": draw(st.none() | st.integers(10, 400)),
-        "max_round_tokens": draw(st.none() | st.integers(10, 300)),
+        "context_window": draw(st.sampled_from([None, None, 800, 1500, 3000])),
+        "summarizer_window": 2000 if narrow else None,
+        "max_summary_tokens": 300 if narrow else 2048,
         "placement": draw(st.sampled_from(["system_message", "append_to_system"])),
-        "idle_gap": draw(st.sampled_from([None, timedelta(hours=1), timedelta(hours=1)])),
     }
 
 
@@ -79,14 +104,16 @@ def scenario(draw: st.DrawFn, *, allow_leading_tools: bool = False) -> list[Base
 
 
 def make(opts: dict[str, Any], **extra: Any) -> tuple[RoundCompressor, ScriptedSummarizer]:
-    model = ScriptedSummarizer()
-    c = RoundCompressor(
-        model,
-        token_counter=count_tokens_approximately,
-        timeout=None,
-        **by_round_count({**opts, **extra}),
-    )
+    settings = {**opts, **extra}
+    window = settings.pop("summarizer_window", None)
+    model = ScriptedSummarizer(profile={"max_input_tokens": window} if window else None)
+    c = RoundCompressor(model, token_counter=count_tokens_approximately, timeout=None, **settings)
     return c, model
+
+
+def budget_of(opts: dict[str, Any]) -> int:
+    """Tokens the view may hold under ``opts``."""
+    return int(0.85 * (opts["context_window"] or 128_000))
 
 
 def conversation(messages: list[BaseMessage]) -> list[BaseMessage]:
@@ -103,11 +130,13 @@ def check(
     result: CompressionResult,
     model: ScriptedSummarizer,
     calls_before: int,
-    placement: str,
+    opts: dict[str, Any],
 ) -> None:
     assert messages == before, "input mutated"
+    placement = opts["placement"]
     out = result.messages
     assert validate_history(out) == []
+    assert count_request(count_tokens_approximately, out) <= budget_of(opts), "view over budget"
     body = conversation(messages)
     body_ids = [str(m.id) for m in body]
     lead = itertools.takewhile(lambda m: isinstance(m, SystemMessage), messages)
@@ -140,9 +169,13 @@ def check(
     assert len(set(shown_ids)) == len(shown_ids)
     for message_id in body_ids:
         assert (message_id in shown_ids) != (message_id in covered), message_id
-    # Shown messages are the caller's own objects, in the original order.
+    # Shown messages are the caller's own objects (or shortened copies of them, marked and
+    # carrying their id), in the original order.
     position = {id(m): i for i, m in enumerate(body)}
-    indexes = [position[id(m)] for m in shown]
+    by_id = {str(m.id): i for i, m in enumerate(body)}
+    indexes = [
+        by_id[str(m.id)] if SHORTENED_KEY in m.additional_kwargs else position[id(m)] for m in shown
+    ]
     assert indexes == sorted(indexes)
 
     # Coverage grows by exactly what was sent to the summarizer, whole units only.
@@ -155,13 +188,20 @@ def check(
         flags = {str(m.id) in covered for m in unit}
         assert len(flags) == 1, "a tool group was split"
 
-    # The newest message and the latest human message are never summarized.
-    if body:
-        assert out[-1] is body[-1]
+    # The newest message and the latest human message are never summarized, unless keep is
+    # zero rounds and the latest round is answered: then the whole exchange may fold.
     humans = [m for m in body if isinstance(m, HumanMessage)]
-    if humans:
-        assert any(m is humans[-1] for m in out)
-        assert humans[-1].id not in covered
+    last = body[-1] if body else None
+    answered = isinstance(last, AIMessage) and not last.tool_calls and not last.invalid_tool_calls
+    if answered and opts["keep"] == ("rounds", 0) and last is not None and last.id in covered:
+        start = body.index(humans[-1]) if humans else 0
+        assert all(m.id in covered for m in body[start:])
+    else:
+        if last is not None:
+            assert out[-1] is last or out[-1].id == last.id
+        if humans:
+            assert any(m is humans[-1] for m in out)  # never shortened either
+            assert humans[-1].id not in covered
     if result.summary is not None and previous is not None and result.compressed:
         assert result.summary.version == previous.version + result.calls
 
@@ -174,8 +214,8 @@ def test_one_shot_invariants(messages: list[BaseMessage], opts: dict[str, Any]) 
     result = c.compress(messages)
     event(f"calls: {min(result.calls, 3)}")
     event(f"reasons: {','.join(c.plan(messages).reasons)}")
-    check(messages, before, None, result, model, 0, opts["placement"])
-    assert result.messages == view(messages, result.summary, placement=opts["placement"])
+    check(messages, before, None, result, model, 0, opts)
+    assert result.messages == c.view(messages, result.summary)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -196,14 +236,16 @@ def test_replay_invariants(
         before = copy.deepcopy(prefix)
         calls_before = model.calls
         result = c.compress(prefix, summary)
-        check(prefix, before, summary, result, model, calls_before, opts["placement"])
+        check(prefix, before, summary, result, model, calls_before, opts)
         summary = result.summary
-    # Steady state: with no call cap in the way, the round rule leaves fewer than c + r pending.
-    if opts["compress_on_rounds"] and summary is not None:
+    # Steady state: once the call cap is out of the way, a rounds threshold leaves fewer
+    # rounds pending than it fires at, or no more than the kept rounds.
+    trigger, keep = opts["trigger"], opts["keep"]
+    if isinstance(trigger, tuple) and trigger[0] == "rounds" and keep[0] == "rounds":
         while (again := c.compress(messages, summary)).compressed:
             summary = again.summary
         pending = len(pending_rounds(messages, summary))
-        assert pending < opts["rounds_to_compress"] + max(opts["rounds_to_retain"], 1)
+        assert pending < trigger[1] or pending <= max(keep[1], 1)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

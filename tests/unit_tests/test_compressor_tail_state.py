@@ -112,18 +112,13 @@ def _compressor(kind: str) -> RoundCompressor:
         "clock": lambda: T0,
     }
     if kind == "rounds":
-        options["compress_on_rounds"] = True
+        options["trigger"] = ("rounds", 5)
     elif kind in {"none", "openai-90"}:
-        options["pricing"] = kind
+        options["trigger"] = ("cost", kind)
     elif kind == "threshold":
-        options.update(compress_on_rounds=False, compression_threshold_tokens=400)
+        options["trigger"] = ("tokens", 400)
     elif kind == "thread":  # a fold after every answered round
-        options.update(
-            compress_on_rounds=True,
-            rounds_to_compress=1,
-            rounds_to_retain=0,
-            fold_answered_round=True,
-        )
+        options.update(trigger=("rounds", 1), keep=("rounds", 0))
     return RoundCompressor(ScriptedSummarizer(), **options)
 
 
@@ -210,13 +205,12 @@ def _per_turn(
     """Messages validated and counted, and checks of the covered prefix, at each of 5 turns
     with ``tail_rounds`` rounds pending."""
     counter = _Counting()
-    options: dict[str, Any] = {"pricing": "none"} if schedule else {"compress_on_rounds": False}
     subject = RoundCompressor(
         ScriptedSummarizer(),
         token_counter=counter,
         timeout=None,
-        rounds_to_retain=10_000,  # never folds: the tail only grows
-        **options,
+        trigger=("cost", "none") if schedule else None,
+        keep=("rounds", 10_000),  # never folds: the tail only grows
     )
     history: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
     for n in range(10 + tail_rounds + 6):
@@ -265,12 +259,11 @@ def test_a_turn_reads_only_the_new_messages(
     short = _per_turn(5, monkeypatch, schedule=schedule)
     long = _per_turn(300, monkeypatch, schedule=schedule)
     assert short == long
+    # the budget applies to every trigger: only the new messages are counted for it
     assert all(validated <= 4 and counted <= 6 for validated, counted, _ in long)
     # the covered prefix (the only part read in O(history), pointer by pointer) is checked
     # once per call
     assert all(checks == 1 for _, _, checks in long)
-    if not schedule:  # no schedule, threshold or trigger reads token costs: none are counted
-        assert all(counted == 0 for _, counted, _ in long)
 
 
 def test_a_replaced_tail_message_is_read_again() -> None:
@@ -278,7 +271,7 @@ def test_a_replaced_tail_message_is_read_again() -> None:
         ScriptedSummarizer(),
         token_counter=count_tokens_approximately,
         timeout=None,
-        compress_on_rounds=False,
+        trigger=None,
     )
     history: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
     for n in range(6):
@@ -315,27 +308,18 @@ def test_a_history_without_ids_grows_too(monkeypatch: pytest.MonkeyPatch) -> Non
     assert replayed == _node_replay(ensure_ids(plain), ends)
 
 
-def test_a_new_summary_text_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The schedule reads a summary's tokens from the count the size cap made."""
-    from langchain_core.messages import SystemMessage as System
-
-    from langchain_histcompress.tokens import TiktokenCounter
+def test_a_summary_is_counted_as_shown_and_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget and the schedule read a summary's tokens as its message in the view costs
+    them, counted once per summary."""
+    from langchain_histcompress.tokens import TiktokenCounter, message_costs
 
     counter = TiktokenCounter(cache_size=0)  # every count encodes
     subject = RoundCompressor(
-        ScriptedSummarizer(), token_counter=counter, timeout=None, pricing="none"
+        ScriptedSummarizer(), token_counter=counter, timeout=None, trigger=("cost", "none")
     )
-    history: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
-    for n in range(12):
-        history += [HumanMessage(f"q{n} <&>", id=f"h{n}"), AIMessage(f"a{n} é", id=f"a{n}")]
-    summary = RunningSummary(content="x", text="x", covered_ids=["h0", "a0"])
-    made = [summary]
-    while made[-1] is summary:  # fold until the compressor makes a summary of its own
-        result = subject.compress(history, summary)
-        if result.summary is not None and result.summary is not summary:
-            made.append(result.summary)
-        history.append(HumanMessage("more", id=f"h{len(history)}"))
-    new = made[-1]
+    summary = RunningSummary(content="y", text="y <summary> é", covered_ids=["h0"])
+    shown = sum(message_costs(counter, [summary.to_message()]))
+    assert subject._summary_tokens(summary) == shown > counter([SystemMessage(summary.text)])
     encoded: list[str] = []
     encode = counter._encode
 
@@ -344,9 +328,4 @@ def test_a_new_summary_text_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> 
         return encode(text)
 
     monkeypatch.setattr(counter, "_encode", spy)
-    tokens = subject._summary_tokens(new)
-    assert new.text not in encoded  # counted when the summary was made, not again
-    monkeypatch.undo()
-    assert tokens == counter([System(new.text)])  # what counting the message gives
-    other = RunningSummary(content="y", text="y <summary> é", covered_ids=["h0"])
-    assert subject._summary_tokens(other) == counter([System(other.text)])  # no kept count
+    assert subject._summary_tokens(summary) == shown and encoded == []  # remembered

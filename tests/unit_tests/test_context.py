@@ -694,3 +694,47 @@ def test_verbatim_ids_are_the_sent_messages_past_the_preamble_and_data() -> None
             built = builder.assemble(talk, facts=facts)
             expected = [str(m.id) for m in built.messages[1:] if not is_context_message(m)]
             assert list(built.verbatim_ids) == expected, (layout, budget)
+
+
+def _uuid_conversation(rounds: int) -> list[BaseMessage]:
+    import uuid
+
+    out: list[BaseMessage] = [SystemMessage("You are a travel assistant.", id="sys")]
+    for i in range(rounds):
+        out.append(HumanMessage(f"I booked hotel number {i} in Lisbon", id=str(uuid.uuid4())))
+        out.append(AIMessage(f"Noted, hotel {i} is booked", id=str(uuid.uuid4())))
+    return out
+
+
+@pytest.mark.parametrize("data_format", ["compact", "xml"])
+def test_long_ids_reach_the_model_as_stable_short_references(data_format: str) -> None:
+    """Facts and retrieved turns name their sources by `stable_ref`, the same on every turn;
+    the real ids stay in the data message's metadata."""
+    from langchain_histcompress.aliases import stable_ref
+
+    history_ = _uuid_conversation(40)
+    facts = [
+        Fact(
+            id=f"f-{i}",
+            content=f"User booked hotel {i} in Lisbon",
+            source_ids=[str(history_[1 + 2 * i].id)],
+        )
+        for i in range(12)
+    ]
+    made = builder(600, raw_turn_retrieval=3, data_format=data_format)
+    texts = []
+    for turn in range(2):
+        question = HumanMessage(f"Which hotels did I book in Lisbon? ({turn})", id=f"q{turn}")
+        built = made.assemble([*history_, question], facts=facts, now=NOW)
+        data = next(m for m in built.messages if is_context_message(m))
+        text = str(data.content)
+        texts.append(text)
+        uuids = [str(m.id) for m in history_[1:]]
+        assert not any(u in text for u in uuids)  # no UUID is shown
+        refs = data.additional_kwargs["short_refs"]
+        shown = [*built.fact_source_ids, *built.retrieved_ids]
+        assert shown and all(refs[stable_ref(real)] == real for real in shown)
+        assert all(stable_ref(real) in text for real in shown)
+    # the same facts read the same on both turns (cacheable)
+    fact_lines = [{line for line in t.splitlines() if "User booked" in line} for t in texts]
+    assert fact_lines[0] == fact_lines[1] and fact_lines[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +37,20 @@ def test_tables_and_charts_are_shown(stem: str) -> None:
     kinds = {kind for c in cells(COOKBOOK / f"{stem}.ipynb") for o in c["outputs"]
              for kind in o.get("data", {})}  # fmt: skip
     assert {"image/png", "text/markdown"} <= kinds
+
+
+ROOT = COOKBOOK.parent
+# Paths that only exist on the machine that ran a notebook: home folders, temporary folders and
+# the folder this checkout sits in (the evaluation data is found relative to the project root).
+MACHINE_PATH = re.compile(
+    r"(?<![\w./:])(?:/home/|/Users/|/root/|/tmp/|/private/var/|[A-Z]:\\\\Users\\\\"
+    + (f"|{re.escape(str(ROOT.parent).rstrip('/') + '/')}" if len(ROOT.parent.parts) > 1 else "")
+    + ")"
+)
+COMMITTED_TEXT = [*NOTEBOOKS, ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+@pytest.mark.parametrize("path", COMMITTED_TEXT, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_absolute_machine_paths_are_committed(path: Path) -> None:
+    text = path.read_text("utf-8")
+    assert [m.group(0) for m in MACHINE_PATH.finditer(text)] == []

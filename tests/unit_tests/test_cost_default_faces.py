@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -18,26 +17,24 @@ from langchain_histcompress.storage import InMemoryHistoryStore
 from tests.fakes import ScriptedSummarizer, summary_json
 
 
-@dataclass(frozen=True)
-class RecordingSchedule(FoldSchedule):
-    """A schedule that remembers the pricing model of every decision it made."""
+@pytest.fixture
+def decisions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The pricing model of every decision any cost schedule makes from now on."""
+    seen: list[str] = []
+    decide = FoldSchedule.decide
 
-    seen: list[str] = field(default_factory=list, compare=False)
+    def recording(self: FoldSchedule, **kwargs: Any) -> FoldDecision:
+        seen.append(self.pricing.name)
+        return decide(self, **kwargs)
 
-    def decide(self, **kwargs: Any) -> FoldDecision:
-        self.seen.append(self.pricing.name)
-        return super().decide(**kwargs)
+    monkeypatch.setattr(FoldSchedule, "decide", recording)
+    return seen
 
 
 def _compressor(model: ScriptedSummarizer, pricing: str | None) -> RoundCompressor:
-    compressor = RoundCompressor(model, pricing=pricing, token_counter="approximate")
-    assert compressor.schedule is not None
-    schedule = compressor.schedule
-    compressor.schedule = RecordingSchedule(
-        pricing=schedule.pricing,
-        summary_tokens=schedule.summary_tokens,
-        retain_rounds=schedule.retain_rounds,
-    )
+    trigger = "cost" if pricing is None else ("cost", pricing)
+    compressor = RoundCompressor(model, trigger=trigger, token_counter="approximate")
+    assert compressor.target.schedule is not None
     return compressor
 
 
@@ -85,24 +82,45 @@ FACES = {"node": _via_node, "history": _via_history, "middleware": _via_middlewa
 
 
 @pytest.mark.parametrize("face", list(FACES))
-def test_a_short_conversation_costs_no_summarizer_call_through_any_face(face: str) -> None:
+def test_a_short_conversation_costs_no_summarizer_call_through_any_face(
+    face: str, decisions: list[str]
+) -> None:
     model = ScriptedSummarizer(default=lambda prompt: summary_json("Earlier."))
     compressor = _compressor(model, None)
     FACES[face](compressor, [*_rounds(6, 20), HumanMessage("and now?")])
-    assert isinstance(compressor.schedule, RecordingSchedule)
-    assert compressor.schedule.seen  # the face went through the cost schedule
-    assert set(compressor.schedule.seen) == {"openai-50"}  # the documented default preset
+    assert decisions  # the face went through the cost schedule
+    assert set(decisions) == {"openai-50"}  # the documented default preset
     assert model.calls == 0
 
 
 @pytest.mark.parametrize("face", list(FACES))
-def test_the_pricing_model_reaches_the_schedule_through_every_face(face: str) -> None:
+def test_the_pricing_model_reaches_the_schedule_through_every_face(
+    face: str, decisions: list[str]
+) -> None:
     model = ScriptedSummarizer(default=lambda prompt: summary_json("Earlier."))
     compressor = _compressor(model, "none")
     FACES[face](compressor, [*_rounds(60, 120), HumanMessage("and now?")])
-    assert isinstance(compressor.schedule, RecordingSchedule)
-    assert set(compressor.schedule.seen) == {"none"}
+    assert set(decisions) == {"none"}
     assert model.calls >= 1  # a long conversation without caching repays its folds
+
+
+def test_the_middleware_prices_by_the_model_of_each_request(decisions: list[str]) -> None:
+    pytest.importorskip("langchain.agents")
+    openai = pytest.importorskip("langchain_openai")
+    from langchain_histcompress.middleware import RoundCompressionMiddleware
+    from langchain_histcompress.rounds import ensure_ids
+    from tests.fakes import model_request, through_middleware
+
+    middleware = RoundCompressionMiddleware(_compressor(ScriptedSummarizer(), None))
+    history = ensure_ids([*_rounds(6, 20), HumanMessage("and now?")])
+    for name, preset in [("gpt-5-mini", "openai-90"), ("gpt-4.1", "openai-75")]:
+        decisions.clear()
+        answering = openai.ChatOpenAI(model=name, api_key="sk-not-used")
+        sent, _ = through_middleware(
+            middleware, model_request(answering, history, {"messages": history})
+        )
+        assert set(decisions) == {preset}
+        assert sent.model is answering
 
 
 def test_round_loads_feed_the_decision_the_rounds_it_would_fold() -> None:

@@ -122,9 +122,9 @@ class _Indexed:
         self.count = 0
         add = BM25Index.add
 
-        def counting(index: BM25Index, key: str, text: str) -> None:
+        def counting(index: BM25Index, key: str, text: str, **kwargs: Any) -> None:
             self.count += 1
-            add(index, key, text)
+            add(index, key, text, **kwargs)
 
         monkeypatch.setattr(BM25Index, "add", counting)
         extends = _turn_index.extends

@@ -288,9 +288,19 @@ def test_array_ranking_equals_python_on_random_conversations(
         return " ".join(rng.choice(vocabulary, int(rng.integers(1, 9))).tolist())
 
     messages: list[BaseMessage] = [SystemMessage("Be brief.", id="sys")]
+    dated = rng.random() < 0.5  # date terms from message times (see `query_terms`)
     for n in range(int(rng.integers(300, 1_500))):
         kind = HumanMessage if n % 2 else AIMessage
-        messages.append(kind(text(), id=None if rng.random() < 0.02 else f"m{n}"))
+        stamp = {"timestamp": f"2023-{1 + n * 12 // 1_500:02d}-01T00:00:00Z"} if dated else {}
+        name = vocabulary[2] if rng.random() < 0.05 else None  # a message's own name
+        messages.append(
+            kind(
+                text(),
+                id=None if rng.random() < 0.02 else f"m{n}",
+                name=name,
+                additional_kwargs=stamp,
+            )
+        )
     pool = [
         Fact(id=f"f{n}", content=text(), source_ids=[f"m{k}" for k in rng.integers(0, 900, 3)])
         for n in range(int(rng.integers(0, 40)))
@@ -300,6 +310,10 @@ def test_array_ranking_equals_python_on_random_conversations(
         "neighbour_weight": float(rng.choice([0.0, 0.6, 1.0])),
         "source_weight": float(rng.choice([0.0, 0.3])),
         "max_term_postings": [None, 20, 200][int(rng.integers(0, 3))],
+        # speaker names among the words: they rank but do not retrieve (modifiers)
+        "speaker_names": {"human": vocabulary[0], "ai": vocabulary[1]}
+        if rng.random() < 0.5
+        else None,
     }
     monkeypatch.setattr(evidence, "_MATCH_LIMIT", int(rng.integers(8, 400)))
     monkeypatch.setattr(evidence, "_SPREAD_LIMIT", int(rng.integers(2, 100)))
@@ -312,6 +326,8 @@ def test_array_ranking_equals_python_on_random_conversations(
         if step == 3:  # a message's text replaced under the same id
             calls[5] = HumanMessage(text(), id=calls[5].id)
         question = " ".join(rng.choice(vocabulary, int(rng.integers(1, 6))).tolist())
+        if step % 2:
+            question += " in June 2023"
         kwargs: dict[str, Any] = {
             "only_before": [None, end - 3, 0][step % 3],
             "turn_ids": None if step % 2 else {f"m{k}" for k in range(0, end, 3)},

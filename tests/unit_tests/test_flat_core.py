@@ -58,13 +58,14 @@ def _summarizer() -> ScriptedSummarizer:
     return ScriptedSummarizer()
 
 
-def _compressor(**options: Any) -> RoundCompressor:
+def _compressor(retain: int = 3) -> RoundCompressor:
+    """Folds 2 rounds once 2 + ``retain`` are pending (one round a turn: TaskWeaver's rhythm)."""
     return RoundCompressor(
         _summarizer(),
         token_counter=count_tokens_approximately,
         timeout=None,
-        compress_on_rounds=True,
-        **options,
+        trigger=("rounds", 2 + retain),
+        keep=("rounds", retain),
     )
 
 
@@ -155,6 +156,7 @@ def _node_turns(rounds: int, *, ids: bool) -> list[tuple[bool, int, int, int]]:
     for end in ends:
         counted = Counted(history[:end])
         update = node.invoke({**state, "messages": counted})
+        node.model_input({**state, **update, "messages": counted})  # what the model node sends
         written = 0
         if "running_summary" in update:
             before = state["running_summary"]["covered_ids"]
@@ -184,7 +186,7 @@ def test_node_turns_read_and_write_as_much_on_any_history(ids: bool) -> None:
 
 def test_node_state_survives_a_checkpoint_round_trip() -> None:
     serde = JsonPlusSerializer()
-    node = RoundCompressionNode(_compressor(rounds_to_retain=1))
+    node = RoundCompressionNode(_compressor(retain=1))
     history = grown(20)
     state: dict[str, Any] = {"running_summary": None}
     written = []
@@ -200,14 +202,14 @@ def test_node_state_survives_a_checkpoint_round_trip() -> None:
     assert restored == written[-1]
     assert len(written) > 3
     # Every message is in the view or covered, never both (rule 2).
-    final = node.invoke({**state, "messages": history})
-    shown = {m.id for m in final["model_input"]}
+    node.invoke({**state, "messages": history})
+    shown = {m.id for m in node.model_input({**state, "messages": history})}
     for message in history[1:]:
         assert (message.id in shown) != (message.id in restored.covered_ids)
 
 
 def test_node_reads_the_flat_covered_id_list_earlier_versions_wrote() -> None:
-    node = RoundCompressionNode(_compressor(rounds_to_retain=1))
+    node = RoundCompressionNode(_compressor(retain=1))
     history = grown(10)
     summary = _caught_up(history, 13, retained=1)
     old_shape = {**summary.model_dump(mode="json")}  # covered_ids: one sorted list
@@ -224,7 +226,7 @@ def test_node_reads_the_flat_covered_id_list_earlier_versions_wrote() -> None:
 def _caught_up_compressor(
     history: list[BaseMessage],
 ) -> tuple[RoundCompressor, RunningSummary, int]:
-    compressor = _compressor(rounds_to_retain=1)
+    compressor = _compressor(retain=1)
     end = len(history) - 7  # three more rounds follow
     summary = compressor.compress(history[:end], _caught_up(history, end, retained=1)).summary
     assert summary is not None

@@ -112,6 +112,48 @@ def test_numpy_and_python_rank_identically(
     assert compared > 1_000
 
 
+@pytest.mark.parametrize("max_term_postings", [None, 40, 2_000])
+def test_turn_retriever_picks_the_same_messages_with_and_without_numpy(
+    monkeypatch: pytest.MonkeyPatch, max_term_postings: int | None
+) -> None:
+    history = grown(6_000)  # many messages tied on the same words
+    calls: list[list[BaseMessage]] = [
+        history[:4_000],
+        history,
+        history[:500] + history[3_000:3_500],  # not an extension: a restart
+        history[:500] + history[3_000:3_600],
+        [*history[:100], HumanMessage("code1 kitten", id="h7"), *history[101:200]],  # edited
+        [m.model_copy(update={"id": None}) for m in history[:300]],  # no ids: by position
+        # speaker names rank a message but do not retrieve it
+        [m.model_copy(update={"name": ("Ann", "Bob")[i % 2]}) for i, m in enumerate(history)],
+    ]
+    questions = [
+        "kitten shelter code12",
+        "what did ann paint at the lake?",
+        "did ann mention code12?",
+        "bob",
+        "who went hiking in the mountains or camping in the forest?",
+        "pottery clay guitar concert marathon morning",
+        "code5999 code3",
+        "nothing here matches",
+    ]
+    fast = evidence.BM25TurnRetriever(max_term_postings=max_term_postings)
+    slow = evidence.BM25TurnRetriever(max_term_postings=max_term_postings)
+    numpy_module = evidence._numpy
+    compared = 0
+    for messages in calls:
+        for question in questions:
+            for k in (1, 4, 50):
+                monkeypatch.setattr(evidence, "_numpy", numpy_module)
+                picked = fast.retrieve(question, messages, k)
+                monkeypatch.setattr(evidence, "_numpy", lambda: None)
+                assert [id(m) for m in picked] == [
+                    id(m) for m in slow.retrieve(question, messages, k)
+                ], (question, k)
+                compared += len(picked)
+    assert compared > 300
+
+
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 129, 700])
 def test_lazy_ranking_equals_one_sort(size: int) -> None:
     """Ordering the best slots first, the rest on demand, gives the order of one full sort."""
@@ -176,9 +218,9 @@ class _Counts:
             self.postings += len(out[0])
             return out
 
-        def counting_add(index: BM25Index, key: str, text: str) -> None:
+        def counting_add(index: BM25Index, key: str, text: str, **kwargs: Any) -> None:
             self.indexed += 1
-            add(index, key, text)
+            add(index, key, text, **kwargs)
 
         def counting_slot_key(index: BM25Index, slot: int) -> str:
             self.resolved += 1

@@ -35,7 +35,7 @@ from langchain_histcompress.rounds import ensure_ids
 from langchain_histcompress.summary import RunningSummary, _next_summary
 from langchain_histcompress.thread_summary import thread_summarizer
 from langchain_histcompress.tokens import TiktokenCounter
-from tests.fakes import ScriptedSummarizer, conversation
+from tests.fakes import ScriptedSummarizer, conversation, model_request, through_middleware
 from tests.unit_tests.test_compressor_incremental import Probe
 
 SHORT, LONG = 250, 5_000  # rounds: 500 and 10,000 messages
@@ -140,7 +140,7 @@ def test_compression_node_reads_only_the_tail(ids: bool) -> None:
                 ScriptedSummarizer(),
                 token_counter=count_tokens_approximately,
                 timeout=None,
-                compress_on_rounds=True,
+                trigger=("rounds", 5),
             )
         )
         history = grown(rounds, ids=ids)
@@ -159,9 +159,11 @@ def test_compression_node_reads_only_the_tail(ids: bool) -> None:
             if "running_summary" in update:
                 folds += 1
                 state["running_summary"] = update["running_summary"]
-            assert not probe.iterated
+            assert not probe.iterated, "the node read the whole history"
+            shown = node.model_input({**state, "messages": probe})  # what the model node sends
+            assert not probe.iterated, "model_input read the whole history"
             out.append(len(far_reads(probe, end, 40)))
-            assert all(m.id for m in update["model_input"])
+            assert all(m.id for m in shown)
         assert folds >= 2
         reads[rounds] = out
     assert reads[SHORT] == reads[LONG]
@@ -175,7 +177,7 @@ def _node_replay(history: list[BaseMessage], ends: range) -> tuple[list[Any], An
             ScriptedSummarizer(),
             token_counter=count_tokens_approximately,
             timeout=None,
-            compress_on_rounds=True,
+            trigger=("rounds", 5),
         )
     )
     state: dict[str, Any] = {"running_summary": None}
@@ -183,7 +185,8 @@ def _node_replay(history: list[BaseMessage], ends: range) -> tuple[list[Any], An
     for end in ends:
         update = node.invoke({**state, "messages": history[:end]})
         state["running_summary"] = update.get("running_summary", state["running_summary"])
-        views.append([(m.id, m.content) for m in update["model_input"]])
+        shown = node.model_input({**state, "messages": history[:end]})
+        views.append([(m.id, m.content) for m in shown])
     return views, state["running_summary"]["covered_ids"]
 
 
@@ -215,8 +218,7 @@ def _plain_node() -> RoundCompressionNode:
             ScriptedSummarizer(),
             token_counter=count_tokens_approximately,
             timeout=None,
-            compress_on_rounds=True,
-            rounds_to_compress=50,
+            trigger=("rounds", 53),
         )
     )
 
@@ -240,17 +242,14 @@ def test_node_without_ids_derives_ids_only_for_new_messages(
         update = node.invoke({**state, "messages": history[:end]})
         assert "running_summary" not in update
         assert made == [end - 2, end - 1]  # the two messages added since the last turn
-        assert [m.id for m in update["model_input"][2:]] == [
-            m.id for m in ensure_ids(history[:end])[61:]
-        ]
+        shown = node.model_input({**state, "messages": history[:end]})
+        assert [m.id for m in shown[2:]] == [m.id for m in ensure_ids(history[:end])[61:]]
 
 
 def test_middleware_without_ids_derives_ids_only_for_new_messages(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``before_model`` and the request it wraps copy only the messages added since."""
-    from langchain.agents.middleware import ModelRequest
-
+    """A model call through the middleware copies only the messages added since."""
     from langchain_histcompress.middleware import RoundCompressionMiddleware
 
     history = grown(40, ids=False)[1:]  # an agent's state holds no system message
@@ -262,9 +261,11 @@ def test_middleware_without_ids_derives_ids_only_for_new_messages(
 
     def turn(end: int) -> list[BaseMessage]:
         turn_state = {**state, "messages": history[:end]}
-        assert middleware.before_model(turn_state, None) is None  # type: ignore[arg-type]
-        request = ModelRequest(model=model, messages=history[:end], state=turn_state)  # type: ignore[arg-type]
-        return middleware.compressed_request(request).messages
+        sent, update = through_middleware(
+            middleware, model_request(model, history[:end], turn_state)
+        )
+        assert update == {}  # nothing folded
+        return list(sent.messages)
 
     turn(66)  # warm: the tail gets its ids
     made = counting_identified(monkeypatch)
@@ -303,8 +304,9 @@ def test_middleware_context_builder_reads_only_new_messages(
         calls.clear()
         request = ModelRequest(model=model, messages=history[:end], state={"messages": []})  # type: ignore[arg-type]
         shown = middleware.compressed_request(request).messages
-        # with ids nothing is derived; without, every message is (no summary names a prefix)
-        assert len(calls) == (0 if ids else end)
+        # with ids nothing is derived; without, each message once: all of them on the first
+        # turn, then the two added since
+        assert len(calls) == (0 if ids else end if end == 60 else 2)
         assert [m.id for m in shown] == [m.id for m in ensure_ids(history[:end])]
 
 
@@ -323,8 +325,8 @@ def test_node_without_ids_rederives_a_replaced_message() -> None:
     edited = [*history[:67]]
     edited[63] = edited[63].model_copy(update={"content": "edited"})
     edited[64].content = "changed in place"
-    update = node.invoke({**state, "messages": edited})
-    shown = {m.id: m.content for m in update["model_input"]}
+    node.invoke({**state, "messages": edited})
+    shown = {m.id: m.content for m in node.model_input({**state, "messages": edited})}
     expected = ensure_ids(edited)
     assert shown[expected[63].id] == "edited"
     assert shown[expected[64].id] == "changed in place"
@@ -426,9 +428,9 @@ def test_retrievers_index_only_new_messages(monkeypatch: pytest.MonkeyPatch) -> 
     tokenized: list[int] = []
     original = retrieval.BM25Index.add
 
-    def counting_add(self: retrieval.BM25Index, key: str, text: str) -> None:
+    def counting_add(self: retrieval.BM25Index, key: str, text: str, **kwargs: Any) -> None:
         tokenized.append(1)
-        original(self, key, text)
+        original(self, key, text, **kwargs)
 
     monkeypatch.setattr(retrieval.BM25Index, "add", counting_add)
     facts = [Fact(id="f-1", content="The user likes question 7", source_ids=["h7"])]
@@ -628,3 +630,60 @@ def test_faces_report_the_lowest_of_their_passes() -> None:
         assert figure.mean_ms == pytest.approx(sum(figure.samples_ms) / figure.turns)
     with pytest.raises(ConfigurationError, match="passes"):
         measure_faces(base, sizes=(10,), turns=2, faces=["tiktoken_counter"], passes=0)
+
+
+def test_faces_report_the_memory_a_turn_allocates() -> None:
+    from langchain_histcompress.bench.faces import face_overhead_table, measure_faces
+    from langchain_histcompress.errors import ConfigurationError
+
+    base = conversation(30, system=SystemMessage("Be brief.", id="sys"))
+    names = ["reducer_full_history", "reducer_fed_back_reloaded", "context_builder_no_ids"]
+    figures = measure_faces(base, sizes=(50,), turns=2, faces=names, traced_turns=3)
+    assert [f.face for f in figures] == names
+    for f in figures:
+        assert f.error is None and f.turns == 2
+        assert len(f.alloc_samples_kib) == len(f.alloc_folded) == 3
+        assert f.alloc_kib == pytest.approx(sum(f.alloc_samples_kib) / 3)
+        assert all(kib > 0 for kib in f.alloc_samples_kib)
+        assert (f.fold_alloc_kib is None) == (not any(f.alloc_folded))
+        assert (f.plain_alloc_kib is None) == all(f.alloc_folded)
+    reducer = figures[0]
+    assert reducer.folds == reducer.turns and all(reducer.alloc_folded)  # a fold every turn
+    assert f"| {reducer.fold_alloc_kib:,.0f} | - |" in face_overhead_table([reducer])
+    untraced = measure_faces(base, sizes=(50,), turns=2, faces=names[:1], traced_turns=0)
+    assert untraced[0].alloc_kib is None and not untraced[0].alloc_samples_kib
+    with pytest.raises(ConfigurationError, match="traced_turns"):
+        measure_faces(base, sizes=(50,), turns=2, faces=names[:1], traced_turns=-1)
+
+
+def test_identified_lists_keep_one_growing_list_per_conversation() -> None:
+    from langchain_histcompress._identified import IdentifiedLists
+
+    lists = IdentifiedLists(max_messages=100)
+    lead = [SystemMessage("Be brief.")]
+    shared, more = HumanMessage("hello"), HumanMessage("more")  # the very same objects
+    a = [shared, *(m.model_copy(update={"id": None}) for m in conversation(range(1, 4)))]
+    b = [shared, *(m.model_copy(update={"id": None}) for m in conversation(range(5, 8)))]
+    first = lists.get(lead, a)
+    copies = list(first)
+    other = lists.get(lead, b)
+    grown = lists.get(lead, [*a, more])
+    assert grown is first and other is not first
+    assert all(x is y for x, y in zip(copies, grown, strict=False))  # the same copies
+    assert [m.id for m in grown[1:]] == [m.id for m in ensure_ids([*a, more])]
+    assert [m.id for m in lists.get(lead, [*b, AIMessage("x")])[1:]] == [
+        m.id for m in ensure_ids([*b, AIMessage("x")])
+    ]
+    # the same copies under another system prompt; an edited history gets a list of its own
+    kind = [SystemMessage("Be kind.")]
+    relead = lists.get(kind, [*a, more])
+    assert relead[0].content == "Be kind."
+    assert all(x is y for x, y in zip(relead[1:], grown[1:], strict=True))
+    edited = [*a[:2], HumanMessage("changed"), *a[3:]]
+    fresh = lists.get(lead, edited)
+    assert fresh is not relead
+    assert [m.id for m in fresh[1:]] == [m.id for m in ensure_ids(edited)]
+    # at most ``max_messages`` messages are kept: the least recent conversations go first
+    assert lists.get(kind, [*a, more]) is relead
+    lists.get(lead, conversation(60, prefix="big"))
+    assert lists.get(kind, [*a, more]) is not relead

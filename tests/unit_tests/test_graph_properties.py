@@ -6,19 +6,17 @@ from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from langchain.agents.middleware.types import ModelRequest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.graph.message import add_messages
 
-from langchain_histcompress.compressor import view
 from langchain_histcompress.context import ContextBuilder
 from langchain_histcompress.errors import BudgetError
 from langchain_histcompress.middleware import RoundCompressionMiddleware
 from langchain_histcompress.nodes import RoundCompressionNode, build_model_input, summary_from_state
 from langchain_histcompress.rounds import is_summary_message, split_rounds, validate_history
-from tests.fakes import CountingSummarizer
+from tests.fakes import CountingSummarizer, model_request, through_middleware
 from tests.histories import history
 from tests.unit_tests.test_nodes import Harness, make_compressor
 
@@ -28,15 +26,31 @@ PROPERTY_SETTINGS = settings(
 
 compressor_options = st.fixed_dictionaries(
     {
-        "rounds_to_compress": st.integers(1, 3),
-        "rounds_to_retain": st.integers(0, 3),
-        "max_round_tokens": st.one_of(st.none(), st.integers(20, 120)),
+        "trigger": st.one_of(
+            st.tuples(st.just("rounds"), st.integers(1, 6)),
+            st.tuples(st.just("tokens"), st.integers(10, 300)),
+            st.none(),
+        ),
+        "keep": st.tuples(st.just("rounds"), st.integers(0, 3)),
     }
 )
+windows = st.sampled_from([None, None, 500, 1000])
+"""The answering model's window (``None``: the default one)."""
 
 
 def latest_human(messages: list[BaseMessage]) -> HumanMessage | None:
     return next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+
+
+def folds_the_question(messages: list[BaseMessage], options: dict[str, Any]) -> bool:
+    """Whether ``options`` may fold the latest round whole: zero rounds kept, and answered."""
+    last = messages[-1] if messages else None
+    answered = isinstance(last, AIMessage) and not last.tool_calls and not last.invalid_tool_calls
+    return answered and options["keep"] == ("rounds", 0)
+
+
+def budget_of(window: int | None) -> int:
+    return int(0.85 * (window or 128_000))
 
 
 def body_ids(messages: list[BaseMessage]) -> set[str]:
@@ -47,27 +61,33 @@ def body_ids(messages: list[BaseMessage]) -> set[str]:
 @given(
     messages=history(allow_leading_tools=False),
     options=compressor_options,
+    window=windows,
     destructive=st.booleans(),
 )
 def test_node_invariants(
-    messages: list[BaseMessage], options: dict[str, Any], destructive: bool
+    messages: list[BaseMessage], options: dict[str, Any], window: int | None, destructive: bool
 ) -> None:
     assert validate_history(messages) == []
     summarizer = CountingSummarizer()
-    compressor = make_compressor(summarizer, max_calls_per_compress=50, **options)
+    compressor = make_compressor(
+        summarizer, max_calls_per_compress=50, context_window=window, **options
+    )
     node = RoundCompressionNode(compressor, destructive=destructive)
     state: dict[str, Any] = {"messages": list(messages)}
     update = node.invoke(state)
-    model_input = update["model_input"]
     summary = summary_from_state(update)
+    if summary is not None:
+        state = {**state, "running_summary": update["running_summary"]}
+    model_input = node.model_input(state)
     event("compressed" if summary is not None else "not compressed")
 
-    # provider shape, preamble byte-identical, current question kept
+    # provider shape, within the budget, preamble byte-identical, current question kept
     assert validate_history(model_input) == []
+    assert count_tokens_approximately(model_input) <= budget_of(window)
     preamble = split_rounds(messages).preamble
     assert all(a is b for a, b in zip(preamble, model_input, strict=False))
     human = latest_human(messages)
-    if human is not None:
+    if human is not None and not folds_the_question(messages, options):
         assert any(m is human for m in model_input)
 
     # nothing lost, nothing twice
@@ -83,23 +103,22 @@ def test_node_invariants(
         assert {r.id for r in removals} == covered
         remaining = add_messages(messages, removals)
         assert body_ids(remaining) == shown
-        assert view(remaining, summary) == model_input
+        after = {"messages": remaining, "running_summary": update["running_summary"]}
+        assert node.model_input(after) == model_input
     else:
         assert "messages" not in update
 
     # stable: running again on the new state calls nobody and shows the same view
-    if summary is not None:
-        state = {**state, "running_summary": update["running_summary"]}
     again = node.invoke(state)
     assert "running_summary" not in again
-    assert again["model_input"] == model_input
+    assert node.model_input(state) == model_input
     assert summarizer.calls == (summary.version if summary else 0)
 
 
 @PROPERTY_SETTINGS
-@given(messages=history(allow_leading_tools=False), options=compressor_options)
+@given(messages=history(allow_leading_tools=False), options=compressor_options, window=windows)
 def test_middleware_request_invariants(
-    messages: list[BaseMessage], options: dict[str, Any]
+    messages: list[BaseMessage], options: dict[str, Any], window: int | None
 ) -> None:
     body = [m for m in messages if not isinstance(m, SystemMessage)]
     summarizer = CountingSummarizer()
@@ -107,23 +126,19 @@ def test_middleware_request_invariants(
         make_compressor(summarizer, max_calls_per_compress=50, **options)
     )
     state: dict[str, Any] = {"messages": body}
-    update = middleware.before_model(state, None)  # type: ignore[arg-type]
-    if update is not None:
-        assert set(update) == {"running_summary"}
-        state = {**state, **update}
     system = SystemMessage("agent instructions", id="prompt")
-    request = ModelRequest(
-        model=GenericFakeChatModel(messages=iter([])),
-        messages=list(body),
-        system_message=system,
-        state=state,  # type: ignore[arg-type]
-    )
-    compressed = middleware.compressed_request(request)
+    profile = {"max_input_tokens": window} if window else None
+    answering = GenericFakeChatModel(messages=iter([]), profile=profile)
+    request = model_request(answering, list(body), state, system)
+    compressed, update = through_middleware(middleware, request)
+    assert set(update) <= {"running_summary"}
+    state = {**state, **update}
     sent = [compressed.system_message, *compressed.messages]
     assert compressed.system_message is system
     assert validate_history(sent) == []  # type: ignore[arg-type]
+    assert count_tokens_approximately(sent) <= budget_of(window)
     human = latest_human(body)
-    if human is not None:
+    if human is not None and not folds_the_question(body, options):
         assert any(m is human for m in compressed.messages)
     summary = summary_from_state(state)
     covered = summary.covered_ids if summary else frozenset()

@@ -157,10 +157,10 @@ def test_existing_summary_is_shown_without_a_compressor(
 ) -> None:
     CompressingChatMessageHistory(
         "s", connection=store, compressor=controlled_compressor(control)
-    ).add_messages([m for n in range(4) for m in turn(n)])
+    ).add_messages([m for n in range(4) for m in turn(n)])  # folded down to the kept round
     plain = CompressingChatMessageHistory("s", connection=store)
     assert plain.summary is not None
-    assert is_summary_message(plain.messages[0]) and len(plain.messages) == 5
+    assert is_summary_message(plain.messages[0]) and len(plain.messages) == 3
 
 
 def test_duplicate_ids_raise_and_nothing_is_appended(store: HistoryStore) -> None:
@@ -312,7 +312,8 @@ async def test_model_failure_leaves_summaries_byte_identical_async(
     summary = await history.aget_summary()
     assert summary is not None and summary.version == 2
     view = await history.aget_messages()
-    assert [m.content for m in view[1:]] == ["question 4", "answer 4", "question 5", "answer 5"]
+    # the backlog the failure left (rounds 2-4) is folded with round 5's turn, down to keep
+    assert [m.content for m in view[1:]] == ["question 5", "answer 5"]
 
 
 @pytest.mark.parametrize("fault", ["rate_limit_429", "auth_401", "hang", "refusal"])
@@ -658,7 +659,8 @@ async def test_adapter_failures_change_nothing(fault: str, control: Control) -> 
     control.fault = None
     await adapter.aadd_messages(turn(5))
     assert (await adapter.aget_summary()).version == 2  # type: ignore[union-attr]
-    assert len(await adapter.aget_messages()) == 5  # summary + rounds 4 and 5
+    # the backlog the failure left is folded down to the kept round: summary + round 5
+    assert len(await adapter.aget_messages()) == 3
 
 
 def test_adapter_configuration_errors(control: Control) -> None:
@@ -717,8 +719,7 @@ def test_adapter_derives_ids_only_for_new_messages(monkeypatch: pytest.MonkeyPat
             ScriptedSummarizer(),
             token_counter=count_tokens_approximately,
             timeout=None,
-            compress_on_rounds=True,
-            rounds_to_compress=50,
+            trigger=("rounds", 53),
         ),
     )
     adapter._compress_now()  # warm: the tail gets its ids

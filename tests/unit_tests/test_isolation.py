@@ -36,7 +36,7 @@ from langchain_histcompress import (
     with_history_reducer,
 )
 from langchain_histcompress.storage.memory import InMemoryHistoryStore
-from tests.fakes import ScriptedChatModel, by_round_count, prompt_ids, prompt_text, summary_json
+from tests.fakes import ScriptedChatModel, prompt_ids, prompt_text, summary_json
 
 USERS = ("alpha", "bravo")
 TURNS = 7
@@ -130,14 +130,14 @@ def _run_users(app: Any, watch: _Watch, *, held_by: str) -> None:
 
 
 def _compressor(summarizer: ScriptedChatModel, **kw: Any) -> RoundCompressor:
-    return RoundCompressor(
-        summarizer,
-        rounds_to_compress=2,
-        rounds_to_retain=1,
-        token_counter="approximate",
-        max_retries=0,
-        **by_round_count(kw),
-    )
+    options: dict[str, Any] = {
+        "trigger": ("rounds", 3),
+        "keep": ("rounds", 1),
+        "token_counter": "approximate",
+        "max_retries": 0,
+        **kw,
+    }
+    return RoundCompressor(summarizer, **options)
 
 
 # --------------------------------------------------------------------------- reducers
@@ -205,14 +205,16 @@ def test_round_compression_node_in_a_graph(held_by: str) -> None:
     answer, summarizer = _answering(), _summarizer()
     watch = _Watch(answer, summarizer)
 
+    compress = RoundCompressionNode(_compressor(summarizer))
+
     def model(state: HistCompressState) -> dict[str, Any]:
         n = sum(isinstance(m, HumanMessage) for m in state["messages"]) - 1
         tag = _TAG.findall(str(state["messages"][-1].content))[0]
-        answer.invoke(state["model_input"])
+        answer.invoke(compress.model_input(state))
         return {"messages": [_reply(tag, n)]}
 
     graph = StateGraph(HistCompressState)
-    graph.add_sequence([("compress", RoundCompressionNode(_compressor(summarizer))), model])
+    graph.add_sequence([("compress", compress), model])
     graph.add_edge(START, "compress")
     saver = InMemorySaver() if held_by == "checkpointer" else None
     _run_users(graph.compile(checkpointer=saver), watch, held_by=held_by)

@@ -26,6 +26,14 @@ def test_bench_leaves_the_readme_alone_and_bench_readme_updates_it() -> None:
     assert len(bench) == 1 and "README" not in bench[0] and "--out bench-out" in bench[0]
     readme = [line for line in dry_run("bench-readme") if "histcompress bench" in line]
     assert len(readme) == 1 and "--readme README.md" in readme[0]
+    assert "--docs docs/benchmark.md" in readme[0]
+
+
+def test_test_target_builds_the_docs_strictly_and_installs_their_extra() -> None:
+    assert any("mkdocs build --strict" in line for line in dry_run("test"))
+    assert any("mkdocs build --strict" in line for line in dry_run("docs"))
+    pip = [line for line in dry_run("demo", fresh=True) if "pip install -q -e" in line]
+    assert len(pip) == 1 and "docs" in pip[0].split("[")[1]
 
 
 def test_test_target_prints_skip_reasons() -> None:

@@ -34,7 +34,7 @@ from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.middleware import RoundCompressionMiddleware, RoundCompressionState
 from langchain_histcompress.nodes import RoundCompressionNode, summary_from_state
 from langchain_histcompress.rounds import is_summary_message, validate_history
-from tests.fakes import CountingSummarizer, ScriptedChatModel
+from tests.fakes import CountingSummarizer, ScriptedChatModel, model_request, through_middleware
 from tests.unit_tests.test_nodes import make_compressor
 
 SYSTEM_PROMPT = "You are a careful agent."
@@ -138,21 +138,18 @@ async def test_async_agent_uses_async_hooks() -> None:
 def test_destructive_mode_removes_covered_ids_only() -> None:
     summarizer = CountingSummarizer()
     middleware = RoundCompressionMiddleware(
-        make_compressor(summarizer, rounds_to_compress=1, rounds_to_retain=1), destructive=True
+        make_compressor(summarizer, trigger=("rounds", 2), keep=("rounds", 1)), destructive=True
     )
-    update = middleware.before_model(
-        {
-            "messages": [
-                HumanMessage("a", id="h0"),
-                AIMessage("b", id="a0"),
-                HumanMessage("c", id="h1"),
-                AIMessage("d", id="a1"),
-                HumanMessage("e", id="h2"),
-            ]
-        },
-        None,  # type: ignore[arg-type]
-    )
-    assert update is not None
+    messages: list[BaseMessage] = [
+        HumanMessage("a", id="h0"),
+        AIMessage("b", id="a0"),
+        HumanMessage("c", id="h1"),
+        AIMessage("d", id="a1"),
+        HumanMessage("e", id="h2"),
+    ]
+    state = {"messages": messages}
+    sent, update = through_middleware(middleware, model_request(summarizer, messages, state))
+    assert [m.id for m in sent.messages if not is_summary_message(m)] == ["h2"]
     removals = update["messages"]
     assert all(isinstance(r, RemoveMessage) for r in removals)
     assert sorted(r.id for r in removals) == ["a0", "a1", "h0", "h1"]
@@ -163,7 +160,7 @@ def test_destructive_agent_never_loses_a_message() -> None:
     summarizer = CountingSummarizer()
     agent, model = make_agent(
         RoundCompressionMiddleware(
-            make_compressor(summarizer, rounds_to_compress=1, rounds_to_retain=1),
+            make_compressor(summarizer, trigger=("rounds", 2), keep=("rounds", 1)),
             destructive=True,
         )
     )
@@ -185,7 +182,8 @@ def test_summarizer_failure_raises_and_changes_nothing() -> None:
     summarizer = CountingSummarizer()
     agent, model = make_agent(
         RoundCompressionMiddleware(
-            make_compressor(summarizer, rounds_to_compress=1, rounds_to_retain=1)
+            make_compressor(summarizer, trigger=("rounds", 2), keep=("rounds", 1)),
+            on_error="raise",
         )
     )
     config = {"configurable": {"thread_id": "fail"}}
@@ -204,14 +202,14 @@ def test_summarizer_failure_raises_and_changes_nothing() -> None:
     assert len(model.prompts) == requests  # the model was never called with a bad view
 
 
+@pytest.mark.parametrize("options", [{"on_error": "skip"}, {}], ids=["skip", "default"])
 def test_summarizer_failure_skip_answers_with_stored_summary(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, options: dict[str, Any]
 ) -> None:
     summarizer = CountingSummarizer()
     agent, model = make_agent(
         RoundCompressionMiddleware(
-            make_compressor(summarizer, rounds_to_compress=1, rounds_to_retain=1),
-            on_error="skip",
+            make_compressor(summarizer, trigger=("rounds", 2), keep=("rounds", 1)), **options
         )
     )
     config = {"configurable": {"thread_id": "skip"}}
@@ -312,14 +310,12 @@ graph TD;
 \t__start__([<p>__start__</p>]):::first
 \tmodel(model)
 \ttools(tools<hr/><small><em>__tools = lookup</em></small>)
-\tRoundCompressionMiddleware\\2ebefore_model(RoundCompressionMiddleware.before_model)
 \t__end__([<p>__end__</p>]):::last
-\tRoundCompressionMiddleware\\2ebefore_model --> model;
-\t__start__ --> RoundCompressionMiddleware\\2ebefore_model;
-\tmodel -.-> RoundCompressionMiddleware\\2ebefore_model;
+\t__start__ --> model;
 \tmodel -.-> __end__;
 \tmodel -.-> tools;
-\ttools -.-> RoundCompressionMiddleware\\2ebefore_model;
+\ttools -.-> model;
+\tmodel -.-> model;
 \tclassDef default fill:#f2f0ff,line-height:1.2
 \tclassDef first fill-opacity:0
 \tclassDef last fill:#bfb6fc
@@ -327,6 +323,7 @@ graph TD;
 
 
 def test_agent_topology_snapshot() -> None:
+    """The middleware adds no node: it works around the model call."""
     agent, _ = make_agent(RoundCompressionMiddleware(make_compressor(CountingSummarizer())))
     assert agent.get_graph().draw_mermaid() == EXPECTED_AGENT_MERMAID
 
@@ -335,13 +332,15 @@ def test_agent_topology_snapshot() -> None:
 
 CONFIGS: list[dict[str, Any]] = [
     {"compressor": {}, "destructive": False},
-    {"compressor": {"rounds_to_compress": 1, "rounds_to_retain": 1}, "destructive": True},
-    {
-        "compressor": {"rounds_to_compress": 1, "rounds_to_retain": 0, "max_round_tokens": 40},
+    {"compressor": {"trigger": ("rounds", 2), "keep": ("rounds", 1)}, "destructive": True},
+    {  # a small window (the agent model's): rounds and older tool steps fold for the budget
+        "compressor": {"trigger": ("rounds", 1), "keep": ("rounds", 0)},
+        "window": 400,
         "destructive": False,
     },
     {
-        "compressor": {"rounds_to_compress": 2, "rounds_to_retain": 1, "max_round_tokens": 60},
+        "compressor": {"trigger": ("rounds", 3), "keep": ("rounds", 1)},
+        "window": 600,
         "destructive": True,
     },
 ]
@@ -361,13 +360,15 @@ async def test_generated_conversations_never_send_an_orphan() -> None:
             make_compressor(summarizer, **options["compressor"]),
             destructive=options["destructive"],
         )
-        agent, model = make_agent(middleware)
-        agents.append((agent, model, summarizer, options["destructive"]))
+        window = options.get("window")
+        profile = {"max_input_tokens": window} if window else None
+        agent, model = make_agent(middleware, ToolScriptModel(profile=profile))
+        agents.append((agent, model, summarizer, options["destructive"], window))
     checked = 0
     # 60 conversations (15 per configuration, 1-7 turns, 0-5 tool steps each, sync and async)
     # reach every configuration's summarizer many times; more only repeat the same paths.
     for conversation in range(60):
-        agent, model, summarizer, destructive = agents[conversation % len(agents)]
+        agent, model, summarizer, destructive, window = agents[conversation % len(agents)]
         config = {"configurable": {"thread_id": f"conv-{conversation}"}}
         seen: set[str] = set()
         for turn in range(rng.randint(1, 7)):
@@ -383,6 +384,8 @@ async def test_generated_conversations_never_send_an_orphan() -> None:
             assert len(requests) == len(plan) + 1
             for request in requests:
                 check_request(request, text)
+                if window is not None:  # the view within the budget (tool schemas aside)
+                    assert count_tokens_approximately(request) <= int(0.85 * window)
                 checked += 1
             assert state["messages"][-1].content == f"done after {len(plan)} steps"
             summary = summary_from_state(state)
@@ -394,9 +397,9 @@ async def test_generated_conversations_never_send_an_orphan() -> None:
                 assert kept.isdisjoint(covered)
             assert validate_history(state["messages"], allow_in_flight=False) == []
     assert checked > 500
-    assert all(s.calls >= 5 for _, _, s, _ in agents)  # every configuration compressed
+    assert all(s.calls >= 5 for _, _, s, _, _ in agents)  # every configuration compressed
     # summarizer prompts never contain a summary rendered as a conversation message
-    for _, _, summarizer, _ in agents:
+    for _, _, summarizer, _, _ in agents:
         for prompt in summarizer.prompts:
             assert "histcompress-summary" not in str(prompt[-1].content)
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -46,7 +47,6 @@ from langchain_histcompress.summary import RunningSummary
 from tests.fakes import (
     CountingSummarizer,
     ScriptedChatModel,
-    by_round_count,
     conversation,
     numbered,
     prompt_ids,
@@ -81,13 +81,16 @@ def fact_ops(prompt: Sequence[BaseMessage]) -> list[dict[str, Any]]:
 
 
 def make_compressor(summarizer: BaseChatModel, **kwargs: Any) -> RoundCompressor:
+    """Folds once 5 rounds are pending and keeps the newest 3, unless told otherwise."""
     options: dict[str, Any] = {
+        "trigger": ("rounds", 5),
+        "keep": ("rounds", 3),
         "token_counter": count_tokens_approximately,
         "sleep": lambda _: None,
         "max_retries": 0,
         **kwargs,
     }
-    return RoundCompressor(summarizer, **by_round_count(options))
+    return RoundCompressor(summarizer, **options)
 
 
 # --------------------------------------------------------------------------- the 40-turn graph
@@ -269,9 +272,16 @@ def history(rounds: int, *, system: bool = True) -> list[BaseMessage]:
     return conversation(rounds, system=SYSTEM if system else None)
 
 
-def test_node_writes_summary_and_view_only_when_compressed() -> None:
+def test_node_writes_the_summary_only_when_compressed_and_the_view_on_request() -> None:
     summarizer = CountingSummarizer()
-    node = RoundCompressionNode(make_compressor(summarizer))
+    default = RoundCompressionNode(make_compressor(summarizer))
+    assert default.invoke({"messages": history(3)}) == {}  # nothing derived is stored
+    assert default.model_input({"messages": history(3)}) == history(3)
+    update = default.invoke({"messages": history(5)})
+    assert set(update) == {"running_summary"}
+    shown = default.model_input({"messages": history(5), **update})
+    assert [m.id for m in shown[2:]] == ["h2", "a2", "h3", "a3", "h4", "a4"]
+    node = RoundCompressionNode(make_compressor(summarizer), output_key="model_input")
     quiet = node.invoke({"messages": history(3)})
     assert set(quiet) == {"model_input"}
     assert quiet["model_input"] == history(3)
@@ -281,7 +291,8 @@ def test_node_writes_summary_and_view_only_when_compressed() -> None:
     assert summary.covered_ids == {"h0", "a0", "h1", "a1"}
     assert [m.id for m in update["model_input"][2:]] == ["h2", "a2", "h3", "a3", "h4", "a4"]
     assert is_summary_message(update["model_input"][1])
-    assert summarizer.calls == 1
+    assert [m.id for m in update["model_input"][2:]] == [m.id for m in shown[2:]]
+    assert summarizer.calls == 2
 
 
 async def test_node_async_path_uses_async_summarizer() -> None:
@@ -310,7 +321,8 @@ def test_node_does_not_mutate_state_and_handles_missing_ids() -> None:
     # deterministic ids: the next run recognises the covered messages
     again = node.invoke({"messages": messages, **update})
     assert "running_summary" not in again and summarizer.calls == 1
-    assert [m.content for m in again["model_input"][2:]] == ["q2", "a2", "q3", "a3", "q4", "a4"]
+    shown = node.model_input({"messages": messages, **update})
+    assert [m.content for m in shown[2:]] == ["q2", "a2", "q3", "a3", "q4", "a4"]
 
 
 def test_destructive_node_returns_remove_message_per_covered_id() -> None:
@@ -371,7 +383,6 @@ def test_summarization_error_reraises_and_leaves_checkpoint_untouched() -> None:
         harness.app.invoke(harness.turn_input(6), config)
     after = harness.app.get_state(config)
     assert after.values["running_summary"] == before["running_summary"]
-    assert after.values["model_input"] == before["model_input"]
     assert after.next == ("compress",)  # the failed node is pending, its writes discarded
     # the same turn resumes once the summarizer works again
     harness.summarizer.fail_with = None
@@ -393,24 +404,42 @@ async def test_summarization_error_async_reraises() -> None:
     assert "running_summary" not in harness.app.get_state(config).values
 
 
-def test_on_error_skip_keeps_summary_and_answers(caplog: pytest.LogCaptureFixture) -> None:
-    harness = Harness(InMemorySaver(), on_error="skip")
-    config = {"configurable": {"thread_id": "t-skip"}}
+class CustomEvents(BaseCallbackHandler):
+    """Records the custom events dispatched during a run."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def on_custom_event(self, name: str, data: Any, **kwargs: Any) -> None:
+        self.events.append((name, data))
+
+
+@pytest.mark.parametrize("on_error", ["skip", None])  # None: the default
+def test_on_error_skip_keeps_summary_and_answers(
+    caplog: pytest.LogCaptureFixture, on_error: str | None
+) -> None:
+    harness = Harness(InMemorySaver(), **({"on_error": on_error} if on_error else {}))
+    if on_error is None:  # the node's own default, not the harness's
+        harness.compress.on_error = RoundCompressionNode(harness.compress.compressor).on_error
+    config: dict[str, Any] = {"configurable": {"thread_id": "t-skip"}}
     harness.run(range(6), config)
     before = harness.app.get_state(config).values["running_summary"]
     harness.summarizer.fail_with = ValueError("secret user text")
+    events = CustomEvents()
     with caplog.at_level(logging.WARNING, logger="langchain_histcompress.nodes"):
-        state = harness.app.invoke(harness.turn_input(6), config)
+        state = harness.app.invoke(harness.turn_input(6), {**config, "callbacks": [events]})
     assert state["running_summary"] == before
     assert isinstance(state["messages"][-1], AIMessage)
     assert "round compression failed" in caplog.text
     assert "secret user text" not in caplog.text
+    assert [name for name, _ in events.events] == ["histcompress_fold_failed"]
+    assert events.events[0][1]["error"] == "SummarizationError"
     summary = RunningSummary.model_validate(before)
-    assert state["model_input"] == view(state["messages"][:-1], summary)
+    assert harness.compress.model_input(state) == view(state["messages"], summary)
 
 
-def test_invalid_stored_summary_is_a_clear_error() -> None:
-    node = RoundCompressionNode(make_compressor(CountingSummarizer()))
+def test_invalid_stored_summary_is_a_clear_error(caplog: pytest.LogCaptureFixture) -> None:
+    node = RoundCompressionNode(make_compressor(CountingSummarizer()), on_error="raise")
     good = summary_to_state(RunningSummary(content="x", text="x"))
     tampered = {**good, "text": "changed"}
     with pytest.raises(ConfigurationError, match="running_summary"):
@@ -419,6 +448,13 @@ def test_invalid_stored_summary_is_a_clear_error() -> None:
         node.invoke({"messages": history(2), "running_summary": "text"})
     with pytest.raises(ConfigurationError, match="list of messages"):
         node.invoke({"messages": "hello"})
+    # by default the turn goes on without the unreadable summary, and says so
+    lenient = RoundCompressionNode(make_compressor(CountingSummarizer()))
+    state = {"messages": history(2), "running_summary": tampered}
+    with caplog.at_level(logging.WARNING, logger="langchain_histcompress.nodes"):
+        assert lenient.invoke(state) == {}
+    assert "round compression failed (ConfigurationError)" in caplog.text
+    assert lenient.model_input(state) == history(2)
 
 
 @pytest.mark.parametrize(
@@ -499,7 +535,10 @@ def test_node_keeps_parallel_tool_groups_whole() -> None:
         for n in (0, 1)
         for p, s in [("h", ""), ("c", ""), ("t", "a"), ("t", "b"), ("a", "")]
     }
-    assert validate_history(update["model_input"], allow_in_flight=False) == []
+    kept = [m for m in tool_history() if m.id not in removed]
+    shown = node.model_input({"messages": kept, "running_summary": update["running_summary"]})
+    assert validate_history(shown, allow_in_flight=False) == []
+    assert [m.id for m in shown[2:]] == [m.id for m in kept[1:]]
 
 
 def test_build_model_input_with_builder_sends_a_fitting_history_whole() -> None:

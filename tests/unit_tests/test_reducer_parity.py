@@ -14,6 +14,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.runnables import RunnableLambda
 
 from langchain_histcompress.errors import ConfigurationError, SummarizationError
 from langchain_histcompress.reducers import (
@@ -23,7 +24,7 @@ from langchain_histcompress.reducers import (
     with_history_reducer,
 )
 from langchain_histcompress.rounds import is_summary_message, validate_history
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.tokens import TiktokenCounter, resolve_counter
 from tests.fakes import ScriptedChatModel, conversation, numbered, prompt_text, summary_json
 
 
@@ -126,18 +127,30 @@ def test_truncation_drops_an_orphaned_tool_result_inside_the_kept_part() -> None
 # --------------------------------------------------------------------------- trim_messages
 
 
-def test_chat_model_as_token_counter() -> None:
-    class Counting(ScriptedChatModel):
-        def get_num_tokens_from_messages(
-            self, messages: list[BaseMessage], tools: Sequence[Any] | None = None
-        ) -> int:
-            self.prompts.append(list(messages))
-            return 10 * len(messages)
+class _Counting(ScriptedChatModel):
+    def get_num_tokens_from_messages(
+        self, messages: list[BaseMessage], tools: Sequence[Any] | None = None
+    ) -> int:
+        self.prompts.append(list(messages))
+        return 10 * len(messages)
 
-    model = Counting()
+
+def test_chat_model_as_token_counter() -> None:
+    model = _Counting()
     reduced = MaxTokensReducer(max_tokens=45, token_counter=model).reduce(conversation(5))
     assert reduced is not None and len(reduced) == 4
     assert model.calls > 0
+
+
+def test_a_bound_chat_model_counts_with_the_model_it_binds() -> None:
+    model = _Counting()
+    bound = model.bind(stop=["\n\n"]).with_config(tags=["answering"])
+    reduced = MaxTokensReducer(max_tokens=45, token_counter=bound).reduce(conversation(5))
+    assert reduced is not None and len(reduced) == 4
+    assert model.calls > 0
+    assert resolve_counter(bound)([HumanMessage("hi")]) == 10
+    with pytest.raises(ConfigurationError, match="binding of RunnableLambda"):
+        resolve_counter(RunnableLambda(lambda x: x).bind(stop=["x"]))
 
 
 def test_bound_tools_count_toward_the_budget() -> None:
@@ -177,6 +190,33 @@ def test_allow_partial_keeps_the_newest_lines_of_the_next_message() -> None:
         max_tokens=80, start_on_human=False, allow_partial=True, text_splitter=str.split
     ).reduce(history)
     assert words is not None and str(words[0].content).endswith("answer")
+
+
+def test_allow_partial_splits_text_blocks_and_keeps_other_blocks_whole() -> None:
+    """As ``trim_messages(allow_partial=True)``: newest blocks first, text blocks split."""
+    lines = "\n".join(f"line {i} of a long answer" for i in range(40))
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    blocks: list[Any] = [{"type": "text", "text": lines, "cache_control": {"x": 1}}, image]
+    history = [HumanMessage("question"), HumanMessage(blocks), HumanMessage("follow-up")]
+    counter = TiktokenCounter()
+    reducer = MaxTokensReducer(max_tokens=150, start_on_human=False, allow_partial=True)
+    out = reducer.reduce(history)
+    assert out is not None and len(out) == 2 and out[-1] is history[-1]
+    text, kept_image = out[0].content
+    assert kept_image == image  # never split
+    assert text["cache_control"] == {"x": 1} and text["type"] == "text"
+    assert lines.endswith(text["text"]) and text["text"].endswith("line 39 of a long answer")
+    assert text["text"] != lines and counter(out) <= 150
+    assert history[1].content == blocks  # the caller's message is untouched
+    # plain strings in a block list are text blocks too
+    mixed = [HumanMessage("question"), AIMessage([lines, image]), HumanMessage("follow-up")]
+    out = reducer.reduce(mixed)
+    assert out is not None and len(out) == 2
+    assert isinstance(out[0].content[0], str) and out[0].content[1] == image
+    # an image too large to fit is left out whole, with the blocks before it
+    tight = MaxTokensReducer(max_tokens=40, start_on_human=False, allow_partial=True)
+    out = tight.reduce([HumanMessage("question"), HumanMessage([lines, image, "tail"]), mixed[2]])
+    assert out is not None and [m.content for m in out] == [["tail"], "follow-up"]
 
 
 # --------------------------------------------------------------------------- Semantic Kernel

@@ -269,6 +269,11 @@ LONG = "Population of Lisbon? " * 200
         ("line one\nline two\nline three\nline four\nline five", "garbage"),
         ("I'm sorry, but I can't help with that.", "refusal"),
         (AIMessage([{"type": "image_url", "image_url": {"url": "x"}}]), "empty"),
+        ("Well, the conversation covered several topics, including Lisbon.", "not_a_query"),
+        ("Sure, here is the question: What is the population of Lisbon?", "not_a_query"),
+        ("The user asked about Lisbon and wants to know more", "not_a_query"),
+        ("Based on the conversation, Lisbon's population", "not_a_query"),
+        ("Lisbon is the capital of Portugal. It is a large city.", "not_a_query"),
     ],
 )
 def test_failures_fall_back_to_the_original_question(reply: Any, reason: str) -> None:
@@ -281,6 +286,24 @@ def test_failures_fall_back_to_the_original_question(reply: Any, reason: str) ->
     assert llm.calls == 1
     plain = StreamingChatModel(script=[reply])
     assert create_history_rephraser(plain).invoke(_inputs()) == QUESTION
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ["Lisbon population 2023", "Find the population of Lisbon.", "Population of Lisbon? Today?"],
+)
+def test_keyword_and_imperative_queries_are_usable(reply: str) -> None:
+    llm = StreamingChatModel(script=[reply])
+    out = create_history_rephraser(llm, return_metadata=True).invoke(_inputs())
+    assert (out["question"], out["rephrased"], out["fallback_reason"]) == (reply, True, None)
+
+
+@pytest.mark.parametrize("reply", [QUESTION, f"  {QUESTION.upper()} ", f'"{QUESTION}"'])
+def test_the_question_given_back_is_not_a_rephrasing(reply: str) -> None:
+    llm = StreamingChatModel(script=[reply])
+    out = create_history_rephraser(llm, return_metadata=True).invoke(_inputs())
+    assert out["question"] == QUESTION  # exactly as received
+    assert (out["rephrased"], out["fallback_reason"], out["model_calls"]) == (False, None, 1)
 
 
 @pytest.mark.parametrize("reply", [RuntimeError("503"), "", LONG, "???"])

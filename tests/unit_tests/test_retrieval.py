@@ -345,7 +345,10 @@ def test_turn_retriever_speaker_names_find_the_speakers_turns() -> None:
     assert [m.id for m in plain.retrieve("What did Ann do?", history, 2)] == ["a1"]
     named = BM25TurnRetriever(speaker_names={"human": "Ann", "ai": "Bob"})
     hits = named.retrieve("What did Ann bake?", history, 2)
-    assert [m.id for m in hits] == ["h1", "a1"]  # her own turn first: name and "bake"
+    assert [m.id for m in hits] == ["h1"]  # "bake" retrieves; "Ann" alone retrieves nothing
+    assert [m.id for m in named.retrieve("What did Ann do?", history, 2)] == ["h1", "a1"]
+    both = [AIMessage("I baked a cake", id="a0"), *history]
+    assert [m.id for m in named.retrieve("What did Ann bake?", both, 3)] == ["h1", "a0"]
     own = [HumanMessage("I baked bread", id="h1", name="Cleo")]
     assert [m.id for m in named.retrieve("cleo", own, 1)] == ["h1"]  # message name wins
     with pytest.raises(ConfigurationError, match="speaker_names"):

@@ -36,12 +36,12 @@ def _short() -> ScriptedSummarizer:
 
 
 def _compressor(model: ScriptedSummarizer, pricing: str = "openai-90") -> RoundCompressor:
-    return RoundCompressor(model, pricing=pricing, max_summary_tokens=128)
+    return RoundCompressor(model, trigger=("cost", pricing), max_summary_tokens=128)
 
 
 def test_unknown_pricing_name_is_rejected() -> None:
     with pytest.raises(ConfigurationError, match="unknown pricing 'openai-99'"):
-        RoundCompressor(ScriptedSummarizer(), pricing="openai-99")
+        RoundCompressor(ScriptedSummarizer(), trigger=("cost", "openai-99"))
 
 
 @pytest.mark.parametrize(
@@ -92,10 +92,25 @@ def test_a_cold_cache_folds_the_backlog_in_one_call_and_keeps_a_cacheable_view()
 def test_a_warm_cache_is_rewritten_only_once_the_rent_pays_for_it() -> None:
     schedule = FoldSchedule(pricing=OPENAI_90, summary_tokens=128)
     state: dict[str, Any] = {"fixed_tokens": 60, "summary_tokens": 128, "rounds_so_far": 200}
-    assert schedule.decide(rounds=[RoundLoad(tokens=300)] * 20, **state).rounds == 0
+    assert schedule.decide(rounds=[RoundLoad(tokens=300)] * 12, **state).rounds == 0
     decision = schedule.decide(rounds=[RoundLoad(tokens=300)] * 40, **state)
     assert decision.reason == "rent"
-    assert decision.rent >= decision.cost
+    assert decision.rent >= decision.overhead
+
+
+def test_the_rent_pays_for_the_overhead_the_folded_rounds_read_is_paid_by_any_fold() -> None:
+    schedule = FoldSchedule(pricing=PRICING_MODELS["none"], summary_tokens=128, retain_rounds=3)
+    state: dict[str, Any] = {"fixed_tokens": 60, "summary_tokens": 128, "rounds_so_far": 300}
+    loads = [RoundLoad(tokens=60)] * 9
+    assert schedule.decide(rounds=loads[:-1], **state).rounds == 0  # rent below the overhead
+    decision = schedule.decide(rounds=loads, **state)
+    assert decision.rounds == 6  # every round but the retained ones
+    folded = 6 * 60
+    assert decision.overhead == pytest.approx(decision.cost - folded)
+    assert decision.overhead <= decision.rent < decision.cost  # the read is not rent's to repay
+    # the payback still counts the whole cost: a short chat does not fold the same rounds
+    young = schedule.decide(rounds=loads, fixed_tokens=60, summary_tokens=128, rounds_so_far=9)
+    assert young.rounds == 0
 
 
 def test_without_caching_a_long_history_is_folded() -> None:
@@ -107,14 +122,15 @@ def test_without_caching_a_long_history_is_folded() -> None:
 def test_the_default_folds_by_cost_and_round_count_is_opt_in() -> None:
     history = [SystemMessage("You help."), *_stamped(6)]
     by_cost = RoundCompressor(_short(), max_summary_tokens=128)
-    assert by_cost.schedule is not None
-    assert by_cost.schedule.pricing.name == "openai-50"
+    assert by_cost.target.schedule is not None
+    assert by_cost.target.schedule.pricing.name == "openai-50"
     assert by_cost.plan(history).chunks == ()
-    by_rounds = RoundCompressor(_short(), max_summary_tokens=128, compress_on_rounds=True)
-    assert by_rounds.schedule is None
+    by_rounds = RoundCompressor(_short(), max_summary_tokens=128, trigger=("rounds", 5))
+    assert by_rounds.target.schedule is None
     assert by_rounds.plan(history).reasons == ("rounds",)
-    with pytest.raises(ConfigurationError, match="either pricing"):
-        RoundCompressor(_short(), pricing="none", compress_on_rounds=True)
+    either = RoundCompressor(_short(), max_summary_tokens=128, trigger=["cost", ("rounds", 5)])
+    assert either.target.schedule is not None
+    assert either.plan(history).reasons == ("rounds",)  # the cost does not pay yet
 
 
 @settings(max_examples=60, deadline=None)
@@ -137,7 +153,8 @@ def test_a_chosen_fold_has_paid_its_rent_and_repays_itself_within_retention(
     assert 0 <= decision.rounds <= max(0, len(rounds) - 2)
     if decision.rounds:
         assert decision.net_saving > 0
-        assert decision.rent >= decision.cost
+        assert decision.rent >= decision.overhead
+        assert decision.overhead <= decision.cost
     else:
         assert decision.reason == "none"
 
@@ -149,7 +166,8 @@ def test_the_floor_is_kept_only_when_a_cached_view_is_cheaper() -> None:
     at_50 = FoldSchedule(pricing=PRICING_MODELS["openai-50"], summary_tokens=128, retain_rounds=3)
     kept_90 = 300 - at_90.decide(rounds=loads, **state).rounds
     kept_50 = 300 - at_50.decide(rounds=loads, **state).rounds
-    assert 60 + 70 * kept_90 >= OPENAI_90.min_cached_tokens  # 10% of 1,024 < 3 rounds in full
+    # preamble, summary and kept rounds stay cacheable: 10% of 1,024 < 3 rounds in full
+    assert 60 + 128 + 70 * kept_90 >= OPENAI_90.min_cached_tokens
     assert kept_50 == 3  # 50% of 1,024 costs more than sending 3 short rounds in full
 
 
@@ -177,7 +195,7 @@ def test_a_fold_that_the_rent_pays_for_still_waits_for_a_likely_future() -> None
     young = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=loads, rounds_so_far=5)
     old = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=loads, rounds_so_far=200)
     assert young.rounds == 0  # five rounds in: the fold may never be repaid
-    assert old.rounds == 4 and old.rent >= old.cost  # the same rounds deep into a long chat
+    assert old.rounds == 4 and old.rent >= old.overhead  # the same rounds deep into a long chat
 
 
 def test_an_appending_call_reads_only_the_folded_rounds_and_writes_its_share() -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -12,12 +13,18 @@ from langchain_core.messages import (
     ChatMessage,
     FunctionMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
 
-from langchain_histcompress.storage import HistoryStore, InMemoryHistoryStore, SQLHistoryStore
-from langchain_histcompress.storage.base import decode_message, encode_message
+from langchain_histcompress.storage import (
+    HistoryStore,
+    InMemoryHistoryStore,
+    SessionSnapshot,
+    SQLHistoryStore,
+)
+from langchain_histcompress.storage.base import REMOVE_ALL_MESSAGES, decode_message, encode_message
 from langchain_histcompress.summary import RunningSummary
 
 _ids = itertools.count()
@@ -44,7 +51,7 @@ block = st.one_of(
     text,
 )
 content = text | st.lists(block, max_size=3)
-maybe_id = st.none() | ident
+maybe_id = st.none() | st.just("") | ident
 name = st.none() | ident
 
 
@@ -137,17 +144,19 @@ def test_store_round_trip_is_exact(batch: list[BaseMessage]) -> None:
 
 @st.composite
 def operations(draw: st.DrawFn) -> list[tuple[str, int]]:
-    ops = st.sampled_from(["append", "compress", "prune", "stale"])
+    ops = st.sampled_from(["append", "compress", "prune", "stale", "remove", "reset"])
     return [(draw(ops), draw(st.integers(1, 4))) for _ in range(draw(st.integers(1, 25)))]
 
 
-def _check_invariants(store: HistoryStore, session: str, all_ids: list[str]) -> None:
+def _check_invariants(
+    store: HistoryStore, session: str, all_ids: list[str], removed: AbstractSet[str] = frozenset()
+) -> None:
     snap = store.snapshot(session)
     covered = snap.summary.covered_ids if snap.summary else frozenset()
     uncovered = [m.id for m in snap.uncovered]
     # nothing lost: every original is either uncovered (in order) or covered, never both
     assert uncovered == [i for i in all_ids if i not in covered]
-    assert covered <= set(all_ids)
+    assert covered <= set(all_ids) | removed  # a removed covered message stays summarized
     stored = [m.id for m in store.load_messages(session)]
     assert set(uncovered) <= set(stored)
     assert stored == [i for i in all_ids if i in set(stored)]
@@ -159,6 +168,7 @@ def test_random_operations_keep_every_message_accounted_for(ops: list[tuple[str,
     for store in (InMemoryHistoryStore(), _SQLITE):
         session = _id()
         all_ids: list[str] = []
+        removed: set[str] = set()
         stale: RunningSummary | None = None
         stale_seen = False
         for op, n in ops:
@@ -166,16 +176,29 @@ def test_random_operations_keep_every_message_accounted_for(ops: list[tuple[str,
             if op == "append":
                 batch = [HumanMessage(f"m{len(all_ids) + i}") for i in range(n)]
                 all_ids += [str(m.id) for m in store.append(session, batch)]
+            elif op == "remove":
+                stored = [str(m.id) for m in store.load_messages(session)]
+                if not stored:
+                    continue
+                doomed = stored[n % len(stored)]
+                store.update(session, [RemoveMessage(id=doomed)])
+                all_ids.remove(doomed)
+                removed.add(doomed)
+            elif op == "reset":
+                store.update(session, [RemoveMessage(id=REMOVE_ALL_MESSAGES)])
+                assert store.snapshot(session) == SessionSnapshot(None, ())
+                all_ids, removed = [], set()
             elif op in ("compress", "stale"):
                 fold = [str(m.id) for m in snap.uncovered[:n]]
                 if not fold:
                     continue
+                # a writer extends the summary it read: a stale one, its stale summary
+                base = stale if op == "stale" and stale_seen else snap.summary
                 new = RunningSummary(
                     content="c",
                     text=f"covers {len(fold)}",
-                    covered_ids=frozenset(fold)
-                    | (snap.summary.covered_ids if snap.summary else frozenset()),
-                    version=snap.version + 1,
+                    covered_ids=frozenset(fold) | (base.covered_ids if base else frozenset()),
+                    version=(base.version if base else 0) + 1,
                 )
                 if op == "stale" and stale_seen:
                     try:
@@ -188,5 +211,8 @@ def test_random_operations_keep_every_message_accounted_for(ops: list[tuple[str,
                 stale, stale_seen = snap.summary, True
                 store.commit_compression(session, new, previous=snap.summary)
             else:
+                pruned = set(all_ids) - {str(m.id) for m in snap.uncovered}
                 store.prune_covered(session)
-            _check_invariants(store, session, all_ids)
+                all_ids = [i for i in all_ids if i not in pruned]
+                removed |= pruned
+            _check_invariants(store, session, all_ids, removed)

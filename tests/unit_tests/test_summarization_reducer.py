@@ -41,7 +41,7 @@ def test_summarizes_older_part_once_and_tags_summary() -> None:
     assert reduced[2:] == history[-4:]
     assert validate_history(reduced) == []
     [prompt] = [prompt_text(p) for p in model.prompts]
-    assert 'id="h0"' in prompt and 'id="a3"' in prompt and 'id="h4"' not in prompt
+    assert "[h0 " in prompt and "[a3 " in prompt and "[h4 " not in prompt
 
 
 def test_extends_previous_summary_from_reduced_input() -> None:
@@ -55,10 +55,41 @@ def test_extends_previous_summary_from_reduced_input() -> None:
     assert model.calls == 2
     new_prompt = prompt_text(model.prompts[1])
     assert "summary #1" in new_prompt  # previous summary passed as input data
-    assert 'id="h0"' not in new_prompt  # already covered messages are not re-sent
-    assert 'id="h4"' in new_prompt and 'id="a4"' in new_prompt
+    assert "[h0 " not in new_prompt  # already covered messages are not re-sent
+    assert "[h4 " in new_prompt and "[a4 " in new_prompt
     assert [m.id for m in second[2:]] == ["h5", "a5", "h6", "a6"]
     assert sum(is_summary_message(m) for m in second) == 1
+
+
+def test_reduced_output_fed_back_with_nothing_to_fold_is_no_reduction() -> None:
+    model = _model()
+    reducer = SummarizationReducer(model, target_count=4)
+    first = reducer.reduce(_chat(6))
+    assert first is not None
+    assert reducer.reduce(first) is None
+    assert reducer.reduce([*first, HumanMessage("question 6", id="h6")]) is not None  # folds
+    assert model.calls == 2
+
+
+@pytest.mark.parametrize("grow", [0, 2])
+async def test_a_failed_fold_of_a_reduced_input_is_no_reduction(grow: int) -> None:
+    first = SummarizationReducer(_model(), target_count=4).reduce(_chat(6))
+    assert first is not None
+    more = [m for i in range(6, 6 + grow) for m in (HumanMessage(f"q{i}"), AIMessage(f"a{i}"))]
+    failing = ScriptedChatModel(script=[RuntimeError("503")] * 4)
+    lenient = SummarizationReducer(failing, target_count=4, fail_on_error=False, max_retries=0)
+    assert lenient.reduce([*first, *more]) is None
+    assert await lenient.areduce([*first, *more]) is None
+    assert failing.calls == (2 if grow else 0)
+    # a full history whose earlier fold is remembered still gets that summary back
+    full = _chat(6 + grow)
+    remembering = SummarizationReducer(_model(), target_count=4, fail_on_error=False)
+    assert remembering.reduce(full) is not None
+    remembering.summarizer = lenient.summarizer  # the next fold fails
+    calls = failing.calls
+    again = remembering.reduce([*full, HumanMessage("q9", id="h9"), AIMessage("a9", id="a9")])
+    assert failing.calls == calls + 1
+    assert again is not None and is_summary_message(again[1])
 
 
 def test_full_history_every_turn_only_summarizes_new_messages() -> None:
@@ -67,8 +98,8 @@ def test_full_history_every_turn_only_summarizes_new_messages() -> None:
     reducer.reduce(_chat(6))
     reducer.reduce(_chat(7))
     assert model.calls == 2
-    assert 'id="h0"' not in prompt_text(model.prompts[1])
-    assert 'id="h4"' in prompt_text(model.prompts[1])
+    assert "[h0 " not in prompt_text(model.prompts[1])
+    assert "[h4 " in prompt_text(model.prompts[1])
     reducer.reduce(_chat(7))  # nothing new: no call
     assert model.calls == 2
 
@@ -179,3 +210,36 @@ def test_a_mid_conversation_system_message_is_kept_verbatim_not_summarized() -> 
     assert again is not None and model.calls == 2
     assert [m.content for m in again].count(reminder.content) == 1
     assert all("closes at 6pm" not in prompt_text(p) for p in model.prompts)
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+def test_history_beyond_the_summarizer_window_folds_in_calls_that_fit(run_async: bool) -> None:
+    """A first fold larger than the summarizer's window is split between rounds, chained."""
+    import asyncio
+
+    from langchain_histcompress.tokens import TiktokenCounter, count_request
+
+    model = ScriptedChatModel(
+        default=numbered(lambda n: summary_json(f"summary #{n}")),
+        profile={"max_input_tokens": 8_000},
+    )
+    history: list[BaseMessage] = [SystemMessage("sys", id="sys")]
+    for i in range(150):
+        history += [
+            HumanMessage(f"question {i}: " + "tell me about the lake " * 12, id=f"h{i}"),
+            AIMessage(f"answer {i}: " + "the lake is calm today " * 12, id=f"a{i}"),
+        ]
+    reducer = SummarizationReducer(model, target_count=4)
+    reduced = asyncio.run(reducer.areduce(history)) if run_async else reducer.reduce(history)
+    assert reduced is not None and validate_history(reduced) == []
+    assert model.calls >= 3  # about 30k tokens of history through a 8k window
+    counter = TiktokenCounter()
+    assert all(count_request(counter, prompt) <= 8_000 for prompt in model.prompts)
+    assert f"summary #{model.calls}" in str(reduced[1].content)  # one chained summary
+    sent = [prompt_text(p) for p in model.prompts]
+    for message in history[1:-4]:  # every folded message reaches exactly one call
+        assert sum(f"[{message.id} " in text for text in sent) == 1, message.id
+    assert [m.id for m in reduced[2:]] == [m.id for m in history[-4:]]
+    for earlier, later in itertools.pairwise(model.prompts):
+        assert "summary #" in prompt_text(later)  # the previous summary passed as input
+        assert prompt_text(earlier) != prompt_text(later)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.messages.utils import count_tokens_approximately
 
 from langchain_histcompress.compressor import (
@@ -44,33 +50,38 @@ def test_each_call_sees_only_its_question_the_rest_is_in_the_summary() -> None:
         ["h1", "a1"],
         ["h2", "a2"],
     ]
-    assert compressor.fold_answered_round is False  # the caller's compressor is not changed
+    # the preset is the compressor's own setting: nothing was switched on for the background
+    assert (compressor.trigger.clauses, compressor.keep) == (({"rounds": 1},), ("rounds", 0))
 
 
-def test_before_a_model_call_the_latest_round_is_never_folded() -> None:
+def test_only_an_answered_round_folds_never_a_question_or_a_tool_step() -> None:
     compressor = thread_summarizer(ScriptedSummarizer(), token_counter=count_tokens_approximately)
-    answered = [SYSTEM, HumanMessage("q0", id="h0"), AIMessage("a0", id="a0")]
-    # compress() runs before model calls (nodes, middleware): the latest round stays verbatim,
-    # even when the assistant is about to speak again after its own answer.
-    assert not compressor.compress(answered).compressed
+    asked = [SYSTEM, HumanMessage("q0", id="h0")]
+    assert not compressor.compress(asked).compressed  # the question waits for its answer
     calling = AIMessage("", id="c0", tool_calls=[{"name": "t", "args": {}, "id": "call-0"}])
-    future = compress_in_background(compressor, [SYSTEM, HumanMessage("q0", id="h0"), calling])
+    future = compress_in_background(compressor, [*asked, calling])
     assert not future.result(timeout=30).compressed  # waiting for a tool result: not answered
-    assert (
-        not compress_in_background(compressor, answered, fold_answered=False)
-        .result(timeout=30)
-        .compressed
-    )
+    results = [*asked, calling, ToolMessage("r", tool_call_id="call-0", id="t0")]
+    assert not compressor.compress(results).compressed  # the model has yet to answer
+    answered = [*results, AIMessage("a0", id="a0")]
+    folded = compress_in_background(compressor, answered).result(timeout=30)
+    assert folded.summary is not None
+    assert folded.summary.covered_ids == {"h0", "c0", "t0", "a0"}
 
 
-def test_the_option_on_the_compressor_and_the_async_path() -> None:
+def test_keep_zero_rounds_on_any_compressor_and_the_async_path() -> None:
     import asyncio
 
     answered = [SYSTEM, HumanMessage("q0", id="h0"), AIMessage("a0", id="a0")]
-    eager = thread_summarizer(
-        ScriptedSummarizer(), token_counter=count_tokens_approximately, fold_answered_round=True
+    eager = RoundCompressor(
+        ScriptedSummarizer(),
+        token_counter=count_tokens_approximately,
+        trigger=("rounds", 1),
+        keep=("rounds", 0),
     )
-    assert eager.compress(answered).summary.covered_ids == {"h0", "a0"}  # type: ignore[union-attr]
+    assert eager.compress(answered).summary is None  # before the reply the round stays
+    folded = eager.compress(answered, after_reply=True).summary
+    assert folded is not None and folded.covered_ids == {"h0", "a0"}
 
     async def after_reply() -> frozenset[str]:
         plain = thread_summarizer(ScriptedSummarizer(), token_counter=count_tokens_approximately)

@@ -281,6 +281,11 @@ def test_matches_pure_python_reference(text: str, name: str) -> None:
         ("openai:gpt-4", "cl100k_base"),
         ("text-embedding-3-small", "cl100k_base"),
         ("text-embedding-ada-002", "cl100k_base"),
+        ("gpt-5.1-codex-max", "o200k_base"),
+        ("gpt-4o-mini-search-preview-2025-03-11", "o200k_base"),
+        ("o4-mini-deep-research", "o200k_base"),
+        ("gpt-oss-120b", "o200k_base"),
+        ("gpt-3.5-turbo-16k-0613", "cl100k_base"),
     ],
 )
 def test_encoding_name_for_model(model: str, expected: str) -> None:
@@ -290,7 +295,8 @@ def test_encoding_name_for_model(model: str, expected: str) -> None:
 
 
 def test_unknown_model_is_a_precise_error_with_a_way_out() -> None:
-    for model in ("mystery-llm-7b", "o5-ultra", "anthropic:claude-sonnet-4"):
+    typos = ("gpt-4o-mnii", "gpt-5-foo", "gpt-4.2", "gpt-4oo", "o3mini", "openai:gpt-4.1-nanoo")
+    for model in ("mystery-llm-7b", "o5-ultra", "anthropic:claude-sonnet-4", *typos):
         with pytest.raises(ConfigurationError, match=f"unknown model '{model}'.*encoding="):
             encoding_name_for_model(model)
         with pytest.raises(ConfigurationError, match="o200k_base"):
