@@ -27,7 +27,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from langchain_histcompress.rounds import split_units
+from langchain_histcompress.core.rounds import split_units
 from langchain_histcompress.storage.base import REMOVE_ALL_MESSAGES
 
 _counter = itertools.count()

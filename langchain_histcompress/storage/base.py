@@ -53,13 +53,13 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-from langchain_histcompress.errors import (
+from langchain_histcompress.core.errors import (
     ConfigurationError,
     InvalidHistoryError,
     StorageError,
 )
-from langchain_histcompress.rounds import HistoryViolation, ensure_ids
-from langchain_histcompress.summary import RunningSummary, _added_since
+from langchain_histcompress.core.rounds import HistoryViolation, ensure_ids
+from langchain_histcompress.core.running_summary import RunningSummary, ids_added_since
 
 __all__ = [
     "REMOVE_ALL_MESSAGES",
@@ -193,7 +193,7 @@ def encode_summary(
     data = summary.model_dump(mode="json", exclude={"covered_ids"})
     text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
     # A summary built from `previous` knows its own delta: no O(history) set difference.
-    known = None if previous is None else _added_since(summary, previous)
+    known = None if previous is None else ids_added_since(summary, previous)
     if known is not None:
         return text, known
     before: AbstractSet[str] = frozenset() if previous is None else previous.covered_ids

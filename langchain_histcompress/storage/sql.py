@@ -55,11 +55,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 
-from langchain_histcompress.errors import (
-    ConfigurationError,
-    HistCompressError,
-    StorageError,
-)
+from langchain_histcompress.core.errors import ConfigurationError, HistCompressError, StorageError
+from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.storage._sql_plans import (
     POSTGRES,
     SCHEMA_VERSION,
@@ -91,7 +88,6 @@ from langchain_histcompress.storage.base import (
     refuse_removals,
 )
 from langchain_histcompress.storage.urls import ConnectionSpec, parse_connection
-from langchain_histcompress.summary import RunningSummary
 
 if TYPE_CHECKING:
     import psycopg

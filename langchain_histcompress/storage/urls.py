@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.core.errors import ConfigurationError
 
 __all__ = ["DEFAULT_SQLITE_PATH", "ConnectionSpec", "parse_connection", "redact_url"]
 
@@ -101,7 +101,7 @@ def parse_connection(connection: str | os.PathLike[str] | None) -> ConnectionSpe
         >>> parse_connection("mysql://localhost/db")
         Traceback (most recent call last):
         ...
-        langchain_histcompress.errors.ConfigurationError: unsupported ... scheme 'mysql' ...
+        langchain_histcompress.core.errors.ConfigurationError: unsupported ... scheme 'mysql' ...
     """
     if connection is None:
         return ConnectionSpec("sqlite", DEFAULT_SQLITE_PATH, DEFAULT_SQLITE_PATH)

@@ -21,9 +21,9 @@ import pytest
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import HumanMessage
 
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.retrieval import (
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.recall.retrieval import (
     BM25FactRetriever,
     EmbeddingFactRetriever,
     MiniLMEmbeddings,
@@ -223,14 +223,14 @@ def test_invalid_batch_size_is_rejected_before_loading() -> None:
 def test_bench_minilm_strategies_build_valid_contexts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from langchain_histcompress.bench import strategies
-    from langchain_histcompress.bench.locomo import load_locomo
-    from langchain_histcompress.bench.metrics import UsageLedger
-    from langchain_histcompress.bench.replay import ReplayChatModel
-    from langchain_histcompress.bench.runner import replay_strategy
-    from langchain_histcompress.retrieval import EmbeddingEvidenceRetriever
-    from langchain_histcompress.rounds import validate_history
-    from langchain_histcompress.tokens import TiktokenCounter
+    from langchain_histcompress.core.rounds import validate_history
+    from langchain_histcompress.core.tokens import TiktokenCounter
+    from langchain_histcompress.recall.retrieval import EmbeddingEvidenceRetriever
+    from langchain_histcompress.workbench import strategies
+    from langchain_histcompress.workbench.locomo import load_locomo
+    from langchain_histcompress.workbench.metrics import UsageLedger
+    from langchain_histcompress.workbench.replay import ReplayChatModel
+    from langchain_histcompress.workbench.runner import replay_strategy
     from tests.unit_tests.test_bench_locomo import write_tiny
 
     names = ("facts_minilm", "hybrid_minilm")

@@ -16,8 +16,16 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress.budget import SHORTENED_KEY
-from langchain_histcompress.compressor import (
+from langchain_histcompress.core.budget import SHORTENED_KEY
+from langchain_histcompress.core.errors import (
+    ConfigurationError,
+    InvalidHistoryError,
+    SummarizationError,
+)
+from langchain_histcompress.core.rounds import is_summary_message, validate_history
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.core.tokens import count_request
+from langchain_histcompress.edge.compressor import (
     SUMMARY_METADATA_KEY,
     CompressionResult,
     RoundCompressor,
@@ -25,19 +33,11 @@ from langchain_histcompress.compressor import (
     pending_rounds,
     view,
 )
-from langchain_histcompress.errors import (
-    ConfigurationError,
-    InvalidHistoryError,
-    SummarizationError,
-)
-from langchain_histcompress.rounds import is_summary_message, validate_history
-from langchain_histcompress.summary import RunningSummary
-from langchain_histcompress.thread_summary import (
+from langchain_histcompress.edge.thread_summary import (
     acompress_in_background,
     compress_in_background,
     thread_summarizer,
 )
-from langchain_histcompress.tokens import count_request
 from tests.fakes import (
     CallRecorder,
     Hang,

@@ -9,14 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage
 
-from langchain_histcompress.extraction import (
+from langchain_histcompress.core.fact_lines import format_fact_lines, parse_fact_lines
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.edge.extraction import (
     FactExtractor,
     build_extraction_prompt,
     parse_extraction_output,
 )
-from langchain_histcompress.fact_lines import format_fact_lines, parse_fact_lines
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.tokens import TiktokenCounter
 from tests.fakes import ScriptedChatModel
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

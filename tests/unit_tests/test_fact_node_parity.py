@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.facts import Fact, merge_facts
-from langchain_histcompress.memory import FactExtractionNode
+from langchain_histcompress.core.facts import Fact, merge_facts
+from langchain_histcompress.faces.memory import FactExtractionNode
 from tests.fakes import ScriptedChatModel
 
 GOLDEN = Path(__file__).parent / "data" / "fact_node_updates.json"

@@ -39,13 +39,13 @@ from langchain_core.messages import (
     messages_to_dict,
 )
 
-from langchain_histcompress import _identified
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.coverage import CoveredIds
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.reducers import SummarizationReducer, with_history_reducer
-from langchain_histcompress.rounds import ensure_ids
-from langchain_histcompress.summary import RunningSummary
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core import identified as _identified
+from langchain_histcompress.core.coverage import CoveredIds
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.core.rounds import ensure_ids
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.faces.reducers import SummarizationReducer, with_history_reducer
 from tests.fakes import ScriptedChatModel, numbered, summary_json
 
 SHORT, LONG = 50, 1_000  # rounds of 4 messages: 200 and 4,000 messages

@@ -18,11 +18,12 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress import _evidence_arrays, _turn_index, evidence
-from langchain_histcompress.bm25 import BM25Index
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.facts import Fact, FactExtractor, facts_to_state
-from langchain_histcompress.retrieval import EvidenceRetriever
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core.facts import Fact, facts_to_state
+from langchain_histcompress.edge.extraction import FactExtractor
+from langchain_histcompress.recall import _evidence_arrays, _turn_index, evidence
+from langchain_histcompress.recall.bm25 import BM25Index
+from langchain_histcompress.recall.retrieval import EvidenceRetriever
 
 np = pytest.importorskip("numpy")
 

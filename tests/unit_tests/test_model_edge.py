@@ -17,8 +17,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
-from langchain_histcompress import _model_edge, _timeouts, rephrase, summary
-from langchain_histcompress._answer_text import (
+from langchain_histcompress.core.answer_text import (
     find_json_object,
     is_refusal,
     json_fenced_blocks,
@@ -26,7 +25,17 @@ from langchain_histcompress._answer_text import (
     output_text,
     strip_think,
 )
-from langchain_histcompress._model_edge import (
+from langchain_histcompress.core.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.edge import _timeouts
+from langchain_histcompress.edge import model_edge as _model_edge
+from langchain_histcompress.edge import summarizer as summary
+from langchain_histcompress.edge._timeouts import (
+    ModelTimeoutError,
+    await_with_timeout,
+    call_with_timeout,
+    submit_to_worker,
+)
+from langchain_histcompress.edge.model_edge import (
     INTERNAL_TAGS,
     ModelCall,
     Pause,
@@ -40,13 +49,7 @@ from langchain_histcompress._model_edge import (
     retry_after,
     run_steps,
 )
-from langchain_histcompress._timeouts import (
-    ModelTimeoutError,
-    await_with_timeout,
-    call_with_timeout,
-    submit_to_worker,
-)
-from langchain_histcompress.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.faces import rephrase
 from tests.fakes import (
     APIConnectionError,
     AuthenticationError,
@@ -100,7 +103,6 @@ def test_internal_config_without_run_name_drops_the_callers() -> None:
 
 
 def test_public_tag_constants_are_the_shared_ones() -> None:
-    assert summary.INTERNAL_TAGS is INTERNAL_TAGS
     assert rephrase.REPHRASE_TAGS is INTERNAL_TAGS
     assert INTERNAL_TAGS == ("langchain_histcompress:internal", "nostream")
 

@@ -31,10 +31,13 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress import tokens
-from langchain_histcompress.bench.counting import measure_incremental_counting, synthetic_history
-from langchain_histcompress.errors import ConfigurationError, HistCompressError, TokenizerError
-from langchain_histcompress.tokens import (
+from langchain_histcompress.core import tokens
+from langchain_histcompress.core.errors import (
+    ConfigurationError,
+    HistCompressError,
+    TokenizerError,
+)
+from langchain_histcompress.core.tokens import (
     CacheInfo,
     TiktokenCounter,
     TokenCounter,
@@ -42,6 +45,10 @@ from langchain_histcompress.tokens import (
     get_encoding,
     message_costs,
     resolve_counter,
+)
+from langchain_histcompress.workbench.counting import (
+    measure_incremental_counting,
+    synthetic_history,
 )
 from tests.fakes import run_threads
 
