@@ -1,27 +1,11 @@
 """Token costs of the data message's parts, remembered across the calls of one builder.
 
-`ContextBuilder` (in `context`) charges every fact and retrieved message by the cost of its
-line, and, with a `TiktokenCounter` and the ``"compact"`` format, counts the whole data
-message from those lines (see `_line_tokens`), so each line is rendered and encoded once.
-`DataCosts` holds those counts; `LineCosts` holds the retrieved-message lines' counts by
-message object, large enough for a whole long history, and can count a batch of new
-messages ahead of retrieval (`LineCosts.prime`).
-
-A `DataCosts` is used under its builder's assembly lock (one call at a time), so its caches
-take no lock of their own.
-
-Example:
-    >>> from langchain_core.messages import HumanMessage
-    >>> from langchain_histcompress.core.tokens import TiktokenCounter
-    >>> counter = TiktokenCounter()
-    >>> costs = DataCosts(counter, "compact")
-    >>> history = [HumanMessage("Hi there", id="h1"), HumanMessage("Bye", id="h2")]
-    >>> costs.prime_turns(history, cold=True)  # lines counted as the messages arrive
-    2
-    >>> costs.turn_costs.get(history[0]) == counter.count_text("[h1 user] Hi there")
-    True
-    >>> costs.turn_costs.get(HumanMessage("Hi there", id="h1")) is None  # another object
-    True
+`DataCosts` holds the counts `ContextBuilder` (in `context`) charges every fact and retrieved
+message by, so each line is rendered and encoded once; with a `TiktokenCounter` and the
+``"compact"`` format the whole data message is counted from those lines (see `_line_tokens`).
+`LineCosts` holds the retrieved-message lines' counts by message object, bounded, and can count
+a batch of new messages ahead of retrieval (`LineCosts.prime`). A `DataCosts` is used under its
+builder's assembly lock (one call at a time), so its caches take no lock of their own.
 """
 
 from __future__ import annotations
@@ -86,11 +70,9 @@ class LineCosts:
     Besides the line's cost, an entry holds its cost followed by a line break once known
     (a retrieved line is never the last of the data message).
 
-    Holds up to ``limit`` lines (the builder uses `LINE_COSTS_CACHED`, 262,144: a whole
-    100k-message history with room for a second one, about 150 bytes an entry besides the
-    messages it keeps alive). When full, the half counted first is dropped, so a growing
-    history keeps its newest lines and the memory stays bounded however many
-    conversations share the builder.
+    Holds up to ``limit`` lines (the builder uses `LINE_COSTS_CACHED`). When full, the half
+    counted first is dropped, so a growing history keeps its newest lines and the memory
+    stays bounded however many conversations share the builder.
     """
 
     def __init__(self, limit: int) -> None:
@@ -149,6 +131,19 @@ class DataCosts:
     Args:
         counter: The builder's token counter.
         data_format: The builder's rendering of facts and retrieved messages.
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> from langchain_histcompress.core.tokens import TiktokenCounter
+        >>> counter = TiktokenCounter()
+        >>> costs = DataCosts(counter, "compact")
+        >>> history = [HumanMessage("Hi there", id="h1"), HumanMessage("Bye", id="h2")]
+        >>> costs.prime_turns(history, cold=True)  # lines counted as the messages arrive
+        2
+        >>> costs.turn_costs.get(history[0]) == counter.count_text("[h1 user] Hi there")
+        True
+        >>> costs.turn_costs.get(HumanMessage("Hi there", id="h1")) is None  # another object
+        True
     """
 
     def __init__(self, counter: TokenCounter, data_format: DataFormat) -> None:

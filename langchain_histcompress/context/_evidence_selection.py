@@ -3,9 +3,7 @@
 `ContextBuilder` (in `context`) with an
 `~langchain_histcompress.recall.retrieval.EvidenceRetriever` takes ranked items in order while its
 data estimate stays under the ceiling (`select_evidence`), then fills up with the most
-recently updated facts. Costs come from the builder's `DataCosts`: with a tiktoken counter
-and compact lines every message's line was counted as it reached the builder, so the loop
-only looks costs up.
+recently updated facts. Costs come from the builder's `DataCosts`.
 
 Example:
     >>> from langchain_histcompress.core.facts import Fact

@@ -1,25 +1,11 @@
 """Facts read from graph state, parsed once per fact dict.
 
-Graph state holds facts as ``{id: fact dict}``; validating every fact on every turn costs a
-pydantic validation per fact, a cost that grows with the fact set. `FactStateCache` keeps
-the `Fact` parsed from each entry and matches entries by identity: a dict seen last call is
-not read again, not even compared field by field, so a call costs pointer comparisons over
-the entries (at C speed) plus the work on the entries that are new objects. Like every
-LangGraph reducer output, state values are treated as immutable: write a new dict to change
-a fact (`merge_facts` always does). A new dict equal to the one it replaces (a state loaded
-again from a checkpoint) or made by `Fact.to_state` keeps its fact without a validation.
-
-Example:
-    >>> cache = FactStateCache()
-    >>> state = {"f-1": {"id": "f-1", "content": "Lives in Oslo"}}
-    >>> first = cache.read(state)["f-1"]
-    >>> cache.read(state)["f-1"] is first
-    True
-    >>> cache.read({"f-1": {"id": "f-1", "content": "Lives in Oslo"}})["f-1"] is first
-    True
-    >>> state = {"f-1": {**state["f-1"], "content": "Lives in Bergen"}}
-    >>> cache.read(state)["f-1"].content
-    'Lives in Bergen'
+`FactStateCache` keeps the `Fact` parsed from each ``{id: fact dict}`` entry of graph state
+and matches entries by identity, so a call validates only the entries that are new objects.
+Like every LangGraph reducer output, state values are treated as immutable: write a new dict
+to change a fact (`merge_facts` always does). A new dict equal to the one it replaces (a state
+loaded again from a checkpoint) or made by `Fact.to_state` keeps its fact without a
+validation.
 """
 
 from __future__ import annotations
@@ -74,6 +60,18 @@ class FactStateCache:
 
         Raises:
             ConfigurationError: An entry is not a valid fact.
+
+        Example:
+            >>> cache = FactStateCache()
+            >>> state = {"f-1": {"id": "f-1", "content": "Lives in Oslo"}}
+            >>> first = cache.read(state)["f-1"]
+            >>> cache.read(state)["f-1"] is first
+            True
+            >>> cache.read({"f-1": {"id": "f-1", "content": "Lives in Oslo"}})["f-1"] is first
+            True
+            >>> state = {"f-1": {**state["f-1"], "content": "Lives in Bergen"}}
+            >>> cache.read(state)["f-1"].content
+            'Lives in Bergen'
         """
         return self.read_expiring(value)[0]
 

@@ -45,14 +45,12 @@ def is_context_message(message: BaseMessage) -> bool:
 
 
 class _Estimate:
-    """Running token estimate of the data message, O(1) per added item.
+    """Running token estimate of the data message, updated per added item.
 
     The fixed part (lead + summary) is counted exactly; each fact or retrieved message adds
     the cost of its own line, and each non-empty section adds its delimiters (with room for
-    a three-digit count). Line breaks are not counted: with BPE tokenizers they merge into
-    the neighbouring tokens, so the estimate lands within a few tokens of the real count;
-    the builder checks the final message list with the real counter anyway and drops the
-    lowest-ranked items if it is over.
+    a three-digit count). Line breaks are not counted; the builder checks the final message
+    list with the real counter and drops the lowest-ranked items if it is over.
     """
 
     def __init__(self, fixed: int, fact_section: int, turn_section: int, *, summary: bool) -> None:

@@ -47,8 +47,7 @@ class ModelTimeoutError(TimeoutError):
 class _Workers:
     """Daemon threads reused across timed model calls.
 
-    Starting a thread per call costs more than the rest of the package's work on a turn. A
-    worker runs one job at a time; a job that hangs keeps its worker, and the next job
+    A worker runs one job at a time; a job that hangs keeps its worker, and the next job
     gets another (idle or new) one. At most ``max_idle`` workers wait for work, each for at
     most ``idle_seconds``. Forked children start with no workers.
     """

@@ -239,9 +239,8 @@ def fact_output_cap(
 def _fact_aliases(facts: Sequence[Fact], taken: Iterable[str | None]) -> IdAliases:
     """Aliases ``f1``, ``f2``... for the facts shown, none equal to an id the prompt shows.
 
-    Generated fact ids cost about 14 tokens each (hex), an alias 2, on every fact shown and
-    every ``UPDATE`` / ``DELETE``; an id with spaces or commas would not survive the line
-    format at all.
+    An alias is far shorter than a generated id, and an id with spaces or commas would not
+    survive the line format at all.
     """
     used = {i for i in taken if i} | {f.id for f in facts}
     to_alias: dict[str, str] = {}

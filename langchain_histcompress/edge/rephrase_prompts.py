@@ -10,11 +10,6 @@ not a refusal, and a usable query: not chat ("Well, ...", "Sure, here is ..."), 
 standalone questions at most three lines, not talking about the conversation itself ("the
 conversation covered...", "the user asked...") and not a paragraph of statements without
 a question.
-
-Example:
-    >>> _check_output("Standalone question: What is Lisbon's population?",
-    ...               limit=300, style="standalone_question")
-    ("What is Lisbon's population?", None)
 """
 
 from __future__ import annotations
@@ -165,7 +160,13 @@ def _from_json(text: str) -> str | None:
 def _check_output(
     raw: object, *, limit: int, style: RephraseStyle
 ) -> tuple[str | None, FallbackReason | None]:
-    """Clean a rephrasing model's output; return (question, None) or (None, reason)."""
+    """Clean a rephrasing model's output; return (question, None) or (None, reason).
+
+    Example:
+        >>> _check_output("Standalone question: What is Lisbon's population?",
+        ...               limit=300, style="standalone_question")
+        ("What is Lisbon's population?", None)
+    """
     text = output_text(raw)
     if text is None:
         return None, "garbage"
@@ -228,8 +229,7 @@ def _format_prompt(template: ChatPromptTemplate, values: dict[str, str]) -> list
     """``template.format_messages(**values)``, the built-in prompts without the template layer.
 
     The built-in prompts are one fixed system text and one ``str.format`` template; the
-    messages made here equal theirs (formatting a ``ChatPromptTemplate`` costs more than the
-    rest of planning a rephrasing).
+    messages made here equal theirs.
     """
     if template is STANDALONE_QUESTION_PROMPT:
         system = _STANDALONE_SYSTEM

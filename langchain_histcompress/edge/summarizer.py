@@ -1,31 +1,15 @@
 """`Summarizer`: the model call that folds messages into a running summary.
 
-`Summarizer` turns the previous summary plus the next messages into
-a new summary with one model call: the previous summary is passed once, as data; the messages are
-shown as compact lines (`render.render_turn_lines`); the answer is parsed, validated (non-empty,
-not a refusal, within ``max_summary_tokens``) and only then returned. Transient model errors
-(rate limits, 5xx, timeouts, dropped connections) and unusable answers are retried a bounded
-number of times; anything else fails at once. Every failure raises `SummarizationError` and
-changes nothing. The prompt, its configuration and the answer's parser are in `summary_prompt`.
+One model call turns the previous summary (passed once, as data) and the next messages
+(compact transcript lines, `render.render_turn_lines`) into a new summary, returned only once
+it is parsed and validated (non-empty, not a refusal, within ``max_summary_tokens``).
+Transient model errors and unusable answers are retried a bounded number of times; every
+failure raises `SummarizationError` and changes nothing. The prompt, its configuration and the
+answer's parser are in `summary_prompt`.
 
-Summary profiles:
-
-* ``"conversation"``: the model returns ``{"ConversationSummary": "..."}``.
-* ``"code"``: for code-writing agents, ``{"ConversationSummary": "...", "Variables": [{"name",
-  "type", "description"}]}``; code is dropped, variables are kept (variables of the previous
-  summary survive unless redefined).
-* ``"text"``: free text.
-* a pydantic ``BaseModel`` subclass: the model returns a JSON object of that schema.
-
-Example:
-    >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    >>> from langchain_core.messages import AIMessage, HumanMessage
-    >>> model = GenericFakeChatModel(messages=iter(
-    ...     [AIMessage('{"ConversationSummary": "The user likes green tea."}')]))
-    >>> update = Summarizer(model, token_counter="approximate").summarize(
-    ...     [HumanMessage("I like green tea", id="h1"), AIMessage("Noted!", id="a1")])
-    >>> update.summary.text, sorted(update.summary.covered_ids), update.summary.version
-    ('The user likes green tea.', ['a1', 'h1'], 1)
+Summary profiles: ``"conversation"`` (``{"ConversationSummary": "..."}``), ``"code"`` (adds
+``Variables``: code is dropped, variables are kept), ``"text"`` (free text), or a pydantic
+``BaseModel`` subclass (a JSON object of that schema).
 """
 
 from __future__ import annotations
@@ -477,6 +461,17 @@ class Summarizer:
         Raises:
             SummarizationError: Non-transient model error, or retries exhausted.
             ConfigurationError: ``messages`` is empty, lacks ids or contains a summary.
+
+        Example:
+            >>> from langchain_core.language_models.fake_chat_models import (
+            ...     GenericFakeChatModel)
+            >>> from langchain_core.messages import AIMessage, HumanMessage
+            >>> model = GenericFakeChatModel(messages=iter(
+            ...     [AIMessage('{"ConversationSummary": "The user likes green tea."}')]))
+            >>> update = Summarizer(model, token_counter="approximate").summarize(
+            ...     [HumanMessage("I like green tea", id="h1"), AIMessage("Noted!", id="a1")])
+            >>> update.summary.text, sorted(update.summary.covered_ids), update.summary.version
+            ('The user likes green tea.', ['a1', 'h1'], 1)
         """
         request = self._request(messages, previous, rounds, partial_round, previous_text)
         return run_steps(self._steps(request, config))

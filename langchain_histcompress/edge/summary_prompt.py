@@ -6,8 +6,7 @@ a transcript; the answer format of the profile); `parse_summary_output` reads th
 into the profile's structure, rejecting empty, refused or malformed answers.
 
 The transcript is written as compact lines (`render.render_turn_lines`: ``[id role] text``),
-not as one XML element per message: every folded token is paid again in the summarizer's
-input, and element tags made a chat's transcript about 1.3 times its tokens in the chat.
+not as one XML element per message.
 """
 
 from __future__ import annotations

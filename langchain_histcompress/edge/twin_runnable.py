@@ -1,9 +1,8 @@
 """A named Runnable over a sync and an async function of ``(input, config)``.
 
 It traces like a ``RunnableLambda`` (one chain run, the child config carries its callbacks
-and is set as the context's config) but calls its functions directly: ``RunnableLambda``
-inspects its function's signature on every call (four times per ``invoke``), which costs
-more than the rest of a rephrasing turn's own work.
+and is set as the context's config) but calls its functions directly, without inspecting
+their signatures on every call.
 
 Example:
     >>> double = TwinRunnable(lambda x, config: 2 * x, name="double", input_type=int)

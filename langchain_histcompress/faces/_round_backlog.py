@@ -1,27 +1,12 @@
 """Where the rounds after a cursor start, remembered between runs of a node.
 
 A node that processes the rounds after a cursor (the id of the last message it processed)
-finds them by scanning the messages after the cursor. While its work keeps failing the
-cursor stays put and the history grows, so a fresh scan per run costs O(backlog) and a
-conversation with a broken extractor gets slower every turn. `RoundScans` remembers, per
-cursor, where the cursor sits and where the rounds scanned so far start, and scans only
-the messages added since: O(new messages) per run while the history only grows.
-
-A remembered scan is reused only when the cursor message and the last scanned message are
-the very same objects at the same positions (an append-only list, as a node sees between
-runs of one process); anything else (a rewritten list, messages re-created from a
+finds them by scanning the messages after the cursor. `RoundScans` remembers, per cursor,
+where the cursor sits and where the rounds scanned so far start, and scans only the messages
+added since. A remembered scan is reused only when the cursor message and the last scanned
+message are the very same objects at the same positions (an append-only list, as a node sees
+between runs of one process); anything else (a rewritten list, messages re-created from a
 checkpoint) is scanned afresh.
-
-Example:
-    >>> from langchain_core.messages import AIMessage, HumanMessage
-    >>> history = [HumanMessage("a", id="h1"), AIMessage("b", id="a1"),
-    ...            HumanMessage("c", id="h2"), AIMessage("d", id="a2")]
-    >>> scans = RoundScans()
-    >>> scans.round_starts(history, 0, "")
-    ([0, 2], 2)
-    >>> history.append(HumanMessage("e", id="h3"))
-    >>> scans.round_starts(history, 0, ""), scans.scanned
-    (([0, 2, 4], 3), 5)
 """
 
 from __future__ import annotations
@@ -55,6 +40,17 @@ class RoundScans:
 
     Safe to share between threads; at most ``max_entries`` cursors are remembered (the
     least recently used are forgotten).
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> history = [HumanMessage("a", id="h1"), AIMessage("b", id="a1"),
+        ...            HumanMessage("c", id="h2"), AIMessage("d", id="a2")]
+        >>> scans = RoundScans()
+        >>> scans.round_starts(history, 0, "")
+        ([0, 2], 2)
+        >>> history.append(HumanMessage("e", id="h3"))
+        >>> scans.round_starts(history, 0, ""), scans.scanned
+        (([0, 2, 4], 3), 5)
     """
 
     def __init__(self, *, max_entries: int = 64) -> None:

@@ -1,43 +1,17 @@
 """Round compression as a LangChain v1 agent middleware for ``langchain.agents.create_agent``.
 
 `RoundCompressionMiddleware` keeps every message in the agent's state and compresses only
-what the model sees. Around each model call (``wrap_model_call``, sync or async) it lets a
-`RoundCompressor` fold the rounds that are due *for the model of that request*: the budget
-comes from the request model's profile (``max_input_tokens``) and, when the trigger folds by
-cost, so does the pricing (`pricing.preset_for_model`). The request then carries the view
-(the system prompt untouched, the summary as data, the uncompressed rounds verbatim), and the
-new running summary reaches the agent's state with the model's response.
+what the model sees. Around each model call (``wrap_model_call``, sync or async) a
+`RoundCompressor` folds the rounds that are due for the model of that request (its
+``max_input_tokens`` is the budget); the request carries the view (the system prompt
+untouched, the summary as data, the uncompressed rounds verbatim), and the new running
+summary reaches the agent's state with the model's response.
 
-Rules:
-
-* Cuts fall only between rounds (or between whole tool groups of one oversized round); the
-  previous summary is passed to the summarizer once, as data (no summary of a summary).
-* A failed fold never fails the answer while the unfolded view fits the budget (the default
-  ``on_error="skip"``: logged, the custom event ``histcompress_fold_failed``); a view that
-  cannot fit raises `BudgetError`.
-* Every history ``create_agent`` produces is accepted (see `~langchain_histcompress.core.rounds`);
-  a broken one is repaired in the request, never in state.
-* Opt-in ``destructive=True`` also removes the covered messages from state.
-* With ``recall=True`` (or a `~langchain_histcompress.faces.recall_tool.HistoryRecall`) the
-  middleware also registers the ``recall_history`` tool, which reads the folded messages back
-  from the agent's state, and the summary tells the model in one line that it can.
-
-Example:
-    >>> from langchain.agents import create_agent
-    >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    >>> from langchain_core.messages import AIMessage, HumanMessage
-    >>> from langchain_histcompress.edge.compressor import RoundCompressor
-    >>> summarizer = GenericFakeChatModel(messages=iter(
-    ...     [AIMessage('{"ConversationSummary": "The user said hello twice."}')]))
-    >>> middleware = RoundCompressionMiddleware(RoundCompressor(
-    ...     summarizer, trigger=("rounds", 3), keep=("rounds", 1), token_counter="approximate"))
-    >>> agent = create_agent(GenericFakeChatModel(messages=iter([AIMessage("Hi again!")])),
-    ...                      middleware=[middleware])
-    >>> history = [HumanMessage("hello"), AIMessage("hi"), HumanMessage("hello"),
-    ...            AIMessage("hi"), HumanMessage("anyone?")]
-    >>> state = agent.invoke({"messages": history})
-    >>> len(state["messages"]), state["running_summary"]["version"]
-    (6, 1)
+Rules: a failed fold never fails the answer while the unfolded view fits (``on_error="skip"``);
+a view that cannot fit raises `BudgetError`. Every history ``create_agent`` produces is
+accepted; a broken one is repaired in the request, never in state. ``destructive=True`` also
+removes the covered messages from state; ``recall=True`` also registers the
+``recall_history`` tool (`~langchain_histcompress.faces.recall_tool.HistoryRecall`).
 """
 
 from __future__ import annotations
@@ -177,6 +151,22 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
         ...     state = agent.invoke({"messages": [*state["messages"], ("user", f"task {turn}")]})
         >>> len(state["messages"]), state["running_summary"]["version"]
         (10, 1)
+
+        A history given whole in one call is folded as well:
+
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> from langchain_core.messages import HumanMessage
+        >>> summarizer = GenericFakeChatModel(messages=iter(
+        ...     [AIMessage('{"ConversationSummary": "The user said hello twice."}')]))
+        >>> middleware = RoundCompressionMiddleware(RoundCompressor(
+        ...     summarizer, trigger=("rounds", 3), keep=("rounds", 1), token_counter="approximate"))
+        >>> agent = create_agent(GenericFakeChatModel(messages=iter([AIMessage("Hi again!")])),
+        ...                      middleware=[middleware])
+        >>> history = [HumanMessage("hello"), AIMessage("hi"), HumanMessage("hello"),
+        ...            AIMessage("hi"), HumanMessage("anyone?")]
+        >>> state = agent.invoke({"messages": history})
+        >>> len(state["messages"]), state["running_summary"]["version"]
+        (6, 1)
     """
 
     state_schema = RoundCompressionState

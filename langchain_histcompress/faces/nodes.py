@@ -1,55 +1,17 @@
 """LangGraph faces of round compression: a graph node, a state schema and model-input helpers.
 
 `RoundCompressionNode` runs before the answering model node of any ``StateGraph`` whose state
-holds a message list (``MessagesState``, `HistCompressState` or your own schema). Each run it
-reads the messages and the stored running summary, lets a `RoundCompressor` fold the rounds
-that are due (sync ``invoke`` and async ``ainvoke``) and writes the new summary under
-``running_summary`` as a plain JSON dict (`summary_to_state`), only when something was folded.
-The model node sends ``node.model_input(state)``: the preamble, the summary as data and the
-uncompressed rounds, within the answering model's budget. Nothing that can be derived again is
-stored (``output_key="model_input"`` also writes the view, for graphs that read it there).
+holds a message list. Each run a `RoundCompressor` folds the rounds that are due and the node
+writes the new summary under ``running_summary`` (a JSON dict, `summary_to_state`), only when
+something was folded; the model node sends ``node.model_input(state)``: the preamble, the
+summary as data and the uncompressed rounds, within the budget.
 
-Rules:
-
-* The conversation is left alone by default (``destructive=True`` also removes the covered
-  messages, one ``RemoveMessage(id=...)`` each; the summary records which ids it covers).
-* A failed fold never fails the turn while the unfolded view fits the budget
-  (``on_error="skip"``, the default): the stored summary stays, a warning is logged and the
-  custom event ``histcompress_fold_failed`` is dispatched. A view that cannot fit raises
-  `BudgetError`. ``on_error="raise"`` re-raises every package error (no write is applied).
-* When none of the messages the summary covers is in state any more (``REMOVE_ALL_MESSAGES``),
-  a non-destructive node drops the summary.
-* The summary never reaches ``stream_mode="messages"``: summarizer calls are tagged
-  ``nostream`` and the node's update is a ``Command`` whose messages that stream ignores.
-
-Example:
-    >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-    >>> from langgraph.graph import END, START, StateGraph
-    >>> from langchain_histcompress.edge.compressor import RoundCompressor
-    >>> summarizer = GenericFakeChatModel(messages=iter(
-    ...     [AIMessage('{"ConversationSummary": "The user counted to one."}')]))
-    >>> compressor = RoundCompressor(summarizer, trigger=("rounds", 3), keep=("rounds", 1),
-    ...                              token_counter="approximate")
-    >>> compress = RoundCompressionNode(compressor)
-    >>> def model(state: HistCompressState) -> dict:
-    ...     sent = compress.model_input(state)
-    ...     return {"messages": [AIMessage(f"I see {len(sent)} messages")]}
-    >>> graph = StateGraph(HistCompressState)
-    >>> _ = graph.add_node("compress", compress)
-    >>> _ = graph.add_node("model", model)
-    >>> _ = graph.add_edge(START, "compress")
-    >>> _ = graph.add_edge("compress", "model")
-    >>> _ = graph.add_edge("model", END)
-    >>> app = graph.compile()
-    >>> history = [SystemMessage("Be brief.")]
-    >>> for n in range(2):
-    ...     history += [HumanMessage(f"say {n}"), AIMessage(str(n))]
-    >>> state = app.invoke({"messages": [*history, HumanMessage("say 2")]})
-    >>> state["messages"][-1].content, len(state["messages"])
-    ('I see 3 messages', 7)
-    >>> state["running_summary"]["version"], len(summary_from_state(state).covered_ids)
-    (1, 4)
+Rules: the conversation is left alone unless ``destructive=True`` (one ``RemoveMessage`` per
+covered id). A failed fold never fails the turn while the unfolded view fits
+(``on_error="skip"``: the stored summary stays, a warning is logged, the custom event
+``histcompress_fold_failed`` is dispatched); a view that cannot fit raises `BudgetError`. A
+non-destructive node drops a summary none of whose messages is in state any more. The summary
+never reaches ``stream_mode="messages"``.
 """
 
 from __future__ import annotations
@@ -381,6 +343,35 @@ class RoundCompressionNode(GraphNode[dict[str, Any] | Command[Any]]):
 
         Raises:
             BudgetError: The view cannot fit the budget (the message says what does not).
+
+        Example:
+            >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+            >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+            >>> from langgraph.graph import END, START, StateGraph
+            >>> from langchain_histcompress.edge.compressor import RoundCompressor
+            >>> summarizer = GenericFakeChatModel(messages=iter(
+            ...     [AIMessage('{"ConversationSummary": "The user counted to one."}')]))
+            >>> compressor = RoundCompressor(summarizer, trigger=("rounds", 3), keep=("rounds", 1),
+            ...                              token_counter="approximate")
+            >>> compress = RoundCompressionNode(compressor)
+            >>> def model(state: HistCompressState) -> dict:
+            ...     sent = compress.model_input(state)
+            ...     return {"messages": [AIMessage(f"I see {len(sent)} messages")]}
+            >>> graph = StateGraph(HistCompressState)
+            >>> _ = graph.add_node("compress", compress)
+            >>> _ = graph.add_node("model", model)
+            >>> _ = graph.add_edge(START, "compress")
+            >>> _ = graph.add_edge("compress", "model")
+            >>> _ = graph.add_edge("model", END)
+            >>> app = graph.compile()
+            >>> history = [SystemMessage("Be brief.")]
+            >>> for n in range(2):
+            ...     history += [HumanMessage(f"say {n}"), AIMessage(str(n))]
+            >>> state = app.invoke({"messages": [*history, HumanMessage("say 2")]})
+            >>> state["messages"][-1].content, len(state["messages"])
+            ('I see 3 messages', 7)
+            >>> state["running_summary"]["version"], len(summary_from_state(state).covered_ids)
+            (1, 4)
         """
         summary = _readable_summary(state, self.summary_key)
         raw = _state_messages(state, self.messages_key, check=False)  # the view reads the tail

@@ -1,52 +1,18 @@
 """Compact-history query rephrasing for retrieval-augmented generation.
 
-Before retrieval, a follow-up question such as *"what about its population?"* only makes
-sense together with the conversation. Two modes decide how history reaches the models:
+`create_history_rephraser` turns a follow-up question (*"what about its population?"*) and
+the newest history messages into a standalone question with one model call. In ``compact``
+mode (default) retrieval uses that question, and the answering model receives only the system
+prompt with the documents and the standalone question; in ``none`` mode nothing is rephrased
+and the answering model receives the last ``history_message_count`` messages, then the question.
 
-``compact`` (default)
-    One model call turns the last ``history_message_count`` messages (plus the running
-    summary, when one is given) and the follow-up into a standalone question. Retrieval
-    uses that question, and the answering model receives only the system prompt with the
-    retrieved documents and the standalone question: no raw history.
-``none``
-    No rephrasing: retrieval uses the raw question, and the answering model receives the
-    system prompt with the documents, the last ``history_message_count`` messages, then the
-    question.
-
-The conversation is always shown to the rephrasing model as *data*: rendered with
-`langchain_histcompress.core.render.render_transcript` inside ``<conversation>`` tags, so text
-such as "ignore previous instructions" in the history is quoted, never obeyed. Retrieved
-documents are rendered with `langchain_histcompress.core.render.wrap_data`.
-
-Rephrasing is on the read path and fails *open*: a model error, a timeout, or empty,
-over-long, refused or garbled output yields the original question, and the reason is
-reported (``return_metadata=True``) and logged. It costs exactly one request: no retry (the
-model's own client retries are turned off for it too), ``DEFAULT_REPHRASE_TIMEOUT`` seconds
-at most unless configured, and its output is capped (``max_tokens``) at the longest accepted
-rephrasing's length in characters, so a cut-off answer (``finish_reason="length"``) falls
-back instead of being used. The rephrasing call is tagged
-``langchain_histcompress:internal`` and ``nostream``: LangGraph's ``messages`` stream mode
-skips it, ``astream_events(..., exclude_tags=["langchain_histcompress:internal"])`` hides
-it, and a chain's own ``stream`` output never contains its tokens.
-
-This module holds the rephraser and imports every public name of the pieces: the prompts
-and answer checks (`langchain_histcompress.edge.rephrase_prompts`), the history window
-(`langchain_histcompress.core.history_window`), the RAG retriever and chain
-(`langchain_histcompress.faces.rag`) and the graph node
-(`langchain_histcompress.faces.rephrase_node`).
-A turn reads only the newest messages of the history, whatever its length.
-
-Example:
-    >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    >>> from langchain_core.messages import AIMessage, HumanMessage
-    >>> llm = GenericFakeChatModel(messages=iter([AIMessage("What is Lisbon's population?")]))
-    >>> rephraser = create_history_rephraser(llm)
-    >>> rephraser.invoke({
-    ...     "input": "what about its population?",
-    ...     "chat_history": [HumanMessage("Tell me about Lisbon"),
-    ...                      AIMessage("Lisbon is the capital of Portugal.")],
-    ... })
-    "What is Lisbon's population?"
+Rules: the conversation reaches the rephrasing model as quoted, escaped data, never as
+instructions. Rephrasing fails *open*: a model error, a timeout or an unusable answer yields
+the original question, and the reason is reported and logged. It costs one request at most
+(no retry) and its tokens never stream to the end user. This module also offers every public
+name of the pieces: `~langchain_histcompress.edge.rephrase_prompts`,
+`~langchain_histcompress.core.history_window`, `~langchain_histcompress.faces.rag` and
+`~langchain_histcompress.faces.rephrase_node`.
 """
 
 from __future__ import annotations
@@ -208,7 +174,18 @@ def create_history_rephraser(
 
     Example:
         >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-        >>> from langchain_core.messages import AIMessage
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> llm = GenericFakeChatModel(messages=iter([AIMessage("What is Lisbon's population?")]))
+        >>> rephraser = create_history_rephraser(llm)
+        >>> rephraser.invoke({
+        ...     "input": "what about its population?",
+        ...     "chat_history": [HumanMessage("Tell me about Lisbon"),
+        ...                      AIMessage("Lisbon is the capital of Portugal.")],
+        ... })
+        "What is Lisbon's population?"
+
+        An unusable answer falls back to the question, and says why:
+
         >>> llm = GenericFakeChatModel(messages=iter([AIMessage("")]))
         >>> rephraser = create_history_rephraser(llm, return_metadata=True)
         >>> out = rephraser.invoke({"input": "and then?", "chat_history": [("human", "hi")]})

@@ -130,11 +130,9 @@ class MaxTokensReducer(ConfigEquality):
     messages, the reply priming and, when given, the tool schemas sent with it (``tools``;
     `with_history_reducer` picks them up from ``model.bind_tools(...)`` by itself).
 
-    Counting follows the counter: a per-message counter (`TiktokenCounter`, the default) is
-    asked once per message, cached across turns, so reducing a growing history costs
-    O(new messages). Any other counter (``count_tokens_approximately``, a chat model, a
-    provider's token-count endpoint) only receives whole requests that a provider accepts,
-    a few times per call (a galloping search over round starts).
+    A per-message counter (`TiktokenCounter`, the default) is asked once per message, cached
+    across turns; any other counter (``count_tokens_approximately``, a chat model, a
+    provider's token-count endpoint) only receives whole requests that a provider accepts.
 
     With ``allow_partial``, the newest part of the next older plain message that still fits
     is kept too, split by ``text_splitter`` (lines by default), as ``trim_messages`` does; a

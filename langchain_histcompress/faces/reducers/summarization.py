@@ -31,9 +31,8 @@ _RECORD_KEY = "histcompress_summary_record"
 def _summary_message(summary: RunningSummary) -> SystemMessage:
     """The tagged message that carries ``summary`` and its record, to extend it later.
 
-    The record leaves out the covered ids (the provenance keeps their count): writing them
-    would cost O(history) per fold. A summary rebuilt from a record lists in its
-    ``covered_ids`` only what it folds from then on.
+    The record leaves out the covered ids (the provenance keeps their count). A summary
+    rebuilt from a record lists in its ``covered_ids`` only what it folds from then on.
     """
     message = summary.to_message()
     message.response_metadata[_RECORD_KEY] = summary.model_dump(
@@ -91,9 +90,9 @@ class _Folded:
         Each position is compared by identity first, by value only for messages that are
         not the same objects (a history reloaded from storage). So a state is reused only
         for a history that holds the very messages it summarized: two conversations never
-        share a summary, whatever their message ids. The comparison is `_prefix.holds`: a
-        pointer comparison per folded message in C, no slice, no field read. Call it under
-        the reducer's lock (it writes the caller's preamble into the preamble slots).
+        share a summary, whatever their message ids (the comparison is `prefix.holds`).
+        Call it under the reducer's lock (it writes the caller's preamble into the preamble
+        slots).
         """
         end = head + self.count
         if head != self.head or len(messages) <= end:
@@ -136,8 +135,7 @@ class SummarizationReducer(cut.ConfigEquality):
       reuses that summary only for a history that begins with those very messages (compared
       by object, or by value for a reloaded history), never by message id. So one reducer
       can serve every user of a server: conversations whose ids collide never share
-      anything. Per turn it reads only the messages that are new since its last fold
-      (plus a pointer comparison per folded message), ids or not.
+      anything.
 
     A system message in the middle of the conversation (an app's reminder) is never folded:
     it stays verbatim, right after the summaries, once its part of the conversation is

@@ -30,10 +30,9 @@ class HistoryReducer(Protocol):
 class _SeenLists:
     """Message lists seen recently, so a grown list is checked only past what was seen.
 
-    ``convert_to_messages`` walks the whole input on every call; in front of a model that
-    gets the full history each turn, that is O(history) per turn. A list whose start is, by
-    identity, a list seen before (all messages) is checked only from there on, and is
-    passed on as it is. The seen lists are private copies holding references, so they never
+    A list whose start is, by identity, a list seen before (all messages) is checked only
+    from there on, and is passed on as it is instead of going through
+    ``convert_to_messages``. The seen lists are private copies holding references, so they never
     change behind our back and an object id in them cannot be reused. One list is kept per
     conversation, the least recently used dropped past ``size``: conversations that share
     their first messages (a fixed system prompt object) keep their own.
