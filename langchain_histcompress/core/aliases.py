@@ -1,33 +1,14 @@
 """Short aliases for message and tool-call ids in prompts to the package's internal models.
 
-LangGraph gives messages UUID ids (36 characters, about 24 tokens) and providers give tool
-calls ids of 24+ characters; written into every ``<message id="...">`` element of a summarizer
-or extractor prompt, they can be a fifth to a half of the prompt. Internal prompts show
-``m1``, ``m2``, ... for long message ids and ``c1``, ``c2``, ... for long tool-call ids
-instead, in order of appearance (ids of up to `SHORT_ID_CHARS` characters are already
-cheap and are shown as they are; an alias never equals an id shown in the same prompt), and
-the package maps whatever the model answers (a fact's ``source_ids``) back to the real ids.
-Coverage never depends on the model's answer: the ids recorded as covered are those of the
-messages sent.
+Summarizer and extractor prompts show ``m1``, ``m2``, ... for long message ids and ``c1``,
+``c2``, ... for long tool-call ids, in order of appearance (`IdAliases`); ids of up to
+`SHORT_ID_CHARS` characters are shown as they are, and an alias never equals an id shown in
+the same prompt. The package maps whatever the model answers back to the real ids; coverage
+never depends on that answer (the ids recorded as covered are those of the messages sent).
 
-What the *answering* model reads (facts' sources, retrieved and recalled messages) must not
-change from turn to turn, or the provider's prompt cache misses: `stable_ref` gives each long
-id a short reference that depends on that id alone (``#`` and nine digits of its sha256, about
-4 tokens instead of about 23 for a UUID); short ids are shown as they are. The real ids travel
-in the message metadata, and `resolve_ref` finds the id behind a reference among candidates.
-
-Example:
-    >>> from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-    >>> uuid = "0f8e2a4c-1b7d-4e59-9a3c-5d2b8f1e6a70"
-    >>> call = "call_Xy7QpLm2Rt9ZbWc4Nd8Fh1Kj"
-    >>> messages = [HumanMessage("hi", id=uuid),
-    ...             AIMessage("", id="ai-1", tool_calls=[{"name": "f", "args": {}, "id": call}]),
-    ...             ToolMessage("ok", tool_call_id=call, id="t-1")]
-    >>> aliases = IdAliases.for_messages(messages)
-    >>> [m.id for m in aliases.apply(messages)], aliases.apply(messages)[2].tool_call_id
-    (['m1', 'ai-1', 't-1'], 'c1')
-    >>> aliases.resolve("m1") == uuid, aliases.resolve("m9")
-    (True, None)
+What the *answering* model reads must not change from turn to turn, or the provider's prompt
+cache misses: `stable_ref` gives each long id a short reference that depends on that id alone,
+and `resolve_ref` finds the id behind a reference among candidates.
 """
 
 from __future__ import annotations
@@ -50,7 +31,22 @@ with a probability of about n²/2e9, 0.05% for 1,000 messages)."""
 
 @dataclass(frozen=True)
 class IdAliases:
-    """A two-way map between real ids and the short aliases a prompt shows."""
+    """A two-way map between real ids and the short aliases a prompt shows.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+        >>> uuid = "0f8e2a4c-1b7d-4e59-9a3c-5d2b8f1e6a70"
+        >>> call = "call_Xy7QpLm2Rt9ZbWc4Nd8Fh1Kj"
+        >>> messages = [HumanMessage("hi", id=uuid),
+        ...             AIMessage("", id="ai-1",
+        ...                       tool_calls=[{"name": "f", "args": {}, "id": call}]),
+        ...             ToolMessage("ok", tool_call_id=call, id="t-1")]
+        >>> aliases = IdAliases.for_messages(messages)
+        >>> [m.id for m in aliases.apply(messages)], aliases.apply(messages)[2].tool_call_id
+        (['m1', 'ai-1', 't-1'], 'c1')
+        >>> aliases.resolve("m1") == uuid, aliases.resolve("m9")
+        (True, None)
+    """
 
     to_alias: Mapping[str, str] = field(default_factory=dict)
     """Real id -> alias."""

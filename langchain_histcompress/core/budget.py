@@ -1,21 +1,16 @@
 """The context budget: how much a model's view may hold, and messages too large for it.
 
-Every face keeps the view it sends under the answering model's budget: 85% of its input
-window (the rest is left to the reply, tool schemas and counting error). The window comes
-from an explicit number, from a chat model's ``profile["max_input_tokens"]``, or falls back
-to `DEFAULT_CONTEXT_WINDOW`. A single message that cannot fit even after every older round
-is folded is *shortened in the view*: its head and tail are kept around a marker that says
-how much was left out; the original stays whole in state and storage.
+Every face keeps the view it sends under the answering model's budget (`context_budget`):
+85% of its input window, taken from an explicit number, from a chat model's
+``profile["max_input_tokens"]``, or `DEFAULT_CONTEXT_WINDOW`. A single message that cannot fit
+even after every older round is folded is *shortened in the view* (`shorten_message`): its
+head and tail are kept around a marker that says how much was left out; the original stays
+whole in state and storage.
 
 Example:
-    >>> from langchain_core.messages import HumanMessage, ToolMessage
     >>> budget = context_budget(1000)
     >>> budget.tokens, budget.source
     (850, 'context_window=1,000')
-    >>> report = ToolMessage("row " * 2000, tool_call_id="c1", id="t1")
-    >>> short = shorten_message(report, 120, counter="approximate")
-    >>> short.id, short.additional_kwargs[SHORTENED_KEY]["original_tokens"] > 120
-    ('t1', True)
 """
 
 from __future__ import annotations
@@ -195,6 +190,13 @@ def shorten_message(
     Raises:
         BudgetError: The message has no text to shorten (its size is in tool call arguments
             or non-text blocks).
+
+    Example:
+        >>> from langchain_core.messages import ToolMessage
+        >>> report = ToolMessage("row " * 2000, tool_call_id="c1", id="t1")
+        >>> short = shorten_message(report, 120, counter="approximate")
+        >>> short.id, short.additional_kwargs[SHORTENED_KEY]["original_tokens"] > 120
+        ('t1', True)
     """
     count = resolve_counter(counter)
     total = message_costs(count, [message])[0]

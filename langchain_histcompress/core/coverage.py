@@ -1,16 +1,9 @@
 """Covered-id sets that grow without copying: `CoveredIds`.
 
-A running summary covers every message ever folded into it, so its covered-id set only grows,
-by a few ids per fold, while the set itself reaches the size of the conversation. Copying it on
-every fold would make each fold cost O(history). `CoveredIds` is an immutable set of strings
-whose versions share one append-only log: extending the newest version appends the new ids to
-the log (O(new ids)); every version is a prefix of the log, so the older versions stay exactly
-what they were. Extending an older version (two summaries built from the same one) copies its
-prefix into a new log once, so every version always holds exactly its own ids.
-
-Membership is one dictionary lookup; set comparisons and operations with other sets run at C
-speed on the newest version (they copy an older one first). Iteration follows the log: the
-order in which the ids were covered.
+A running summary's covered-id set only grows, by a few ids per fold, while it reaches the
+size of the conversation. `CoveredIds` is an immutable set of strings whose versions share one
+append-only log: extending the newest version costs O(new ids) and every older version stays
+exactly what it was. Iteration follows the log: the order in which the ids were covered.
 
 Example:
     >>> first = CoveredIds(["h1", "a1"])

@@ -1,36 +1,16 @@
 r"""The line format of fact operations: one operation per line, a fraction of JSON's tokens.
 
-The extractor's output is billed at the output price (4-8x the input price), and a JSON
-operation spends about two thirds of its tokens on keys, quotes and brackets. The default
-extraction prompt asks for one operation per line instead::
+The default extraction prompt asks for one operation per line::
 
     ADD <type> <confidence>[?] <source ids> | <content>
     UPDATE <fact id> <confidence>[?] <source ids> | <content>
     DELETE <fact id>
     NONE
 
-- ``?`` right after the confidence (or alone) marks the fact ``uncertain``; an ``UPDATE``
-  with a confidence and no ``?`` marks it ``confirmed``.
-- Source ids are comma-separated (spaces also split them); ids never hold whitespace,
-  commas or ``|`` (the prompt shows long ids as short aliases).
-- The content is everything after the first ``|``, so it may hold any character,
-  ``|`` included; a line break is written ``\n`` and a backslash before ``n``, ``r`` or
-  another backslash is doubled.
-- The confidence may be left out; an ``UPDATE`` without ``|`` keeps the content.
-- ``NONE`` (or no operation at all) means nothing new. Only upper-case keywords at the
-  start of a line (after an optional bullet) count; other lines are ignored, so prose or a
-  code fence around the operations does no harm.
-
-Example:
-    >>> text = format_fact_lines([{"op": "ADD", "type": "todo", "content": "Call Bo | today",
-    ...                           "confidence": 0.6, "status": "uncertain",
-    ...                           "source_ids": ["m1", "m2"]}])
-    >>> print(text)
-    ADD todo 0.6? m1,m2 | Call Bo | today
-    >>> parse_fact_lines(text)[0] == {"op": "ADD", "type": "todo", "content": "Call Bo | today",
-    ...                               "confidence": 0.6, "status": "uncertain",
-    ...                               "source_ids": ["m1", "m2"]}
-    True
+``?`` after the confidence marks the fact ``uncertain``; source ids are comma-separated; the
+content is everything after the first ``|``, with a line break written ``\n``. Only
+upper-case keywords at the start of a line count, so prose or a code fence around the
+operations does no harm. `format_fact_lines` writes operations, `parse_fact_lines` reads them.
 """
 
 from __future__ import annotations
@@ -127,6 +107,15 @@ def format_fact_lines(operations: Sequence[Mapping[str, Any]]) -> str:
         DELETE f-2
         >>> format_fact_lines([])
         'NONE'
+        >>> text = format_fact_lines([{"op": "ADD", "type": "todo", "content": "Call Bo | today",
+        ...                           "confidence": 0.6, "status": "uncertain",
+        ...                           "source_ids": ["m1", "m2"]}])
+        >>> print(text)
+        ADD todo 0.6? m1,m2 | Call Bo | today
+        >>> parse_fact_lines(text)[0] == {"op": "ADD", "type": "todo", "content": "Call Bo | today",
+        ...                               "confidence": 0.6, "status": "uncertain",
+        ...                               "source_ids": ["m1", "m2"]}
+        True
     """
     return "\n".join(_format_one(op) for op in operations) or "NONE"
 

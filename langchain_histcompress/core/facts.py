@@ -3,8 +3,8 @@
 A `Fact` is one short, self-contained statement (a user intent, a confirmed detail, a
 preference, a decision...) with provenance: the ids of the messages it comes from, a
 confidence and a status. Facts live in graph state as plain JSON dicts keyed by fact id, and
-`merge_facts` is the state reducer that applies writes to that dict deterministically (see
-`langchain_histcompress.core.facts` for the merge rules).
+`merge_facts` is the state reducer that applies writes to that dict deterministically (its
+docstring gives the merge rules).
 
 Example:
     >>> state = merge_facts({}, {"op": "ADD", "content": "Name is Ana", "type": "entity"})

@@ -1,28 +1,14 @@
 """How many rounds to fold now, and why: the trigger decides when, the budget decides that.
 
-`decide_fold` is the pure decision behind `RoundCompressor.plan`. It takes the pending rounds'
-sizes, what the trigger found (cost schedule, thresholds, idle gap) and the answering model's
-`budget.ContextBudget`, and returns how many of the oldest pending rounds to fold, how to
-split them into summarizer calls, and a one-line reason a person can read.
+`decide_fold` is the pure decision behind `RoundCompressor.plan`: from the pending rounds'
+sizes, what the trigger found and the answering model's `budget.ContextBudget`, it returns how
+many of the oldest pending rounds to fold, how to split them into summarizer calls, and a
+one-line reason a person can read.
 
-Rules:
-
-* the trigger folds down to the kept rounds (``keep``; the latest round always stays unless
-  ``keep`` is zero rounds and the latest round is answered);
-* a view over the budget is always folded, whatever the trigger, down to the newest rounds
-  that fit in half the budget (at least the latest round; at most ``keep``);
-* each summarizer call reads at most ``call_tokens`` of conversation; a larger fold is split
-  (a round above the cap goes alone, and the summarizer shortens what still does not fit);
-* ``max_calls`` bounds the calls of a fold the budget does not force; the rest waits for the
-  next turn.
-
-Example:
-    >>> choice = decide_fold(
-    ...     costs=[50_000, 50_000, 9_000, 1_000], fixed_tokens=500, summary_tokens=0,
-    ...     pinned_tokens=0, budget_tokens=100_000, keep_rounds=3, summary_cap=2_000,
-    ...     call_tokens=80_000, max_calls=8)
-    >>> choice.rounds, choice.calls, choice.forced
-    (2, [1, 1], True)
+Rules: the trigger folds down to the kept rounds; a view over the budget is always folded,
+down to the newest rounds that fit in half the budget; each summarizer call reads at most
+``call_tokens`` of conversation (a larger fold is split); ``max_calls`` bounds the calls of a
+fold the budget does not force, and the rest waits for the next turn.
 """
 
 from __future__ import annotations
@@ -109,6 +95,14 @@ def decide_fold(
         chosen: Oldest rounds the trigger chose to fold (cost and thresholds down to
             ``keep``; the idle gap everything before the latest round).
         answered: The latest round is answered (``keep_rounds=0`` may fold it).
+
+    Example:
+        >>> choice = decide_fold(
+        ...     costs=[50_000, 50_000, 9_000, 1_000], fixed_tokens=500, summary_tokens=0,
+        ...     pinned_tokens=0, budget_tokens=100_000, keep_rounds=3, summary_cap=2_000,
+        ...     call_tokens=80_000, max_calls=8)
+        >>> choice.rounds, choice.calls, choice.forced
+        (2, [1, 1], True)
     """
     pending = len(costs)
     view_tokens = fixed_tokens + summary_tokens + pinned_tokens + sum(costs)

@@ -2,13 +2,9 @@
 
 `identified` gives a message without an id the id `rounds.ensure_ids` gives it (derived from
 its position, type, content and tool call id). `IdentifiedMessages` is ``ensure_ids`` of a
-history computed lazily: a face that reads only the uncovered tail of a long history gives
-ids to those messages only, and the copies it made can be handed to the next turn's view
-(`IdentifiedMessages.adopt`) so a grown history derives ids only for its new messages.
-
-`IdentifiedLists` keeps, for a face that hands a whole history to a component that keeps
-work between calls (a context builder), one such list per conversation grown in place, so the
-component sees the same id-bearing copies, in the same list, on every turn.
+history computed lazily, so a face that reads only the uncovered tail of a long history gives
+ids to those messages only. `IdentifiedLists` keeps one such list per conversation, grown in
+place, for a component that keeps work between calls (a context builder).
 
 Example:
     >>> from langchain_core.messages import HumanMessage, SystemMessage

@@ -1,32 +1,12 @@
 """The order of a prompt's parts, chosen so that a provider's prompt cache keeps working.
 
-Providers cache the longest prefix a request shares with earlier ones (see ``pricing``), so
-what changes from one request to the next must come as late as possible. The cache-stable
-order, shared by every prompt the package assembles:
-
-1. the system preamble, byte-identical (tool definitions are sent ahead of it by the client);
-2. stable data: the running summary, which changes only when rounds are folded;
-3. verbatim rounds, which only grow between folds;
-4. volatile data: what depends on the current question (retrieved facts, retrieved turns),
-   re-ranked for every request;
-5. the current round: the latest user message and the steps answering it.
-
-Nothing that changes per request (a re-ranked list, a count, a time) comes before the volatile
-part, so consecutive requests share everything up to it. The older ``"data_first"`` order puts
-all data (summary, facts and retrieved turns together) right after the preamble: the first
-changing token then sits a few dozen tokens into the request and almost nothing is cached.
-
-Example:
-    >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-    >>> parts = dict(preamble=[SystemMessage("rules", id="s")],
-    ...              stable=[SystemMessage("summary", id="sum")],
-    ...              verbatim=[HumanMessage("hi", id="h1"), AIMessage("yo", id="a1")],
-    ...              volatile=[HumanMessage("facts", id="f")],
-    ...              current=[HumanMessage("question", id="q")])
-    >>> [m.id for m in arrange("cache_stable", **parts)]
-    ['s', 'sum', 'h1', 'a1', 'f', 'q']
-    >>> [m.id for m in arrange("data_first", **parts)]
-    ['s', 'sum', 'f', 'h1', 'a1', 'q']
+Providers cache the longest prefix a request shares with earlier ones, so what changes from
+one request to the next must come as late as possible. The ``"cache_stable"`` order, shared by
+every prompt the package assembles, is: the system preamble (byte-identical); stable data (the
+running summary); the verbatim rounds; volatile data (what depends on the current question:
+retrieved facts and turns); the current round. Nothing that changes per request comes before
+the volatile part. The older ``"data_first"`` order puts all data right after the preamble.
+`arrange` assembles the parts in either order; `check_layout` validates a layout name.
 """
 
 from __future__ import annotations
@@ -70,7 +50,20 @@ def arrange(
     volatile: Sequence[BaseMessage] = (),
     current: Sequence[BaseMessage] = (),
 ) -> list[BaseMessage]:
-    """The prompt's messages in ``layout`` order (see the module docstring)."""
+    """The prompt's messages in ``layout`` order (see the module docstring).
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+        >>> parts = dict(preamble=[SystemMessage("rules", id="s")],
+        ...              stable=[SystemMessage("summary", id="sum")],
+        ...              verbatim=[HumanMessage("hi", id="h1"), AIMessage("yo", id="a1")],
+        ...              volatile=[HumanMessage("facts", id="f")],
+        ...              current=[HumanMessage("question", id="q")])
+        >>> [m.id for m in arrange("cache_stable", **parts)]
+        ['s', 'sum', 'h1', 'a1', 'f', 'q']
+        >>> [m.id for m in arrange("data_first", **parts)]
+        ['s', 'sum', 'f', 'h1', 'a1', 'q']
+    """
     if layout == "cache_stable":
         return [*preamble, *stable, *verbatim, *volatile, *current]
     return [*preamble, *stable, *volatile, *verbatim, *current]

@@ -1,35 +1,11 @@
 r"""Exact tiktoken counts of newline-joined lines, from the counts of the lines.
 
-tiktoken splits text into pieces with a regular expression before byte-pair encoding each
-piece on its own, so a count is the sum of the counts of the pieces: text cut where a piece
-ends is counted exactly as the sum of its parts. For the o200k and cl100k patterns:
-
-* a newline followed by a letter, digit, punctuation or symbol other than ``/`` always ends
-  its piece (no piece runs from a line break into the next line), so
-  ``T(a + "\n" + b) == T(a + "\n") + T(b)`` for such a ``b``;
-* a line ending in a letter or a digit ends its last piece there and the newline is a piece
-  of its own, one token: ``T(a + "\n") == T(a) + 1``;
-* a line ending in a run of punctuation and symbols (after a letter or a digit, or after one
-  space) has that run as its last piece, and the newline joins it:
-  ``T(a + "\n") == T(a) - T(run) + T(run + "\n")``, with the runs' counts remembered.
-
-Any other ending is counted by encoding the line with its newline. Every rule is checked
-against the real encoder by a property test on varied text (punctuation, line breaks,
-marks, other scripts).
-
-It also gives a lower bound without encoding: with no carriage return, no ``\n/`` and none
-of the separators ``\x1c``-``\x1f``, every whitespace-separated word holds at least one
-piece of its own, so ``len(text.split())`` tokens at least.
-
-Example:
-    >>> from langchain_histcompress.core.tokens import TiktokenCounter
-    >>> counter = TiktokenCounter()
-    >>> lines = ["[m1 user] Hi there!", "[m2 assistant] Hello", "</end>"]
-    >>> counts = [(line, counter.count_text(line)) for line in lines]
-    >>> joined_tokens(counter, counts) == counter.count_text("\n".join(lines))
-    True
-    >>> word_lower_bound("one two, three") <= counter.count_text("one two, three")
-    True
+tiktoken splits text into pieces with a regular expression and encodes each piece on its own,
+so text cut where a piece ends is counted exactly as the sum of its parts. For the o200k and
+cl100k encodings, `joined_tokens` counts ``"\n".join(lines)`` from the lines' own counts, or
+answers ``None`` when a join is not provably a piece boundary (the caller then encodes the
+joined text); every rule it uses is checked against the real encoder by a property test.
+`word_lower_bound` gives a lower bound of a text's count without encoding it.
 """
 
 from __future__ import annotations
@@ -110,6 +86,14 @@ def joined_tokens(
     ``None`` when a line after the first does not start with a letter, digit, punctuation
     or symbol other than ``/`` (the caller then encodes the joined text). ``newline`` gives
     ``T(line + "\n")`` from a pair (default: `newline_tokens`; pass a cached one).
+
+    Example:
+        >>> from langchain_histcompress.core.tokens import TiktokenCounter
+        >>> counter = TiktokenCounter()
+        >>> lines = ["[m1 user] Hi there!", "[m2 assistant] Hello", "</end>"]
+        >>> counts = [(line, counter.count_text(line)) for line in lines]
+        >>> joined_tokens(counter, counts) == counter.count_text("\n".join(lines))
+        True
     """
     parts = [(text, tokens, None, starts_clean(text)) for text, tokens in lines]
     return joined_parts(parts, newline or functools.partial(newline_tokens, counter))
@@ -131,7 +115,14 @@ def joined_parts(lines: Sequence[JoinedLine], newline: Callable[[str, int], int]
 
 
 def word_lower_bound(text: str) -> int:
-    """At most ``T(text)`` for the o200k and cl100k encodings (0 when not provable)."""
+    """At most ``T(text)`` for the o200k and cl100k encodings (0 when not provable).
+
+    Example:
+        >>> from langchain_histcompress.core.tokens import TiktokenCounter
+        >>> counter = TiktokenCounter()
+        >>> word_lower_bound("one two, three") <= counter.count_text("one two, three")
+        True
+    """
     for unsafe in _UNSAFE_FOR_BOUND:
         if unsafe in text:
             return 0

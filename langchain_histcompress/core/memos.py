@@ -1,20 +1,10 @@
 """Private caches attached to frozen records by object identity (in-package API).
 
-A `RunningSummary` is frozen and compared, serialized and
-copied by value, so what the package derives from one (a history cursor, the tail state of
-a compressor, sorted covered ids, its rendered message) is kept beside it instead: a dict
-per live object, keyed by its identity, that dies with it. Every entry is a cache: a reader
-checks what it reads against the record itself.
-
-Example:
-    >>> class Record:
-    ...     pass
-    >>> record = Record()
-    >>> existing_memo(record) is None
-    True
-    >>> memo(record)["seen"] = 1
-    >>> existing_memo(record)
-    {'seen': 1}
+A `RunningSummary` is frozen and compared, serialized and copied by value, so what the package
+derives from one (a history cursor, the tail state of a compressor, sorted covered ids, its
+rendered message) is kept beside it instead: a dict per live object, keyed by its identity,
+that dies with it (`memo`, `existing_memo`). Every entry is a cache: a reader checks what it
+reads against the record itself.
 """
 
 from __future__ import annotations
@@ -36,7 +26,18 @@ def existing_memo(owner: object) -> dict[str, Any] | None:
 
 
 def memo(owner: object) -> dict[str, Any]:
-    """The cache dict of ``owner`` (created on first use; ``owner`` must be weakly referable)."""
+    """The cache dict of ``owner`` (created on first use; ``owner`` must be weakly referable).
+
+    Example:
+        >>> class Record:
+        ...     pass
+        >>> record = Record()
+        >>> existing_memo(record) is None
+        True
+        >>> memo(record)["seen"] = 1
+        >>> existing_memo(record)
+        {'seen': 1}
+    """
     found = existing_memo(owner)
     if found is not None:
         return found

@@ -1,41 +1,15 @@
 """What a conversation's requests really cost once the provider's prompt cache is priced in.
 
-Providers bill a request's input in up to three parts: tokens read from the prompt cache
-(a fraction of the input price), tokens written to it (Anthropic: a premium), and the rest at
-the full input price; output tokens have their own price. What is cached is a *prefix*: the
-longest leading run of tokens shared with an earlier request of the same conversation while
-the cache still holds it. A `PricingModel` states one provider family's rules, a `PromptCache`
-replays a conversation's requests in time order against them, and `price_requests` does both.
+Providers bill a request's input in up to three parts: tokens read from the prompt cache (a
+fraction of the input price), tokens written to it (Anthropic: a premium), and the rest at the
+full input price; output tokens have their own price. What is cached is a *prefix* shared with
+an earlier request of the same conversation while the cache still holds it. A `PricingModel`
+states one provider family's rules (``"none"``, ``"openai"`` or ``"anthropic"``), a
+`PromptCache` replays a conversation's requests in time order against them, and
+`price_requests` does both.
 
-Cache families:
-
-- ``"none"``: no caching; every input token at the input price.
-- ``"openai"`` (automatic caching; Gemini's implicit caching works the same way): every
-  request's prefixes are cached from ``min_cached_tokens`` (1,024) on, in ``cache_step``
-  (128) token steps; a request reads the longest such prefix an earlier request wrote or read
-  within ``cache_lifetime`` seconds. Writing costs nothing extra.
-- ``"anthropic"`` (explicit breakpoints): a request writes the prefix ending at each of its
-  breakpoints (``PromptRequest.breakpoints``; the end of the prompt when none) that is at
-  least ``min_cached_tokens`` long, paying ``cache_write_ratio`` for the written tokens; it
-  reads the longest prefix written or read earlier within ``cache_lifetime`` seconds that ends
-  at or before its last breakpoint. Anthropic looks for hits only up to about 20 content
-  blocks before a breakpoint; that limit is not modelled.
-
-An entry's lifetime restarts whenever it is read or written, so a conversation that pauses
-longer than the lifetime starts cold, and one that keeps talking stays warm.
-
-Prices are per million tokens; `PRICING_MODELS` holds the presets the benchmark reports
-(list prices when this was written: check your provider's page before relying on them).
-
-Example:
-    >>> pricing = PRICING_MODELS["openai-90"]
-    >>> first = PromptRequest(tokens=list(range(2000)), at=0.0)
-    >>> second = PromptRequest(tokens=[*range(2000), *range(500)], at=60.0)
-    >>> [c.cached_tokens for c in price_requests([first, second], pricing).requests]
-    [0, 1920]
-    >>> late = PromptRequest(tokens=[*range(2000), *range(500)], at=4000.0)
-    >>> [c.cached_tokens for c in price_requests([first, late], pricing).requests]
-    [0, 0]
+Prices are per million tokens; `PRICING_MODELS` holds the presets the benchmark reports (list
+prices when this was written: check your provider's page before relying on them).
 """
 
 from __future__ import annotations
@@ -69,7 +43,8 @@ __all__ = [
 ]
 
 CacheFamily = Literal["none", "openai", "anthropic"]
-"""How a provider caches prompts (see the module docstring)."""
+"""How a provider caches prompts: not at all, OpenAI's automatic prefix caching (Gemini's
+implicit caching works the same way), or Anthropic's explicit breakpoints."""
 
 _FAMILIES = ("none", "openai", "anthropic")
 _MILLION = 1_000_000
@@ -531,6 +506,14 @@ def price_requests(requests: Iterable[PromptRequest], pricing: PricingModel) -> 
         >>> bill = price_requests(requests, PRICING_MODELS["openai-50"])
         >>> bill.cached_tokens, round(bill.cost, 6)
         (1024, 0.00442)
+        >>> pricing = PRICING_MODELS["openai-90"]
+        >>> first = PromptRequest(tokens=list(range(2000)), at=0.0)
+        >>> second = PromptRequest(tokens=[*range(2000), *range(500)], at=60.0)
+        >>> [c.cached_tokens for c in price_requests([first, second], pricing).requests]
+        [0, 1920]
+        >>> late = PromptRequest(tokens=[*range(2000), *range(500)], at=4000.0)
+        >>> [c.cached_tokens for c in price_requests([first, late], pricing).requests]
+        [0, 0]
     """
     cache = PromptCache(pricing)
     return Bill(pricing, tuple(cache.price(r) for r in requests))

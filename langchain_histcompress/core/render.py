@@ -141,11 +141,11 @@ def _header_value(value: object) -> str:
 def render_turn_lines(messages: Sequence[BaseMessage]) -> str:
     r"""Render messages as compact lines, ``[id role] escaped text``, one message each.
 
-    The same content as `render_transcript` in about a fifth fewer tokens on chat turns (no
-    element tags around every message): the summarizer's transcript, where every token is
-    paid again at each fold. A message's own line breaks are followed by two spaces, so only
-    a message opens a line with ``[``; a named message adds its name, a tool result the call
-    it answers (``[m3 tool lookup call=c1]``). `read_turn_lines` reads them back.
+    The same content as `render_transcript` in fewer tokens (no element tags around every
+    message): the summarizer's transcript. A message's own line breaks are followed by two
+    spaces, so only a message opens a line with ``[``; a named message adds its name, a tool
+    result the call it answers (``[m3 tool lookup call=c1]``). `read_turn_lines` reads them
+    back.
 
     Example:
         >>> from langchain_core.messages import HumanMessage, ToolMessage

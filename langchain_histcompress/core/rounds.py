@@ -6,49 +6,12 @@ compressed. Inside a round, an ``AIMessage`` with tool calls and the ``ToolMessa
 answering it form a *tool group* (one *step* of an agent), the smallest unit a cut may not
 split.
 
-**The accepted-history rule.** Every history that the OpenAI and Anthropic chat APIs accept,
-and every history that LangGraph's ``add_messages``, LangChain's ``create_agent`` and
-``RunnableWithMessageHistory`` produce, is valid input:
-
-* *Tool pairing is positional within a step.* An ``AIMessage``'s calls are answered by the
-  ``ToolMessage`` objects that directly follow it, in any order. A call id only has to be
-  unique within its step: a later step may reuse it (real agents do), and its results pair
-  with that later step.
-* *Invalid tool calls are calls.* ``AIMessage.invalid_tool_calls`` (a call whose arguments did
-  not parse) are sent to the provider as calls and answered by ``ToolMessage`` objects like
-  any other call.
-* *A system message after the conversation began* (a reminder an application injects)
-  belongs to the round it sits in. It is *pinned*: never folded into a summary, never cut
-  away by compression, and kept verbatim in the view at its position among the messages
-  shown (after the summary when the rest of its round was folded). See `is_pinned`.
-* Empty contents and content-block lists are ordinary messages.
-* ``create_agent`` keeps an invalid call unanswered in its state (it answers it in each model
-  request instead), so an unanswered invalid call is accepted too; views answer it the same
-  way (see the repair policy) and `validate_history` reports it with its own kind,
-  ``unanswered_invalid_tool_calls``, so strict callers can tell it from a real violation.
-
-Only a history a provider would reject is reported by `validate_history`: a tool result
-that answers no call of its step (``orphan_tool_result``), a second result for one call
-(``duplicate_tool_result``), calls left unanswered when another message arrives
-(``unanswered_tool_calls``), a call without an id (``missing_tool_call_id``), two calls of
-one message sharing an id (``duplicate_tool_call_id``), plus two messages sharing a
-*message* id (``duplicate_message_id``: the package records coverage by message id).
-
-**The repair policy.** A face never makes a thread unusable: the view a model receives goes
-through `repair_history`, which leaves valid histories untouched (the same list content,
-the same objects) and otherwise makes the smallest provider-valid change, logged (violation
-kinds and counts, never content; a warning, except for the unanswered invalid calls
-``create_agent`` leaves in state, logged at debug level):
-
-* a stray tool result (orphan or duplicate) is left out of the view; it stays in the record
-  (state, storage), and is folded into the summary with its round like any message;
-* an unanswered call gets a placeholder ``ToolMessage`` right after its step, saying that
-  no result was recorded (marked ``additional_kwargs["lc_source"] == REPAIR_SOURCE``);
-* a call without an id, or repeating an id of its own message, is removed from a copy of
-  the ``AIMessage`` (its text and its other calls are kept).
-
-User and assistant text is never dropped; message ids are not changed (duplicate message
-ids are not a provider problem and are left to the faces that record coverage).
+Every history the OpenAI and Anthropic chat APIs accept, or that ``add_messages``,
+``create_agent`` and ``RunnableWithMessageHistory`` produce, is valid input: tool pairing is
+positional within a step, invalid tool calls are calls, and a system message after the
+conversation began is pinned to its round (`is_pinned`). `validate_history` reports only what
+a provider would reject; `repair_history` gives a model view the smallest provider-valid
+change, never dropping user or assistant text and never changing message ids.
 """
 
 from __future__ import annotations
@@ -105,7 +68,7 @@ ViolationKind = Literal[
     "duplicate_message_id",
     "unknown_message_id",
 ]
-"""What `validate_history` reports (see the module docstring for each kind), plus
+"""What `validate_history` reports (see it for each kind), plus
 ``unknown_message_id``: a history store asked to remove a message it does not hold."""
 
 ACCEPTED_KINDS: frozenset[ViolationKind] = frozenset({"unanswered_invalid_tool_calls"})
@@ -308,10 +271,16 @@ def validate_history(
 ) -> list[HistoryViolation]:
     """List every violation of the accepted-history rule in ``messages`` (empty when valid).
 
-    Only what a provider would reject is reported (see the module docstring): reused call
-    ids across steps, invalid tool calls answered by tool messages, system messages inside
-    the conversation, empty contents and content-block lists are all valid. Messages
-    without an id, or with an empty one, never count as duplicates.
+    Only what a provider would reject is reported: a tool result that answers no call of its
+    step (``orphan_tool_result``), a second result for one call (``duplicate_tool_result``),
+    calls left unanswered when another message arrives (``unanswered_tool_calls``; an invalid
+    call ``create_agent`` leaves unanswered is ``unanswered_invalid_tool_calls``), a call
+    without an id (``missing_tool_call_id``), two calls of one message sharing an id
+    (``duplicate_tool_call_id``), two messages sharing a message id
+    (``duplicate_message_id``). Reused call ids across steps, invalid tool calls answered by
+    tool messages, system messages inside the conversation, empty contents and content-block
+    lists are all valid. Messages without an id, or with an empty one, never count as
+    duplicates.
 
     Args:
         messages: The history to check.
@@ -430,7 +399,7 @@ _REPAIRED_KINDS = frozenset(
 def repair_history(
     messages: Sequence[BaseMessage], *, allow_in_flight: bool = True
 ) -> RepairedHistory:
-    """A provider-valid version of ``messages`` (the repair policy of the module docstring).
+    """A provider-valid version of ``messages``: the smallest change a provider accepts.
 
     Valid input comes back as a new list of the same objects. Otherwise stray tool results
     are left out, each unanswered call gets a placeholder result right after its step, and

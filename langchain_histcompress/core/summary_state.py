@@ -1,34 +1,13 @@
 """A running summary as graph state: a JSON dict whose per-fold write does not grow.
 
 `summary_to_state` turns a `RunningSummary` into the plain dict the LangGraph faces store
-(every checkpointer stores it as is: strings, numbers, lists and dicts only);
-`summary_from_state` reads it back. The dict is ``RunningSummary.model_dump(mode="json")``
-except for ``covered_ids``, stored as *runs*: a list of lists of ids, in covering order, whose
-concatenation is the coverage. A summary grown from the one a state value holds reuses that
-value's runs (the very list objects) and adds one run with the new ids; neighbouring runs
-are merged like a binary counter up to 4,096 ids per run, so a fold copies at most that many
-ids (amortized: its new ids times about 12) and the run list grows by one entry per 4,096
-covered ids, instead of the whole sorted id list being rebuilt on every fold. Runs are shared
-between consecutive state values: treat them as read-only (replace a run, never edit one).
-
-Reading accepts runs, a flat list of ids (the shape earlier versions wrote, or one written by
-hand) and a mix of both. A dict this module wrote or read before is recognised by identity
-(same dict, same run list, same run lengths, same fields) and gives back the same summary
-object without validating every covered id again, so a turn's work does not grow with the
-conversation.
-
-Example:
-    >>> s = RunningSummary(content="x", text="x", covered_ids=["a", "b"])
-    >>> state = summary_to_state(s)
-    >>> state["covered_ids"], summary_from_state({"running_summary": state}) is s
-    ([['a', 'b']], True)
-    >>> from langchain_histcompress.core.running_summary import extended_summary
-    >>> grown = extended_summary(s, ["c"], content="y", text="y", version=2)
-    >>> summary_to_state(grown)["covered_ids"]
-    [['a', 'b'], ['c']]
-    >>> old_shape = {**state, "covered_ids": ["b", "a"]}
-    >>> sorted(summary_from_state({"running_summary": old_shape}).covered_ids)
-    ['a', 'b']
+(strings, numbers, lists and dicts only); `summary_from_state` reads it back. The dict is
+``RunningSummary.model_dump(mode="json")`` except for ``covered_ids``, stored as *runs*: a list
+of lists of ids, in covering order, whose concatenation is the coverage. A grown summary reuses
+the runs of the state value it grew from and adds one, so a fold writes its new ids, not the
+whole coverage. Runs are shared between consecutive state values: treat them as read-only
+(replace a run, never edit one). Reading also accepts a flat list of ids (the shape earlier
+versions wrote, or one written by hand) and a mix of both.
 """
 
 from __future__ import annotations
@@ -155,6 +134,9 @@ def summary_from_state(
         True
         >>> summary_from_state({"messages": []}) is None
         True
+        >>> old_shape = {**summary_to_state(s), "covered_ids": ["m1"]}  # a flat list
+        >>> summary_from_state({"running_summary": old_shape}).covered_ids == {"m1"}
+        True
     """
     raw = state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
     if raw is None:
@@ -240,6 +222,10 @@ def summary_to_state(summary: RunningSummary) -> dict[str, Any]:
         >>> s = RunningSummary(content="x", text="x", covered_ids=frozenset({"b", "a"}))
         >>> summary_to_state(s)["covered_ids"]
         [['a', 'b']]
+        >>> from langchain_histcompress.core.running_summary import extended_summary
+        >>> grown = extended_summary(s, ["c"], content="y", text="y", version=2)
+        >>> summary_to_state(grown)["covered_ids"]
+        [['a', 'b'], ['c']]
     """
     rest = summary.model_dump(mode="json", exclude={"covered_ids"})
     runs = list(_runs(summary))

@@ -2,29 +2,11 @@
 
 Round compression only reads the part of a history its summary does not cover yet: the
 *tail*, made of whole rounds. `locate_tail` splits a history into its system lead, the covered
-prefix it skips and the tail. The first call with a summary scans the covered prefix (whole
-chunks of covered ids at C speed); the result is kept as the summary's *cursor* (private, by
-object identity, see `_memos`), and later calls on the grown history verify the cursor
-instead of scanning again.
-
-What a verification checks, exactly:
-
-* the ids at the tail start and just before it are the ones recorded;
-* the number of leading system messages is the one recorded;
-* every position of the skipped prefix ``messages[lead_end:start]`` holds the very message
-  object recorded there (or an equal one): one comparison of two lists, which compares object
-  pointers at C speed, without copying the prefix and without reading any message whose
-  object is unchanged (about 0.6 ns per covered message);
-* when the objects differ (a history rebuilt from a checkpoint), every prefix id is covered
-  (system messages at the recorded positions), which reads each prefix message once.
-
-So a covered message removed, inserted, or replaced by an object that is not equal to it
-(LangGraph's ``add_messages`` replacing a message by id, ``RemoveMessage``, an in-place edit of
-the caller's list) always fails the check, and the prefix is scanned again.
-
-The recorded objects live in one append-only list shared by every cursor of a summary lineage
-(`_Objects`): when a fold extends the coverage, the next summary's cursor appends the newly
-skipped messages to it (O(new messages)) instead of copying the prefix.
+prefix it skips and the tail. The first call with a summary scans the covered prefix; the
+result is kept as the summary's *cursor* (private, by object identity, see `_memos`), and later
+calls on the grown history verify the cursor instead of scanning again. A covered message
+removed, inserted, or replaced by an object that is not equal to it always fails the check,
+and the prefix is scanned again.
 """
 
 from __future__ import annotations
@@ -66,7 +48,7 @@ class _Objects:
 class _Cursor:
     """Where the uncovered tail of one history starts for one summary (a cache, verified).
 
-    See the module docstring for exactly what `_verified_cursor` checks before using it.
+    `_verified_cursor` says exactly what is checked before it is used.
     """
 
     covered: AbstractSet[str]
@@ -216,9 +198,11 @@ def _verified_cursor(
 ) -> _Cursor | None:
     """The summary's cursor when it still matches ``messages``, else ``None``.
 
-    Checks what the module docstring lists; a cursor matched by ids (a copied history) is
-    replaced by one holding the new objects. With ``spot_check`` only the ids around the tail
-    start and the lead are checked (a hint, not a proof).
+    Checks the ids at the tail start and just before it, the number of leading system
+    messages, and that the skipped prefix holds the recorded objects (or equal ones; when the
+    objects differ, that every prefix id is covered). A cursor matched by ids (a copied
+    history) is replaced by one holding the new objects. With ``spot_check`` only the ids
+    around the tail start and the lead are checked (a hint, not a proof).
     """
     cursor = _cursor(summary)
     if cursor is None or cursor.lead_end != lead_end:

@@ -1,29 +1,13 @@
 """When to fold, said in one argument: the vocabulary of LangChain's ``SummarizationMiddleware``.
 
-A trigger is one of:
-
-* ``"cost"`` (the default): fold when folding pays under the answering model's pricing
-  (`schedule.FoldSchedule`); ``("cost", "openai-90")`` names the pricing (a preset or a
-  `pricing.PricingModel`) instead of reading it from the model;
-* a threshold ``(unit, value)``: ``("tokens", 3000)``, ``("messages", 50)``, ``("rounds", 5)``
-  or ``("fraction", 0.8)`` of the context window, measured on what the model would see
-  (preamble, summary, pending rounds);
-* ``("idle", timedelta(minutes=30))`` (or seconds): fold everything before the latest round
-  when the user comes back after such a pause;
-* a dict of thresholds that must all hold (AND), a list of any of the above (OR);
-* ``None``: never fold by choice; only the context budget folds (see `budget`).
-
-Whatever the trigger, the budget always applies: a view over it is folded regardless.
-
-Example:
-    >>> from langchain_core.messages import AIMessage, HumanMessage
-    >>> trigger = CompressionTrigger([{"tokens": 40, "messages": 6}, ("rounds", 10)])
-    >>> history = []
-    >>> for n in range(4):
-    ...     history += [HumanMessage(f"question {n}"), AIMessage(f"answer number {n}")]
-    >>> size = trigger.measure(history, counter=lambda ms: 6 * len(ms))
-    >>> size.tokens, size.messages, trigger.fires(size, window=1000)
-    (48, 8, True)
+A trigger (`CompressionTrigger`) is ``"cost"`` (the default: fold when folding pays under the
+answering model's pricing, see `schedule.FoldSchedule`; ``("cost", "openai-90")`` names the
+pricing), a threshold ``("tokens", 3000)``, ``("messages", 50)``, ``("rounds", 5)`` or
+``("fraction", 0.8)`` of the context window, measured on what the model would see,
+``("idle", timedelta(minutes=30))`` (fold everything before the latest round after such a
+pause), a dict of thresholds that must all hold (AND), a list of any of these (OR), or
+``None`` (never fold by choice). Whatever the trigger, the context budget always applies: a
+view over it is folded regardless (see `budget`).
 """
 
 from __future__ import annotations
@@ -171,6 +155,14 @@ class CompressionTrigger:
     Example:
         >>> CompressionTrigger(["cost", ("idle", 1800)])
         CompressionTrigger(['cost', ('idle', 1800.0)])
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> trigger = CompressionTrigger([{"tokens": 40, "messages": 6}, ("rounds", 10)])
+        >>> history = []
+        >>> for n in range(4):
+        ...     history += [HumanMessage(f"question {n}"), AIMessage(f"answer number {n}")]
+        >>> size = trigger.measure(history, counter=lambda ms: 6 * len(ms))
+        >>> size.tokens, size.messages, trigger.fires(size, window=1000)
+        (48, 8, True)
     """
 
     def __init__(self, trigger: TriggerSpec = "cost", *, use_usage_metadata: bool = False) -> None:

@@ -105,11 +105,8 @@ class Conversations:
     when none does, the state whose recorded messages it begins with equal copies of (a
     history read back from a checkpoint: indexed again there, its texts not tokenized
     again); else it starts a fresh state, so an edited or cut history is indexed afresh.
-    With one conversation a call costs what it cost with one shared index.
-
-    Memory: each state holds its conversation's index, about 1.3 KB per chat message
-    (13 MB for 10,000 messages of about 160 characters), so ``limit`` bounds the indexes to
-    that many conversations.
+    Each state holds its conversation's index, so ``limit`` bounds the indexes kept to that
+    many conversations.
     """
 
     def __init__(self, limit: int, new: Callable[[], Conversation]) -> None:

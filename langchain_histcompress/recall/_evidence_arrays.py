@@ -1,13 +1,10 @@
 """Dense work arrays for spreading evidence scores to neighbouring messages.
 
 `EvidenceRetriever` keeps the best-matching messages, spreads their scores to the messages
-around them and ranks the result. Done with sorts, each step sorts a few thousand entries
-per question; done with arrays indexed by turn, each is a few passes over the entries. The
-arrays are all zero between calls: a call writes only the entries it touches and clears
-exactly those before returning, so its work stays proportional to the matches, not to the
-history. Every sum adds the same values in the same order as the pure-Python path (the raw
-score, then the neighbour share), so the scores are identical. Array methods are called
-rather than numpy's same-named functions, which reach them through layers of Python.
+around them and ranks the result, with arrays indexed by turn. The arrays are all zero
+between calls: a call writes only the entries it touches and clears exactly those before
+returning. Every sum adds the same values in the same order as the pure-Python path, so the
+scores are identical.
 """
 
 from __future__ import annotations
@@ -19,10 +16,8 @@ from typing import Any
 def nth(np: Any, values: Any, k: int) -> Any:
     """The ``k``-th smallest of ``values`` (from 0), which must be non-empty.
 
-    Selected for two positions at once (``k`` and the last): numpy then uses its
-    introselect, which measured several times faster on a few thousand floats than the
-    SIMD selection numpy 2.x picks for a single position (x86); the value found is the
-    same.
+    Selected for two positions at once (``k`` and the last); the value found is the one a
+    single-position selection finds.
 
     Example:
         >>> import numpy as np

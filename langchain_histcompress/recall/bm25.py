@@ -4,10 +4,8 @@ Deterministic: NFKC, casefold, split on anything that is not a letter or digit, 
 stopwords and chat filler, light suffix stemming (`stem`). A text may carry the `date_terms`
 of when it was written, which a query names with a capitalized month or a year
 (`query_terms`); a query's *modifier* terms, such as a speaker's name, rank the texts its
-other terms match without retrieving any alone (`BM25Index.scores`). Ties are broken by
-insertion order, so results are reproducible. When numpy is installed, `BM25Index` also
-scores a query over whole arrays (`BM25Index.slot_scores`) with the same floating-point
-operations as the pure-Python `BM25Index.scores`, so both give identical scores.
+other terms match without retrieving any alone. Ties are broken by insertion order. With
+numpy, `BM25Index.slot_scores` scores whole arrays, identically to `BM25Index.scores`.
 
 Example:
     >>> index = BM25Index()

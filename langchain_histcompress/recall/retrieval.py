@@ -1,20 +1,10 @@
 """Fact and raw-turn retrieval: BM25, any LangChain ``Embeddings``, or a LangGraph store.
 
-Every fact retriever follows the `FactRetriever` protocol,
-``retrieve(query, facts, k) -> list[Fact]`` (best first, at most ``k``, only facts from
-``facts`` or, for a store, from its namespace). `BM25TurnRetriever` ranks conversation
-messages for the hybrid context (facts + retrieved raw turns). `EvidenceRetriever` ranks
-facts and raw turns *together* for a question about a long conversation: BM25 over facts and
-over turns, each turn also scored by its nearest neighbours (an answer often sits next to
-the turn that names the topic), each fact by the turn it was extracted from, the two lists
-merged by reciprocal rank fusion. `EmbeddingEvidenceRetriever` fuses embedding similarity
-into both rankings, so items that share no word with the question but mean the same rank too.
-
-BM25 (`bm25`, no dependency; vectorized when numpy is installed, with identical scores) uses
-a deterministic tokenizer: NFKC, casefold, split on anything that is not a letter or digit,
-drop English stopwords and chat filler, light suffix stemming (`stem`). Ties are broken by
-input order, so results are reproducible. The turn and evidence retrievers live in
-`evidence`; every name is importable from here.
+Every fact retriever follows the `FactRetriever` protocol, ``retrieve(query, facts, k) ->
+list[Fact]`` (best first, at most ``k``, only facts from ``facts`` or, for a store, from its
+namespace). `EmbeddingEvidenceRetriever` adds embedding similarity to the rankings of
+`EvidenceRetriever`. The turn and evidence retrievers live in `evidence`; every name is
+importable from here. Rankings are reproducible: ties are broken by input order.
 
 Example:
     >>> from langchain_histcompress.core.facts import Fact
@@ -488,8 +478,7 @@ class EmbeddingEvidenceRetriever(EvidenceRetriever):
     when one is known (see ``speaker_names``). Vectors are cached per text (least recently
     used dropped first, never below one call's need), so each text is embedded once, in one
     ``embed_documents`` call per query for all new texts; the question goes through
-    ``embed_query``. Every candidate is compared with the question, so the work per query
-    grows linearly with the facts and messages ranked.
+    ``embed_query``.
 
     Args:
         embeddings: Any LangChain ``Embeddings``.

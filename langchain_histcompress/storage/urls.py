@@ -1,20 +1,15 @@
 """Parse the connection strings the storage layer accepts.
 
-Accepted forms:
-
-* a plain filesystem path (``str`` or ``os.PathLike``): a SQLite file;
-* ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` (SQLAlchemy style);
-* ``sqlite:relative/path.db`` and ``sqlite:/absolute/path.db`` (a URL without an
-  authority: the part after ``sqlite:`` is the path, as ``file:`` URLs read);
+* a plain filesystem path (``str`` or ``os.PathLike``), ``sqlite:///relative/path.db``,
+  ``sqlite:////absolute/path.db``, ``sqlite:relative/path.db`` or ``sqlite:/absolute/path.db``:
+  a SQLite file;
 * ``:memory:``, ``sqlite://``, ``sqlite://:memory:``, ``sqlite:///:memory:`` and
   ``sqlite::memory:``: a private in-memory SQLite database;
 * ``postgresql://...`` and ``postgres://...``: a PostgreSQL server (libpq URL).
 
-``sqlite://host/path.db`` (an authority) is refused, as is any other scheme.
-
-Anything else raises `ConfigurationError` naming the scheme, before any connection is
-opened or anything is written. Passwords never appear in ``display`` strings, logs or
-error messages.
+Anything else (``sqlite://host/path.db`` included) raises `ConfigurationError` naming the
+scheme, before any connection is opened or anything is written. Passwords never appear in
+``display`` strings, logs or error messages.
 """
 
 from __future__ import annotations
