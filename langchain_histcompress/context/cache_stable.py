@@ -1,58 +1,13 @@
 """Retrieval contexts whose cached prefix only grows between the points where the cache is cold.
 
-`ContextBuilder` alone keeps the newest rounds that fit next to the data, so the first verbatim
-round moves on every turn and a provider's prompt cache (see ``pricing``) holds almost nothing
-of the prompt. `CacheStableContext` wraps a builder and sends, in this order:
-
-1. the system preamble, byte-identical;
-2. the verbatim rounds since an *anchor*: they only grow between two anchor moves;
-3. what the builder chose for the current question from the rounds before the anchor (facts
-   and retrieved turns, or those rounds themselves while they fit), question-dependent;
-4. the current round.
-
-Consecutive requests therefore share everything up to the end of the previous request's
-verbatim rounds. The anchor moves (a *fold*, one fact extraction for the backlog) when it pays:
-`schedule.FoldSchedule` decides, under the pricing model, as for a running summary (fold once
-the rent paid for re-sending the verbatim rounds reaches the fold's cost, and only if the fold
-repays itself with 90% confidence), the call being an extraction that reads the folded rounds
-and writes about ``extraction_ratio`` tokens of facts per token. A cold cache (the first
-request after a pause longer than the pricing model's cache lifetime, read from message
-timestamps) makes a fold cheaper (no cache miss) but not free, so a short conversation never
-pays for an extraction. ``by_cost=False`` folds at every cold cache instead; a
-``max_verbatim_tokens`` cap folds whatever the cost. A fold keeps verbatim the fewest newest
-rounds that keep the prefix cacheable (``verbatim_floor_tokens``): recent turns are what a new
-message most often refers to.
-
-The builder's ``max_context_tokens`` bounds the question-dependent part (the data and the
-latest human message); the preamble, the facts block, the verbatim rounds (at most
-``max_verbatim_tokens`` plus the newest round that crossed it) and the current round's later
-steps (tool calls and results, sent whole) come on top. A question over that budget gets no
-data.
-
-The same fold points suit batched fact extraction: `CacheStableContext.assemble` reports
-whether it folded, and ``FactExtractionNode(batch_rounds=None)`` extracts every completed
-round pending in one call.
-
-Example:
-    >>> from datetime import datetime, timedelta, timezone
-    >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-    >>> from langchain_histcompress.context.builder import ContextBuilder
-    >>> from langchain_histcompress.core.tokens import count_tokens_approximately
-    >>> t0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
-    >>> def say(kind, text, id, minutes):
-    ...     at = (t0 + timedelta(minutes=minutes)).isoformat()
-    ...     return kind(text, id=id, additional_kwargs={"timestamp": at})
-    >>> history = [SystemMessage("Be brief.", id="s"),
-    ...            say(HumanMessage, "I moved to Oslo", "h1", 0),
-    ...            say(AIMessage, "Nice!", "a1", 1),
-    ...            say(HumanMessage, "Where do I live?", "h2", 600)]  # 10 min later: cold
-    >>> builder = ContextBuilder(max_context_tokens=200, token_counter=count_tokens_approximately,
-    ...                          raw_turn_retrieval=5, layout="cache_stable")
-    >>> context = CacheStableContext(builder, pricing="openai-90", by_cost=False,
-    ...                              verbatim_floor_tokens=0)
-    >>> built = context.assemble(history)
-    >>> context.folded, [m.id for m in built.messages]
-    (True, ['s', 'h1', 'a1', 'h2'])
+`CacheStableContext` wraps a `ContextBuilder` and sends the system preamble, the verbatim
+rounds since an *anchor* (they only grow between two anchor moves), what the builder chose
+for the current question from the rounds before the anchor, and the current round, so
+consecutive requests share a growing prefix that a provider's prompt cache keeps. The
+anchor moves (a *fold*, one fact extraction for the backlog) when `schedule.FoldSchedule`
+finds it pays under the pricing model, at every cold cache with ``by_cost=False``, or past
+``max_verbatim_tokens``. The builder's ``max_context_tokens`` bounds the question-dependent
+part only. The reasoning and figures are in ``docs/design/context.md``.
 """
 
 from __future__ import annotations
@@ -341,6 +296,28 @@ class CacheStableContext:
             now: Time for fact expiry.
             advance: Move the anchor when a fold is due (``False``: a read-only look, e.g.
                 for a question asked outside the conversation).
+
+        Example:
+            >>> from datetime import datetime, timedelta, timezone
+            >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+            >>> from langchain_histcompress.context.builder import ContextBuilder
+            >>> from langchain_histcompress.core.tokens import count_tokens_approximately
+            >>> t0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+            >>> def say(kind, text, id, minutes):
+            ...     at = (t0 + timedelta(minutes=minutes)).isoformat()
+            ...     return kind(text, id=id, additional_kwargs={"timestamp": at})
+            >>> history = [SystemMessage("Be brief.", id="s"),
+            ...            say(HumanMessage, "I moved to Oslo", "h1", 0),
+            ...            say(AIMessage, "Nice!", "a1", 1),
+            ...            say(HumanMessage, "Where do I live?", "h2", 600)]  # 10 min later: cold
+            >>> builder = ContextBuilder(max_context_tokens=200, raw_turn_retrieval=5,
+            ...                          token_counter=count_tokens_approximately,
+            ...                          layout="cache_stable")
+            >>> context = CacheStableContext(builder, pricing="openai-90", by_cost=False,
+            ...                              verbatim_floor_tokens=0)
+            >>> built = context.assemble(history)
+            >>> context.folded, [m.id for m in built.messages]
+            (True, ['s', 'h1', 'a1', 'h2'])
         """
         with self._lock:
             return self._assemble(self._ided(messages), facts, summary, now, advance=advance)
@@ -367,39 +344,11 @@ class CacheStableContext:
     ) -> BuiltContext:
         start, current_at = _bounds(messages)
         anchor = self._anchor_index(messages, start, current_at)
-        folded = False
         if advance and current_at > start:
-            moved = self._fold_anchor(messages, start, anchor, current_at)
-            if moved is not None:
-                self._folded_tokens += sum(self._cost(m) for m in messages[anchor:moved])
-                anchor = moved
-                at_anchor = messages[anchor].id if anchor < current_at else None
-                self._anchor = str(at_anchor) if at_anchor is not None else _AFTER_ALL
-                self._after = current_at
-                kept = {str(m.id) for m in messages[anchor:current_at]}
-                self._refresh_digest(
-                    {
-                        fid: fact
-                        for fid, fact in facts_from_state(facts).items()
-                        if not (fact.source_ids and kept.issuperset(fact.source_ids))
-                    }
-                )
-                if self._folded_tokens:  # the prefix's facts per folded token, as observed
-                    shown = self._cost(self._digest) if self._digest is not None else 0
-                    ratio = shown / self._folded_tokens
-                    self.schedule = dataclasses.replace(self.schedule, memory_ratio=ratio)
-                folded = True
-            self.folded = folded
-            self._checked = len(messages)
+            anchor = self._advance(messages, facts, start, anchor, current_at)
         verbatim = list(messages[anchor:current_at])
         verbatim_ids = {str(m.id) for m in verbatim}
-        in_digest = {f.id for f in self._digest_facts}
-        ranked: object = facts
-        if in_digest and facts is not None:
-            if isinstance(facts, Mapping):
-                ranked = {k: v for k, v in facts.items() if k not in in_digest}
-            else:
-                ranked = {k: v for k, v in facts_from_state(facts).items() if k not in in_digest}
+        ranked = self._not_in_digest(facts)
         # The builder sees the conversation without the preamble, up to the current question:
         # its budget is the question-dependent part alone, its preparation grows with the
         # history, and the current round's later steps (tool calls and results) are sent
@@ -428,6 +377,59 @@ class CacheStableContext:
             out = [*preamble, *digest, *verbatim, *tail, *current]
         else:  # older rounds that fit whole: chronological order, as stable as the anchor
             out = [*preamble, *digest, *tail, *verbatim, *current]
+        return self._built(out, inner, verbatim, current_ids)
+
+    def _advance(
+        self,
+        messages: Sequence[BaseMessage],
+        facts: object,
+        start: int,
+        anchor: int,
+        current_at: int,
+    ) -> int:
+        """Move the anchor when a fold is due (refreshing the digest); return the anchor."""
+        moved = self._fold_anchor(messages, start, anchor, current_at)
+        folded = False
+        if moved is not None:
+            self._folded_tokens += sum(self._cost(m) for m in messages[anchor:moved])
+            anchor = moved
+            at_anchor = messages[anchor].id if anchor < current_at else None
+            self._anchor = str(at_anchor) if at_anchor is not None else _AFTER_ALL
+            self._after = current_at
+            kept = {str(m.id) for m in messages[anchor:current_at]}
+            self._refresh_digest(
+                {
+                    fid: fact
+                    for fid, fact in facts_from_state(facts).items()
+                    if not (fact.source_ids and kept.issuperset(fact.source_ids))
+                }
+            )
+            if self._folded_tokens:  # the prefix's facts per folded token, as observed
+                shown = self._cost(self._digest) if self._digest is not None else 0
+                ratio = shown / self._folded_tokens
+                self.schedule = dataclasses.replace(self.schedule, memory_ratio=ratio)
+            folded = True
+        self.folded = folded
+        self._checked = len(messages)
+        return anchor
+
+    def _not_in_digest(self, facts: object) -> object:
+        """``facts`` for the builder: those the digest shows left out."""
+        in_digest = {f.id for f in self._digest_facts}
+        if not in_digest or facts is None:
+            return facts
+        if isinstance(facts, Mapping):
+            return {k: v for k, v in facts.items() if k not in in_digest}
+        return {k: v for k, v in facts_from_state(facts).items() if k not in in_digest}
+
+    def _built(
+        self,
+        out: list[BaseMessage],
+        inner: BuiltContext | None,
+        verbatim: Sequence[BaseMessage],
+        current_ids: set[str],
+    ) -> BuiltContext:
+        """The report of ``out``: the digest's facts, then what the builder reported."""
         shown_facts = inner.fact_ids if inner is not None else ()
         shown_sources = inner.fact_source_ids if inner is not None else ()
         return BuiltContext(

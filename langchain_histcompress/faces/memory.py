@@ -1,41 +1,14 @@
 """A LangGraph node that keeps a fact memory up to date, per thread or per user.
 
-`FactExtractionNode` runs before (or after) the answering model node. Each run it finds the
-*completed* rounds it has not processed yet, sends them in batches to a `FactExtractor`
-(one model call per batch, current facts shown to the model), and writes the changes to the
-``facts`` state key through the `merge_facts` reducer, a cursor (the id of the last
-processed message) and an extraction report. Each round is processed once, so resuming a
-thread from a checkpoint never re-extracts.
-
-A run with no batch to extract and no store reads neither the facts nor the older
-messages: it costs the messages added since the last run. Expired facts leave the state on
-the next run that extracts, or on any write through `merge_facts`; context builders skip
-them meanwhile.
-
-Completed rounds: every round followed by a newer human message, plus the latest round
-when it ends with an assistant answer without tool calls. When the node runs before the
-model node, the current question's round is therefore processed on the next turn, together
-with the answer that often confirms or corrects it; nothing is lost meanwhile because the
-current question always stays verbatim in the context.
-
-Cross-thread memory: with a ``store`` (given, or the graph's store), facts persist per user
-in the namespace ``("histcompress", "facts", <user_id>)`` built only from
-``config["configurable"]`` values, never from model output. Reads use exact namespace
-matching, so ``acme`` never sees ``acme-corp``'s facts. The thread's ``facts`` state then
-mirrors the user's stored facts.
-
-Example:
-    >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    >>> from langchain_core.messages import AIMessage, HumanMessage
-    >>> model = GenericFakeChatModel(messages=iter([AIMessage(
-    ...     '[{"op": "ADD", "type": "entity", "content": "User is Ana", "source_ids": ["h1"]}]')]))
-    >>> node = FactExtractionNode(model, batch_rounds=1)
-    >>> update = node.invoke({"messages": [HumanMessage("I am Ana", id="h1"),
-    ...                                    AIMessage("Hi Ana!", id="a1")]})
-    >>> update["facts_extraction"]["status"], update["facts_processed_through"]
-    ('ok', 'a1')
-    >>> [fact["content"] for fact in merge_facts({}, update["facts"]).values()]
-    ['User is Ana']
+`FactExtractionNode` finds the *completed* rounds it has not processed yet (every round
+followed by a newer human message, and the latest one when it ends with an answer without
+tool calls), sends them in batches to a `FactExtractor`, and writes the changes to the
+``facts`` state key through the `merge_facts` reducer, with a cursor (the last processed
+message id) and a report. Each round is processed once, so a resumed thread never
+re-extracts. With a ``store``, facts persist per user in the namespace
+``("histcompress", "facts", <user_id>)``, built only from ``config["configurable"]``
+values and matched exactly (``acme`` never sees ``acme-corp``'s facts). The reasoning is
+in ``docs/design/faces.md``.
 """
 
 from __future__ import annotations
@@ -184,6 +157,57 @@ class _Plan:
         return self.complete - processed * self.batch_size
 
 
+def _node_extractor(
+    model: Runnable[LanguageModelInput, BaseMessage] | None,
+    extractor: FactExtractor | None,
+    **options: Any,
+) -> FactExtractor:
+    """The node's extractor: ``extractor``, or one built for ``model`` with ``options``."""
+    if extractor is None:
+        if model is None:
+            msg = "FactExtractionNode needs a model or an extractor"
+            raise ConfigurationError(msg)
+        extractor = FactExtractor(model, **options)
+    elif model is not None:
+        msg = "pass either model or extractor, not both"
+        raise ConfigurationError(msg)
+    if not isinstance(extractor, FactExtractor):
+        msg = f"extractor must be a FactExtractor, not {type(extractor).__name__}"
+        raise ConfigurationError(msg)
+    return extractor
+
+
+def _check_optional_count(name: str, value: object) -> None:
+    """Raise `ConfigurationError` unless ``value`` is ``None`` or an int >= 1."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        msg = f"{name} must be None or an int >= 1, got {value!r}"
+        raise ConfigurationError(msg)
+
+
+def _check_state_keys(keys: Mapping[str, object]) -> None:
+    """Raise `ConfigurationError` unless the state keys are distinct non-empty strings."""
+    for label, value in keys.items():
+        if not isinstance(value, str) or not value:
+            msg = f"{label} must be a non-empty string, got {value!r}"
+            raise ConfigurationError(msg)
+    if len(set(keys.values())) != len(keys):
+        msg = f"state keys must be distinct, got {keys}"
+        raise ConfigurationError(msg)
+
+
+def _check_namespace_spec(spec: NamespaceSpec) -> NamespaceSpec:
+    """``namespace_from_config`` validated: a callable, or its config keys as a tuple."""
+    if callable(spec):
+        return spec
+    if isinstance(spec, str) or not spec:
+        msg = (
+            "namespace_from_config must be a non-empty tuple of config keys or a "
+            f"callable, got {spec!r}"
+        )
+        raise ConfigurationError(msg)
+    return tuple(spec)
+
+
 class FactExtractionNode(GraphNode):
     """LangGraph node extracting facts from completed, unprocessed rounds.
 
@@ -237,6 +261,20 @@ class FactExtractionNode(GraphNode):
         ...     AIMessage("Noted.", id="a1"), HumanMessage("Book Lisbon", id="h2")]})
         >>> [(f["content"], f["source_ids"]) for f in state["facts"].values()]
         [('Prefers window seats', ['h1'])]
+
+        Run on its own, a node returns the state update:
+
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> model = GenericFakeChatModel(messages=iter([AIMessage(
+        ...     '[{"op": "ADD", "type": "entity", "content": "User is Ana",'
+        ...     ' "source_ids": ["h1"]}]')]))
+        >>> node = FactExtractionNode(model, batch_rounds=1)
+        >>> update = node.invoke({"messages": [HumanMessage("I am Ana", id="h1"),
+        ...                                    AIMessage("Hi Ana!", id="a1")]})
+        >>> update["facts_extraction"]["status"], update["facts_processed_through"]
+        ('ok', 'a1')
+        >>> [fact["content"] for fact in merge_facts({}, update["facts"]).values()]
+        ['User is Ana']
     """
 
     def __init__(
@@ -264,61 +302,30 @@ class FactExtractionNode(GraphNode):
         name: str = "fact_extraction",
     ) -> None:
         """Validate and store the configuration (see the class docstring)."""
-        if extractor is None:
-            if model is None:
-                msg = "FactExtractionNode needs a model or an extractor"
-                raise ConfigurationError(msg)
-            extractor = FactExtractor(
-                model,
-                max_retries=max_retries,
-                retry_backoff=retry_backoff,
-                timeout=timeout,
-                raise_on_error=raise_on_error,
-                ttl_by_type=ttl_by_type,
-                max_prompt_facts=max_prompt_facts,
-            )
-        elif model is not None:
-            msg = "pass either model or extractor, not both"
-            raise ConfigurationError(msg)
-        if not isinstance(extractor, FactExtractor):
-            msg = f"extractor must be a FactExtractor, not {type(extractor).__name__}"
-            raise ConfigurationError(msg)
-        if batch_rounds is not None and (
-            isinstance(batch_rounds, bool) or not isinstance(batch_rounds, int) or batch_rounds < 1
-        ):
-            msg = f"batch_rounds must be None or an int >= 1, got {batch_rounds!r}"
-            raise ConfigurationError(msg)
-        if max_batches_per_run is not None and (
-            isinstance(max_batches_per_run, bool)
-            or not isinstance(max_batches_per_run, int)
-            or max_batches_per_run < 1
-        ):
-            msg = f"max_batches_per_run must be None or an int >= 1, got {max_batches_per_run!r}"
-            raise ConfigurationError(msg)
-        keys = {
-            "state_key": state_key,
-            "messages_key": messages_key,
-            "cursor_key": cursor_key,
-            "status_key": status_key,
-        }
-        for label, value in keys.items():
-            if not isinstance(value, str) or not value:
-                msg = f"{label} must be a non-empty string, got {value!r}"
-                raise ConfigurationError(msg)
-        if len(set(keys.values())) != len(keys):
-            msg = f"state keys must be distinct, got {keys}"
-            raise ConfigurationError(msg)
+        extractor = _node_extractor(
+            model,
+            extractor,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            timeout=timeout,
+            raise_on_error=raise_on_error,
+            ttl_by_type=ttl_by_type,
+            max_prompt_facts=max_prompt_facts,
+        )
+        _check_optional_count("batch_rounds", batch_rounds)
+        _check_optional_count("max_batches_per_run", max_batches_per_run)
+        _check_state_keys(
+            {
+                "state_key": state_key,
+                "messages_key": messages_key,
+                "cursor_key": cursor_key,
+                "status_key": status_key,
+            }
+        )
         if store is not None and not isinstance(store, BaseStore):
             msg = f"store must be a LangGraph BaseStore, not {type(store).__name__}"
             raise ConfigurationError(msg)
-        if not callable(namespace_from_config):
-            if isinstance(namespace_from_config, str) or not namespace_from_config:
-                msg = (
-                    "namespace_from_config must be a non-empty tuple of config keys or a "
-                    f"callable, got {namespace_from_config!r}"
-                )
-                raise ConfigurationError(msg)
-            namespace_from_config = tuple(namespace_from_config)
+        namespace_from_config = _check_namespace_spec(namespace_from_config)
         validate_namespace(tuple(namespace_prefix))
         self.extractor = extractor
         self.batch_rounds = batch_rounds

@@ -38,8 +38,9 @@ from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.core.summary_state import summary_from_state
 from langchain_histcompress.core.tokens import TiktokenCounter, TokenCounter, resolve_counter
 from langchain_histcompress.edge.compressor import SUMMARY_METADATA_KEY, message_timestamp
-from langchain_histcompress.recall.evidence import BM25TurnRetriever, EvidenceRetriever
+from langchain_histcompress.recall.evidence import EvidenceRetriever
 from langchain_histcompress.recall.retrieval import TurnRetriever
+from langchain_histcompress.recall.turn_retriever import BM25TurnRetriever
 from langchain_histcompress.storage.base import HistoryStore
 
 __all__ = [

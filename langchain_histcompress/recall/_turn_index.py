@@ -2,7 +2,7 @@
 
 A `_TurnIndex` holds one conversation's messages in a `BM25Index`, tokenized once each, and
 grows with the history: a call whose messages extend the previous call's reads only the new
-ones. `evidence.BM25TurnRetriever` and `evidence.EvidenceRetriever` keep one per
+ones. `turn_retriever.BM25TurnRetriever` and `evidence.EvidenceRetriever` keep one per
 conversation (see `_conversations`).
 """
 

@@ -45,11 +45,10 @@ from langchain_histcompress.recall.bm25 import (
     stem,
     tokenize,
 )
-from langchain_histcompress.recall.evidence import (
+from langchain_histcompress.recall.evidence import EvidenceRetriever, RankedEvidence
+from langchain_histcompress.recall.turn_retriever import (
     DEFAULT_MAX_TERM_POSTINGS,
     BM25TurnRetriever,
-    EvidenceRetriever,
-    RankedEvidence,
 )
 
 __all__ = [

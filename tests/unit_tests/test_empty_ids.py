@@ -20,10 +20,8 @@ from langchain_histcompress.context.cache_stable import CacheStableContext
 from langchain_histcompress.core.errors import ConfigurationError
 from langchain_histcompress.core.rounds import ensure_ids, validate_history
 from langchain_histcompress.edge.compressor import RoundCompressor
-from langchain_histcompress.faces.history import (
-    CompressingChatMessageHistory,
-    CompressingHistoryAdapter,
-)
+from langchain_histcompress.faces.history import CompressingChatMessageHistory
+from langchain_histcompress.faces.history_adapter import CompressingHistoryAdapter
 from langchain_histcompress.faces.nodes import RoundCompressionNode, summary_from_state
 from langchain_histcompress.faces.reducers import SummarizationReducer
 from langchain_histcompress.storage import InMemoryHistoryStore, SQLHistoryStore

@@ -22,10 +22,8 @@ from langchain_histcompress.core.errors import (
     SummarizationError,
 )
 from langchain_histcompress.core.rounds import is_summary_message, validate_history
-from langchain_histcompress.faces.history import (
-    CompressingChatMessageHistory,
-    CompressingHistoryAdapter,
-)
+from langchain_histcompress.faces.history import CompressingChatMessageHistory
+from langchain_histcompress.faces.history_adapter import CompressingHistoryAdapter
 from langchain_histcompress.storage import HistoryStore, InMemoryHistoryStore, SQLHistoryStore
 from tests.fakes import Control, ScriptedChatModel, controlled_compressor, run_threads
 from tests.unit_tests.test_flat_turns import counting_identified

@@ -38,10 +38,8 @@ from langchain_histcompress.core.errors import (
 )
 from langchain_histcompress.core.rounds import validate_history
 from langchain_histcompress.edge.compressor import RoundCompressor
-from langchain_histcompress.faces.history import (
-    CompressingChatMessageHistory,
-    CompressingHistoryAdapter,
-)
+from langchain_histcompress.faces.history import CompressingChatMessageHistory
+from langchain_histcompress.faces.history_adapter import CompressingHistoryAdapter
 from langchain_histcompress.storage import HistoryStore, InMemoryHistoryStore, SQLHistoryStore
 from langchain_histcompress.storage.base import (
     REMOVE_ALL_MESSAGES,

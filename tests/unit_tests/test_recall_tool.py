@@ -37,7 +37,7 @@ from langchain_histcompress.faces.nodes import (
     summary_from_state,
 )
 from langchain_histcompress.faces.recall_tool import RECALL_HINT_KEY, HistoryRecall
-from langchain_histcompress.recall.evidence import BM25TurnRetriever
+from langchain_histcompress.recall.turn_retriever import BM25TurnRetriever
 from langchain_histcompress.storage import InMemoryHistoryStore
 from tests.fakes import CountingSummarizer, ScriptedChatModel
 from tests.histories import history
