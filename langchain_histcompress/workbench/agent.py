@@ -1,26 +1,10 @@
 """Agent workload: real tool-calling trajectories (tau-bench airline) through every strategy.
 
-The folder holds ``airline-gpt-4o-dev.json``: ``{"tools": [...], "trajectories": [...]}``,
-each trajectory an exact OpenAI chat-completions message list (a ~1,250-token policy as the
-system message, then user / assistant with ``tool_calls`` / tool messages). Each trajectory is
-turned into LangChain messages with random UUID ids (as LangGraph assigns them; seeded, so runs
-repeat) and replayed like a LoCoMo conversation: before each assistant message the strategy
-builds the model input, which is checked against the OpenAI tool-pairing rules
-(`tool_pairing_violations`) and priced with the 14 tool definitions ahead of it
-(`bench.costs.CostMeter`); the model calls of a trajectory are ``AGENT_CALL_GAP`` seconds
-apart (the cache stays warm), each trajectory starting cold.
-
-The internal model is `AgentReplayModel`, offline: summaries quote the opening words of the
-shown messages (``<message>`` elements or ``[id role]`` lines) up to the cap, fact extraction
-adds one fact per shown user message.
-
-Example:
-    >>> from langchain_core.messages import AIMessage, ToolMessage
-    >>> call = AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c1"}])
-    >>> tool_pairing_violations([call, ToolMessage("ok", tool_call_id="c1")])
-    []
-    >>> tool_pairing_violations([ToolMessage("ok", tool_call_id="c1")])
-    ['messages[0]: tool message answers no call of the AI message before it']
+Each trajectory of ``airline-gpt-4o-dev.json`` is turned into LangChain messages and replayed
+like a LoCoMo conversation: before each assistant message the strategy builds the model input,
+which is checked against the OpenAI tool-pairing rules (`tool_pairing_violations`) and priced
+with the tool definitions ahead of it. The internal model is the offline `AgentReplayModel`.
+The workload is described in docs/design/workbench.md.
 """
 
 from __future__ import annotations
@@ -67,7 +51,8 @@ from langchain_histcompress.workbench.replay import (
     fact_operations_format,
     render_fact_operations,
 )
-from langchain_histcompress.workbench.strategies import StrategyEnv, build_strategy, is_priced
+from langchain_histcompress.workbench.strategies import build_strategy, is_priced
+from langchain_histcompress.workbench.strategy import StrategyEnv
 
 __all__ = [
     "AGENT_CALL_GAP",
@@ -138,6 +123,14 @@ def tool_pairing_violations(messages: Sequence[BaseMessage]) -> list[str]:
     tool messages in between), each call at most once; every call of an AI message must be
     answered before the next non-tool message (an unanswered call at the very end of the
     request is allowed: the model is being asked to continue).
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, ToolMessage
+        >>> call = AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c1"}])
+        >>> tool_pairing_violations([call, ToolMessage("ok", tool_call_id="c1")])
+        []
+        >>> tool_pairing_violations([ToolMessage("ok", tool_call_id="c1")])
+        ['messages[0]: tool message answers no call of the AI message before it']
     """
     problems: list[str] = []
     open_calls: list[str] = []
@@ -164,7 +157,7 @@ def tool_pairing_violations(messages: Sequence[BaseMessage]) -> list[str]:
 
 
 class AgentReplayModel(BaseChatModel):
-    """Offline internal model for agent histories (see the module docstring)."""
+    """Offline internal model for agent histories (docs/design/workbench.md)."""
 
     counter: TiktokenCounter = Field(default_factory=TiktokenCounter)
     """Counter for usage metadata and the summary cap."""
@@ -335,7 +328,7 @@ def _replay(
 
 
 def _merge(runs: Mapping[str, AgentRun]) -> AgentRun:
-    """One run from replays configured per pricing model (see `bench.runner.merge_priced_runs`)."""
+    """One run from replays configured per pricing model (see `bench_result.merge_priced_runs`)."""
     if "" in runs:
         return runs[""]
     main = runs.get(DEFAULT_PRICING) or next(iter(runs.values()))

@@ -1,15 +1,10 @@
 """The ``histcompress`` command: ``bench`` (LoCoMo replay benchmark) and ``demo``.
 
-Exit codes: 0 on success, 2 on bad input (missing or malformed file, unknown strategy,
-model that cannot be created, unwritable output folder), with one line on stderr. ``bench``
-exits 1 when a strategy failed or any of its internal calls (summarize / extract / rephrase)
-gave up, after writing every report (which name the failures), unless
-``--tolerate-failures`` is given.
-
-Before the benchmark runs, its prerequisites are checked: an output folder that cannot be
-written, or a strategy asked for by name whose package is missing, stop it at once; strategies
-and plots that need a missing optional package are skipped with one note each on stderr
-(which extra installs them), and the run goes on.
+Exit codes: 0 on success, 2 on bad input (missing or malformed file, unknown strategy, model
+that cannot be created, unwritable output folder), with one line on stderr; ``bench`` exits 1
+when a strategy or one of its internal calls failed, after writing every report, unless
+``--tolerate-failures`` is given. Prerequisites are checked before any work; strategies and
+plots whose optional package is missing are skipped with a note (docs/design/workbench.md).
 
 Example:
     >>> main(["bench", "--data", "/no/such/file.json", "--no-plots"])
@@ -95,6 +90,17 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             "model calls, library overhead and evidence recall."
         ),
     )
+    _add_bench_arguments(bench)
+    commands.add_parser(
+        "demo",
+        help="replay the bundled long conversation offline (see `histcompress demo --help`)",
+        add_help=False,  # --help reaches the demo's own parser
+    )
+    return parser, bench
+
+
+def _add_bench_arguments(bench: argparse.ArgumentParser) -> None:
+    """Add the ``bench`` command's options, in the order ``--help`` lists them."""
     bench.add_argument(
         "--data",
         nargs="+",
@@ -171,12 +177,6 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="also measure the overhead of every face (reducers, nodes, rephraser, counter, "
         "retrieval) at each history size, folding and other turns apart",
     )
-    commands.add_parser(
-        "demo",
-        help="replay the bundled long conversation offline (see `histcompress demo --help`)",
-        add_help=False,  # --help reaches the demo's own parser
-    )
-    return parser, bench
 
 
 def _preflight(args: argparse.Namespace, names: tuple[str, ...]) -> tuple[str, ...] | int:
@@ -200,6 +200,7 @@ def _preflight(args: argparse.Namespace, names: tuple[str, ...]) -> tuple[str, .
 
 
 def _bench(args: argparse.Namespace) -> int:
+    from langchain_histcompress.workbench.bench_config import BenchConfig
     from langchain_histcompress.workbench.cost_report import format_agent_table, format_cost_table
     from langchain_histcompress.workbench.recall_report import format_tool_recall_tables
     from langchain_histcompress.workbench.report import (
@@ -209,7 +210,7 @@ def _bench(args: argparse.Namespace) -> int:
         update_readme,
         write_reports,
     )
-    from langchain_histcompress.workbench.runner import BenchConfig, run_benchmark
+    from langchain_histcompress.workbench.runner import run_benchmark
 
     names: tuple[str, ...] = ()
     if args.strategies is not None:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from langchain_histcompress.core.pricing import PRICING_MODELS, PricingModel
+from langchain_histcompress.workbench.bench_result import BenchResult
 from langchain_histcompress.workbench.costs import REPORTED_PRICINGS, CostFigures
-from langchain_histcompress.workbench.runner import BenchResult
 from langchain_histcompress.workbench.tables import columns, markdown_table, text_table
 
 __all__ = [

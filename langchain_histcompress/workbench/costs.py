@@ -1,28 +1,10 @@
 """What each strategy's replayed requests cost under prompt caching, per pricing model.
 
-Every request of a replay (the answering call of each assistant turn and the strategy's own
-summarize / extract calls, in the order they were made) is encoded to token ids
-(`pricing.encode_request`) and priced by one `pricing.PromptCache` per pricing model, shared
-by the answering and internal calls of the conversation (same provider, same account).
-Anthropic cache breakpoints sit where Anthropic's guide puts them: after the preamble (tool
-definitions and system prompt) and at the end of the prompt.
-
-When calls are made: LoCoMo sessions carry their start date and time; the turns of a session
-are taken ``turn_gap`` seconds apart (30 s: people chatting), so the cache is warm within a
-session and cold at the start of the next (sessions are days apart). Internal calls made for a
-turn are made at that turn's time.
-
-Example:
-    >>> from langchain_histcompress.workbench.locomo import parse_locomo
-    >>> conversation = parse_locomo({"speaker_a": "A", "speaker_b": "B", "qa": [],
-    ...     "session_1_date_time": "1:56 pm on 8 May, 2023",
-    ...     "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"},
-    ...                   {"speaker": "B", "dia_id": "D1:2", "text": "yo"}],
-    ...     "session_2_date_time": "1:14 pm on 25 May, 2023",
-    ...     "session_2": [{"speaker": "A", "dia_id": "D2:1", "text": "hey"}]})
-    >>> times = turn_times(conversation)
-    >>> times["D1:2"] - times["D1:1"], (times["D2:1"] - times["D1:1"]) // 86400
-    (30.0, 16.0)
+Every request of a replay (the answering calls and the strategy's internal calls, in order)
+is encoded to token ids and priced by one `pricing.PromptCache` per pricing model, shared by
+the calls of the conversation. The turns of a LoCoMo session are ``turn_gap`` seconds apart
+(`turn_times`): the cache is warm within a session and cold at the next one. The method is
+described in docs/design/workbench.md.
 """
 
 from __future__ import annotations
@@ -97,6 +79,18 @@ def turn_times(conversation: LocomoConversation, *, turn_gap: float = TURN_GAP) 
 
     A session starts at its date (never before the previous session's last turn); a session
     without a readable date starts `SESSION_GAP` after the previous one ended.
+
+    Example:
+        >>> from langchain_histcompress.workbench.locomo import parse_locomo
+        >>> conversation = parse_locomo({"speaker_a": "A", "speaker_b": "B", "qa": [],
+        ...     "session_1_date_time": "1:56 pm on 8 May, 2023",
+        ...     "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"},
+        ...                   {"speaker": "B", "dia_id": "D1:2", "text": "yo"}],
+        ...     "session_2_date_time": "1:14 pm on 25 May, 2023",
+        ...     "session_2": [{"speaker": "A", "dia_id": "D2:1", "text": "hey"}]})
+        >>> times = turn_times(conversation)
+        >>> times["D1:2"] - times["D1:1"], (times["D2:1"] - times["D1:1"]) // 86400
+        (30.0, 16.0)
     """
     times: dict[str, float] = {}
     origin: datetime | None = None

@@ -1,24 +1,9 @@
 """Answer coverage: does the context built for a question contain its gold answer?
 
-Evidence recall (``bench.recall``) never credits a summary, so summarizing strategies score
-about 0 whatever their summaries keep. Answer coverage does: a LoCoMo question (categories
-1-4, the ones evidence recall scores) is *covered* when its normalized gold answer appears in
-the normalized text of the context built for it (summary, facts, retrieved and verbatim
-turns; the question itself left out). Normalizing lower-cases, undoes HTML and JSON escapes,
-drops punctuation and the articles *a*, *an*, *the*, and collapses whitespace; the answer must
-appear as whole words.
-
-It is an upper bound on what a reader could answer (an answer's words may appear for another
-reason) and misses answers a reader would infer ("yesterday" for a date); it is reported
-beside evidence recall, not instead of it.
-
-Example:
-    >>> from langchain_core.messages import HumanMessage, SystemMessage
-    >>> context = [SystemMessage("Summary: Ann moved to Oslo in May."), HumanMessage("Where?")]
-    >>> answer_covered("oslo", context, question="Where?")
-    True
-    >>> answer_covered("Bergen", context, question="Where?")
-    False
+A LoCoMo question (categories 1-4) is *covered* when its normalized gold answer appears, as
+whole words, in the normalized text of the context built for it (the question itself left
+out). Unlike evidence recall it credits summaries; it is an upper bound on what a reader could
+answer, reported beside evidence recall (docs/design/workbench.md).
 """
 
 from __future__ import annotations
@@ -64,6 +49,12 @@ def answer_covered(
         >>> from langchain_core.messages import AIMessage
         >>> answer_covered("", [AIMessage("anything")]) is None
         True
+        >>> from langchain_core.messages import HumanMessage, SystemMessage
+        >>> context = [SystemMessage("Summary: Ann moved to Oslo in May."), HumanMessage("Where?")]
+        >>> answer_covered("oslo", context, question="Where?")
+        True
+        >>> answer_covered("Bergen", context, question="Where?")
+        False
     """
     wanted = normalize_answer(answer or "")
     if not wanted:

@@ -4,48 +4,10 @@ The app is an ordinary ``StateGraph`` with a SQLite checkpointer::
 
     START -> extract_facts -> compress -> [rephrase, follow-ups only] -> model -> END
 
-* ``extract_facts`` (`FactExtractionNode`) turns every four completed rounds into fact
-  operations (``ADD`` / ``UPDATE`` / ``DELETE``) merged into the ``facts`` state key;
-* ``compress`` (`RoundCompressionNode`) folds the oldest rounds into a running summary with
-  the ``"code"`` profile (variables of the notebook session are kept) and otherwise the
-  package defaults: it folds when folding pays under the answering model's pricing (the
-  sessions are days apart, so the provider's cache is cold when the user comes back), keeps
-  the newest 3 rounds verbatim and never lets the view outgrow the model's window; the model
-  node sends ``node.model_input(state)``;
-* ``rephrase`` (`HistoryRephraseNode`) turns a follow-up such as *"and what about the second
-  city?"* into a standalone question, used to pick the facts shown to the model;
-* ``model`` answers from the system prompt, the summary and the top facts as data
-  (`ContextBuilder`), and the uncompressed rounds.
-
-The conversation ships with the package (``demo_data/conversation.json``): ten sessions over
-ten weeks in which Maya plans a trip to Lisbon and Porto (the dates change twice), collects
-books and restaurants per city, and analyses last year's spending in pandas. Next to every
-turn the file holds what the package's internal model calls answer: what the running summary
-says once the round is folded (so the summary through any round the compressor chooses to
-fold up to can be given, stating only what was said until then), the fact operations of each
-extraction batch and the standalone question of each follow-up. `ScriptedChatModel` replays
-them, keyed on the message ids the package's prompts show (the ``<message id="...">``
-elements of `render.render_transcript`), so the package's real prompt -> parse -> merge path
-runs offline, deterministically and without any key. With ``--model provider:name`` a real
-chat model does the answering, summarizing, extracting and rephrasing instead.
-
-Every turn's line says, when the compressor folds, why (`CompressionPlan.reason`); the report
-groups the reasons of the turns that did not fold and names the budget and pricing in force.
-
-Every model call is metered with `TiktokenCounter` (prompt + completion tokens); the report
-compares them with sending the full history on every turn. At the end the app is closed and
-the thread is reopened from the SQLite file for one more turn: the stored summary and facts
-are picked up as they are, with no summarizer call beyond what the new turn itself needs.
-
-Example:
-    >>> import io
-    >>> out = io.StringIO()
-    >>> run_demo(["--turns", "8", "--quiet"], writer=out)
-    0
-    >>> print(out.getvalue())  # doctest: +ELLIPSIS
-    resumed from checkpoint: no summary, 8 facts, 0 extra summarizer calls
-    savings: ...% (... vs ... billed tokens, 8 turns)
-    <BLANKLINE>
+The bundled conversation (``demo_data/conversation.json``) is replayed offline by
+`ScriptedChatModel`, or answered by a real model with ``--model provider:name``. Every call is
+metered and compared with sending the full history; at the end the thread is reopened from
+the SQLite file for one more turn. The app is described in docs/design/workbench.md.
 """
 
 from __future__ import annotations
@@ -155,6 +117,14 @@ def run_demo(
         >>> import io
         >>> run_demo(["--turns", "1"], errors=io.StringIO())
         2
+        >>> import io
+        >>> out = io.StringIO()
+        >>> run_demo(["--turns", "8", "--quiet"], writer=out)
+        0
+        >>> print(out.getvalue())  # doctest: +ELLIPSIS
+        resumed from checkpoint: no summary, 8 facts, 0 extra summarizer calls
+        savings: ...% (... vs ... billed tokens, 8 turns)
+        <BLANKLINE>
     """
     out = writer or sys.stdout
     err = errors or sys.stderr

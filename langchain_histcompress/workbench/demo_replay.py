@@ -497,10 +497,35 @@ def _print_header(
 
 
 def _replay(run: _Run, script: DemoScript, count: int, path: Path) -> DemoReport:
-    printer = run.printer
-    turns = script.turns[:count]
     model = run.model_factory()
     mode = "offline replay (scripted models, no key)" if run.offline else _model_name(model)
+    config, before_summary, before_facts = _replay_before_close(
+        run, script, count, path, model, mode
+    )
+    run.printer.rule("app closed; reopening the thread from the SQLite file")
+    state, compressor, resume = _resume_last_turn(
+        run, script, count, path, config, before_summary, before_facts
+    )
+    final_summary, _ = _summary_version(state)
+    return DemoReport(
+        offline=run.offline,
+        model=mode,
+        turns=tuple(run.records),
+        summary=final_summary,
+        facts=facts_from_state(state.get("facts")),
+        resume=resume,
+        db_path=str(path),
+        folding=run.settings,
+        priced=_priced(run, compressor),
+    )
+
+
+def _replay_before_close(
+    run: _Run, script: DemoScript, count: int, path: Path, model: BaseChatModel, mode: str
+) -> tuple[RunnableConfig, RunningSummary | None, dict[str, Any]]:
+    """Every turn but the last on a fresh thread; the config, summary and facts at closing."""
+    printer = run.printer
+    turns = script.turns[:count]
     with _open_saver(path) as saver:
         graph, compressor = build_demo_graph(
             model, counter=run.counter, checkpointer=saver, clock=run.clock, offline=run.offline
@@ -528,8 +553,27 @@ def _replay(run: _Run, script: DemoScript, count: int, path: Path) -> DemoReport
             summary, _ = _summary_version(state)
         before_summary, _ = _summary_version(state)
         before_facts = state.get("facts") or {}
-    printer.rule("app closed; reopening the thread from the SQLite file")
+    return config, before_summary, before_facts
+
+
+def _resume_last_turn(
+    run: _Run,
+    script: DemoScript,
+    count: int,
+    path: Path,
+    config: RunnableConfig,
+    before_summary: RunningSummary | None,
+    before_facts: dict[str, Any],
+) -> tuple[dict[str, Any], RoundCompressor, ResumeRecord]:
+    """Reopen the thread from the SQLite file and answer the last turn on it.
+
+    Returns:
+        The final state, the compressor and what the resume restored and cost.
+    """
+    printer = run.printer
+    turns = script.turns[:count]
     last = turns[-1]
+    thread_id = config["configurable"]["thread_id"]
     with _open_saver(path) as saver:
         graph, compressor = build_demo_graph(
             run.model_factory(),
@@ -566,15 +610,4 @@ def _replay(run: _Run, script: DemoScript, count: int, path: Path) -> DemoReport
         expected_summarizer_calls=len(plan.chunks),
         summarizer_calls=calls,
     )
-    final_summary, _ = _summary_version(state)
-    return DemoReport(
-        offline=run.offline,
-        model=mode,
-        turns=tuple(run.records),
-        summary=final_summary,
-        facts=facts_from_state(state.get("facts")),
-        resume=resume,
-        db_path=str(path),
-        folding=run.settings,
-        priced=_priced(run, compressor),
-    )
+    return state, compressor, resume

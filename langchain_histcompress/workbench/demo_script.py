@@ -1,21 +1,9 @@
 """The demo's conversation file: its dataclasses, its checks and its loader.
 
 The file (``demo_data/conversation.json``) holds the user's turns, the scripted replies and
-what every internal model call of the demo app answers: fact operations (lined up with the
-points where the app extracts), standalone questions (per follow-up) and the running summary.
-
-The summary is scripted so that it can be asked for at any point, since the compressor
-decides by itself when to fold: a round may carry ``summary_sections`` (the paragraphs of the
-summary it changes, by the names of the file's ``summary_layout``, each as the whole new
-paragraph; ``null`` drops one) and ``variables`` (notebook variables it defines or changes).
-The summary through a round is the latest text of every paragraph up to that round, in layout
-order, with the variables known by then, so it only says what the conversation up to there
-says.
-
-Example:
-    >>> script = load_script()
-    >>> script.turns[0].session, script.sessions[0].number
-    (1, 1)
+what every internal model call of the demo app answers: fact operations, standalone questions
+and the running summary, scripted per round so that it can be asked for wherever the
+compressor folds (docs/design/workbench.md).
 """
 
 from __future__ import annotations
@@ -472,6 +460,9 @@ def load_script(path: str | os.PathLike[str] | None = None) -> DemoScript:
         >>> script = load_script()
         >>> len(script.turns), len(script.sessions), script.turns[0].user_id
         (64, 10, 'u01')
+        >>> script = load_script()
+        >>> script.turns[0].session, script.sessions[0].number
+        (1, 1)
     """
     try:
         if path is None:

@@ -1,39 +1,10 @@
 """Load LoCoMo conversation files and replay them as LangChain chat histories.
 
-A LoCoMo file holds one long two-person conversation split into dated sessions, plus what
-a real model wrote about it: per-session key facts with their source turns
-(*observations*) and per-session summaries, and questions whose answers sit in known
-turns (*evidence*). This module validates a file and turns it into frozen objects:
-
-- ``speaker_a`` turns become ``HumanMessage`` objects, ``speaker_b`` turns ``AIMessage``
-  objects; the message id is the turn's ``dia_id`` (``"D3:14"``); a shared photo's caption
-  is appended to the text as ``[shared a photo: ...]``.
-- a *round* is one ``speaker_a`` turn and the ``speaker_b`` turns that follow it (two
-  ``speaker_a`` turns in a row open two rounds), exactly as `rounds.split_rounds` cuts it.
-- observations become `Observation` facts with their source turn ids; evidence strings such
-  as ``"D8:6; D9:17"`` are split into ids; ids that name no turn of the conversation are
-  kept apart (`QAItem.unknown_evidence`) so they never count as missing context.
-- category 5 (adversarial, unanswerable) questions are loaded but excluded from recall.
-
-Example:
-    >>> conversation = parse_locomo(
-    ...     {
-    ...         "speaker_a": "Ann",
-    ...         "speaker_b": "Bob",
-    ...         "session_1_date_time": "1:00 pm on 1 May, 2023",
-    ...         "session_1": [
-    ...             {"speaker": "Ann", "dia_id": "D1:1", "text": "Hi!"},
-    ...             {"speaker": "Bob", "dia_id": "D1:2", "text": "Hello.",
-    ...              "blip_caption": "a photo of a cat"},
-    ...         ],
-    ...         "qa": [{"question": "Q?", "answer": "A", "evidence": ["D1:2"], "category": 1}],
-    ...     },
-    ...     source="example.json",
-    ... )
-    >>> [(m.type, m.id, m.content) for m in conversation.messages()]
-    [('human', 'D1:1', 'Hi!'), ('ai', 'D1:2', 'Hello. [shared a photo: a photo of a cat]')]
-    >>> conversation.recall_questions()[0].evidence
-    ('D1:2',)
+A LoCoMo file holds one long two-person conversation split into dated sessions, what a real
+model wrote about it (per-session observations and summaries) and questions whose answers sit
+in known turns (*evidence*). ``speaker_a`` turns become ``HumanMessage`` objects and
+``speaker_b`` turns ``AIMessage`` objects, the turn's ``dia_id`` as id; rounds are cut as
+`rounds.split_rounds` cuts them. The mapping is described in docs/design/workbench.md.
 """
 
 from __future__ import annotations
@@ -360,6 +331,26 @@ def parse_locomo(data: object, *, source: str = "<data>", name: str = "") -> Loc
     Raises:
         ConfigurationError: A required key is missing or a value has the wrong shape; the
             message names ``source`` and the key.
+
+    Example:
+        >>> conversation = parse_locomo(
+        ...     {
+        ...         "speaker_a": "Ann",
+        ...         "speaker_b": "Bob",
+        ...         "session_1_date_time": "1:00 pm on 1 May, 2023",
+        ...         "session_1": [
+        ...             {"speaker": "Ann", "dia_id": "D1:1", "text": "Hi!"},
+        ...             {"speaker": "Bob", "dia_id": "D1:2", "text": "Hello.",
+        ...              "blip_caption": "a photo of a cat"},
+        ...         ],
+        ...         "qa": [{"question": "Q?", "answer": "A", "evidence": ["D1:2"], "category": 1}],
+        ...     },
+        ...     source="example.json",
+        ... )
+        >>> [(m.type, m.id, m.content) for m in conversation.messages()]
+        [('human', 'D1:1', 'Hi!'), ('ai', 'D1:2', 'Hello. [shared a photo: a photo of a cat]')]
+        >>> conversation.recall_questions()[0].evidence
+        ('D1:2',)
     """
     if not isinstance(data, Mapping):
         raise _fail(source, "top level", f"expected a JSON object, got {_type_name(data)}")

@@ -1,22 +1,10 @@
 """Benchmark figures: metered model calls, per-turn records, savings and library overhead.
 
-Definitions (shared with the report):
-
-- **prompt tokens per call**: `TiktokenCounter` count of what the answering model receives
-  at each assistant turn (mean, p95 by nearest rank, last call, max).
-- **billed tokens**: prompt + completion tokens of every model call, the answering model's
-  and the strategy's own internal summarize / extract calls (metered through the internal
-  model's callbacks: its ``usage_metadata`` when reported, else counted).
-- **savings**: ``1 - billed(strategy) / billed(full)`` over a whole replayed conversation.
-- **library overhead**: wall time of the strategy's own work per turn with the internal
-  model's time subtracted, on the replay and on extended histories of 1k / 10k / 100k
-  messages (the conversation repeated with fresh ids, `extended_history`).
-
-Example:
-    >>> percentile([1, 2, 3, 4, 100], 95)
-    100
-    >>> percentile([], 95)
-    0
+**Prompt tokens per call** count what the answering model receives at each assistant turn;
+**billed tokens** add the completions and the strategy's internal calls; **savings** are
+``1 - billed(strategy) / billed(full)``; **library overhead** is the strategy's own wall time
+per turn, the internal model's time subtracted. The definitions are in
+docs/design/workbench.md.
 """
 
 from __future__ import annotations
@@ -35,7 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
 from langchain_histcompress.core.tokens import TiktokenCounter
-from langchain_histcompress.workbench.strategies import Strategy
+from langchain_histcompress.workbench.strategy import Strategy
 
 __all__ = [
     "ModelCall",
@@ -51,7 +39,14 @@ __all__ = [
 
 
 def percentile(values: Sequence[int | float], q: float) -> int | float:
-    """Nearest-rank percentile ``q`` (0-100) of ``values`` (0 when empty)."""
+    """Nearest-rank percentile ``q`` (0-100) of ``values`` (0 when empty).
+
+    Example:
+        >>> percentile([1, 2, 3, 4, 100], 95)
+        100
+        >>> percentile([], 95)
+        0
+    """
     if not values:
         return 0
     ordered = sorted(values)

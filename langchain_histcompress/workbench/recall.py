@@ -1,30 +1,11 @@
 """Evidence recall: does the context built for a question still hold the turns that answer it?
 
-Definition used by the benchmark. A question counts when its category is 1-4 (category 5 is
-adversarial) and it names at least one evidence turn that exists in the conversation. It is a
-*hit* when **every** evidence turn is present in the context built for it, either
-
-- **verbatim**: a message of the context has the turn's id, or the turn's text is shown
-  whole inside a data block as a retrieved raw turn (`QuestionContext.retrieved_ids`), or
-- **via a fact**: the context shows a fact whose ``source_ids`` include the turn (the
-  strategy reports which facts it showed, in `QuestionContext.fact_source_ids`).
-
-A running summary whose ``covered_ids`` include the turn does **not** count: coverage only
-says the turn was sent to the summarizer, not that the detail the question needs survived the
-compression. Summaries still help answer questions; recall measures what is provably kept.
-
-Recall is reported with the mean token count of the contexts (question included), since
-keeping everything verbatim trivially scores 1.0.
-
-Example:
-    >>> from langchain_core.messages import AIMessage, HumanMessage
-    >>> from langchain_histcompress.workbench.locomo import QAItem
-    >>> qa = QAItem(question="Where?", answer="Oslo", evidence=("D1:3", "D2:1"), category=1)
-    >>> context = QuestionContext((HumanMessage("I live in Oslo", id="D1:3"),),
-    ...                           fact_source_ids=frozenset({"D2:1"}))
-    >>> found = score_question(qa, context, context_tokens=12)
-    >>> found.hit, found.verbatim, found.via_fact
-    (True, ('D1:3',), ('D2:1',))
+A question (category 1-4, naming at least one evidence turn of the conversation) is a *hit*
+when every evidence turn is in its context: verbatim (`QuestionContext.retrieved_ids`
+included) or via a shown fact's ``source_ids`` (`QuestionContext.fact_source_ids`). A summary
+covering the turn does not count: coverage says the turn was sent to the summarizer, not that
+the detail survived. Recall is reported with the contexts' mean token count. The definition
+is in docs/design/workbench.md.
 """
 
 from __future__ import annotations
@@ -96,7 +77,7 @@ class QuestionRecall:
 
 
 def score_question(qa: QAItem, context: QuestionContext, *, context_tokens: int) -> QuestionRecall:
-    """Check which evidence turns of ``qa`` the ``context`` holds (see the module docstring).
+    """Check which evidence turns of ``qa`` the ``context`` holds (evidence recall).
 
     Example:
         >>> from langchain_core.messages import HumanMessage
@@ -104,6 +85,14 @@ def score_question(qa: QAItem, context: QuestionContext, *, context_tokens: int)
         >>> score_question(qa, QuestionContext((HumanMessage("x", id="D1:1"),)),
         ...                context_tokens=5).missing
         ('D1:2',)
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> from langchain_histcompress.workbench.locomo import QAItem
+        >>> qa = QAItem(question="Where?", answer="Oslo", evidence=("D1:3", "D2:1"), category=1)
+        >>> context = QuestionContext((HumanMessage("I live in Oslo", id="D1:3"),),
+        ...                           fact_source_ids=frozenset({"D2:1"}))
+        >>> found = score_question(qa, context, context_tokens=12)
+        >>> found.hit, found.verbatim, found.via_fact
+        (True, ('D1:3',), ('D2:1',))
     """
     present = {m.id for m in context.messages if m.id is not None} | context.retrieved_ids
     verbatim = tuple(i for i in qa.evidence if i in present)

@@ -1,31 +1,9 @@
 """What one recall-tool call at question time adds to the bill, under each pricing model.
 
-An agent that looks things up answers a question in two requests: the first (system prompt,
-the compressed view, the question, the tool's definition) returns a tool call instead of the
-answer; the second repeats it with the call and the tool's result appended and returns the
-answer. Against answering at once, the call adds the tool call's output tokens and the
-second request's input. That input starts with the whole first request, which the first
-request has just written to the provider's cache: it is read at the cached price when the
-pricing model caches it (OpenAI: from 1,024 tokens, in 128-token steps; Anthropic: from the
-breakpoint at the end of the first request). Questions come after the conversation, so the
-first request starts from a cold cache.
-
-Example:
-    >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-    >>> from langchain_histcompress.workbench.costs import RequestEncoder
-    >>> from langchain_histcompress.core.pricing import PRICING_MODELS
-    >>> from langchain_histcompress.core.tokens import TiktokenCounter
-    >>> encoder = RequestEncoder(TiktokenCounter())
-    >>> asked = [SystemMessage("rules " * 1500, id="s"), HumanMessage("Where?", id="q")]
-    >>> call = AIMessage("", id="c", tool_calls=[{"name": "recall_history",
-    ...                                          "args": {"query": "Where?"}, "id": "t1"}])
-    >>> answered = [*asked, call, ToolMessage("[h1 user] Oslo", tool_call_id="t1", id="r")]
-    >>> costs = price_tool_call(asked, answered, call_tokens=12, encoder=encoder,
-    ...                         pricings=[PRICING_MODELS["none"], PRICING_MODELS["openai-90"]])
-    >>> costs["none"].cached_tokens, costs["openai-90"].cached_tokens
-    (0, 1408)
-    >>> costs["openai-90"].cost < costs["none"].cost
-    True
+An agent that looks things up answers in two requests: the first returns a tool call, the
+second repeats it with the call and the tool's result appended. The call adds its output
+tokens and the second request's input, whose first part the first request has just written
+to the provider's cache (docs/design/workbench.md).
 """
 
 from __future__ import annotations
@@ -67,7 +45,7 @@ def price_tool_call(
     pricings: Iterable[PricingModel],
     tools_text: str = "",
 ) -> dict[str, ToolCallCost]:
-    """Price the extra request of a tool call under each pricing model (see the module).
+    """Price the extra request of a tool call under each pricing model.
 
     Args:
         asked: The first request (it returns the tool call).
@@ -79,6 +57,23 @@ def price_tool_call(
 
     Returns:
         Pricing model name -> the extra's cost.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+        >>> from langchain_histcompress.workbench.costs import RequestEncoder
+        >>> from langchain_histcompress.core.pricing import PRICING_MODELS
+        >>> from langchain_histcompress.core.tokens import TiktokenCounter
+        >>> encoder = RequestEncoder(TiktokenCounter())
+        >>> asked = [SystemMessage("rules " * 1500, id="s"), HumanMessage("Where?", id="q")]
+        >>> call = AIMessage("", id="c", tool_calls=[{"name": "recall_history",
+        ...                                          "args": {"query": "Where?"}, "id": "t1"}])
+        >>> answered = [*asked, call, ToolMessage("[h1 user] Oslo", tool_call_id="t1", id="r")]
+        >>> costs = price_tool_call(asked, answered, call_tokens=12, encoder=encoder,
+        ...                         pricings=[PRICING_MODELS["none"], PRICING_MODELS["openai-90"]])
+        >>> costs["none"].cached_tokens, costs["openai-90"].cached_tokens
+        (0, 1408)
+        >>> costs["openai-90"].cost < costs["none"].cost
+        True
     """
     first, first_marks = encoder.encode_with_breakpoints(asked, tools_text=tools_text)
     second, second_marks = encoder.encode_with_breakpoints(answered, tools_text=tools_text)

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from langchain_histcompress.workbench.bench_result import BenchResult
 from langchain_histcompress.workbench.costs import REPORTED_PRICINGS
 from langchain_histcompress.workbench.recall import QuestionRecall
-from langchain_histcompress.workbench.runner import BenchResult
 
 __all__ = [
     "TOOL_RECALL_NOTE",

@@ -1,64 +1,10 @@
 """An offline chat model that answers summarize / extract prompts with a file's own model output.
 
 LoCoMo files carry what a real model wrote about each session: a summary and key facts with
-their source turns. `ReplayChatModel` stands in for the package's summarizer / extractor
-model: it reads which turns a prompt shows, and answers with that real output, so the
-package's whole prompt -> parse -> merge path runs offline and deterministically.
-
-How a prompt is read:
-
-- **Turns shown.** Every ``<message id="...">`` element (the `render.render_transcript`
-  format) and every ``[id role] text`` line (`render.render_turn_lines`, the summarizer's
-  format) names a turn by id; a message object whose own ``id`` is a turn id counts too
-  (prompts that pass messages through unchanged); a ``<message ...>`` element without an id
-  (other libraries' XML transcripts), or a line whose id is an alias, is matched to a turn by
-  its exact text. Ids with a
-  ``#suffix`` (fresh ids of extended histories) stand for the turn before the ``#``.
-- **Kind of prompt** (`detect_prompt_kind`, the one place to adjust): instructions
-  mentioning ``ConversationSummary`` ask for the package's JSON summary; an operations
-  schema (``"op"`` or ``ADD``) asks for fact operations; anything else asks for a plain-text
-  summary (other libraries' summarization prompts).
-- **Previous summary.** A session summary or observation whose text appears in the prompt
-  was part of the previous summary; its turns count as already covered, so the new summary
-  carries it forward.
-
-What it answers:
-
-- **Summary**: one piece per session touched so far, oldest first. A session whose last turn
-  has been covered contributes its file summary; a session still in progress contributes the
-  observations sourced from the covered turns (never anything from turns not yet shown). The
-  oldest pieces are dropped while the text exceeds ``summary_token_cap`` tokens, as a running
-  summary of bounded size forgets its oldest detail, and a newest piece still over the cap
-  keeps only its leading sentences, so the reply always obeys the cap. For the package's
-  prompt the text is wrapped as ``{"ConversationSummary": "..."}``.
-- **Fact operations**: one ``ADD`` per observation sourced from the shown turns (its newest
-  source shown, none from the future), typed ``event`` when it is anchored in time and
-  ``confirmed_detail`` otherwise, confidence 0.9, ``source_ids`` = its sources among the
-  shown turns (`render_fact_operations` is the one place to adjust the schema), written one
-  per line as the default extraction prompt asks (`fact_lines`), or as a JSON array when the
-  prompt's instructions show the JSON schema (``"op"``).
-
-Token usage is reported in ``usage_metadata``: input tokens are the `TiktokenCounter` count
-of the prompt messages, output tokens the count of the reply text.
-
-Example:
-    >>> from langchain_core.messages import HumanMessage
-    >>> from langchain_histcompress.workbench.locomo import parse_locomo
-    >>> conversation = parse_locomo({
-    ...     "speaker_a": "Ann", "speaker_b": "Bob",
-    ...     "session_1_date_time": "1 May", "session_1_summary": "Ann and Bob met.",
-    ...     "session_1_observation": {"Ann": [["Ann moved to Oslo last week.", "D1:1"]]},
-    ...     "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I moved!"},
-    ...                   {"speaker": "Bob", "dia_id": "D1:2", "text": "Great."}],
-    ...     "qa": []})
-    >>> model = ReplayChatModel(conversation=conversation)
-    >>> prompt = ('Return {"ConversationSummary": ...} for: '
-    ...           '<message id="D1:1" role="user">I moved!</message>')
-    >>> model.invoke([HumanMessage(prompt)]).content
-    '{"ConversationSummary": "1 May: Ann moved to Oslo last week."}'
-    >>> prompt = prompt.replace("D1:1", "D1:2").replace("I moved!", "Great.")
-    >>> model.invoke([HumanMessage(prompt)]).content
-    '{"ConversationSummary": "Ann and Bob met."}'
+their source turns. `ReplayChatModel` stands in for the package's summarizer / extractor: it
+reads which turns a prompt shows (`detect_prompt_kind` tells what is asked) and answers with
+that real output, so the package's prompt -> parse -> merge path runs offline and
+deterministically. How prompts are read and answered: docs/design/workbench.md.
 """
 
 from __future__ import annotations
@@ -428,8 +374,27 @@ def render_fact_operations(
 class ReplayChatModel(BaseChatModel):
     """Chat model answering summarize / extract prompts with a LoCoMo file's model output.
 
-    See the module docstring for how prompts are read and answered. Deterministic, offline,
+    How prompts are read and answered: docs/design/workbench.md. Deterministic, offline,
     thread-safe (no mutable state besides a lookup index built once).
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> from langchain_histcompress.workbench.locomo import parse_locomo
+        >>> conversation = parse_locomo({
+        ...     "speaker_a": "Ann", "speaker_b": "Bob",
+        ...     "session_1_date_time": "1 May", "session_1_summary": "Ann and Bob met.",
+        ...     "session_1_observation": {"Ann": [["Ann moved to Oslo last week.", "D1:1"]]},
+        ...     "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I moved!"},
+        ...                   {"speaker": "Bob", "dia_id": "D1:2", "text": "Great."}],
+        ...     "qa": []})
+        >>> model = ReplayChatModel(conversation=conversation)
+        >>> prompt = ('Return {"ConversationSummary": ...} for: '
+        ...           '<message id="D1:1" role="user">I moved!</message>')
+        >>> model.invoke([HumanMessage(prompt)]).content
+        '{"ConversationSummary": "1 May: Ann moved to Oslo last week."}'
+        >>> prompt = prompt.replace("D1:1", "D1:2").replace("I moved!", "Great.")
+        >>> model.invoke([HumanMessage(prompt)]).content
+        '{"ConversationSummary": "Ann and Bob met."}'
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.workbench.bench_config import BASELINE
+from langchain_histcompress.workbench.bench_result import BenchResult
 from langchain_histcompress.workbench.cost_report import (
     COST_DEFINITIONS,
     compact_agent_rows,
@@ -29,7 +31,7 @@ from langchain_histcompress.workbench.cost_report import (
     pricing_assumptions_markdown,
     write_cost_plot,
 )
-from langchain_histcompress.workbench.faces import face_overhead_table, write_face_reports
+from langchain_histcompress.workbench.face_report import face_overhead_table, write_face_reports
 from langchain_histcompress.workbench.metrics import ReplayFigures
 from langchain_histcompress.workbench.plot_style import Style, label_column, strategy_styles
 from langchain_histcompress.workbench.recall import RecallSummary
@@ -37,7 +39,6 @@ from langchain_histcompress.workbench.recall_report import (
     markdown_tool_recall_tables,
     tool_recall_to_dict,
 )
-from langchain_histcompress.workbench.runner import BASELINE, BenchResult
 from langchain_histcompress.workbench.strategies import DEFAULT_STRATEGIES, available_strategies
 from langchain_histcompress.workbench.tables import columns, markdown_table, text_table, wrap
 

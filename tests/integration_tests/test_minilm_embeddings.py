@@ -227,10 +227,12 @@ def test_bench_minilm_strategies_build_valid_contexts(
     from langchain_histcompress.core.tokens import TiktokenCounter
     from langchain_histcompress.recall.retrieval import EmbeddingEvidenceRetriever
     from langchain_histcompress.workbench import strategies
+    from langchain_histcompress.workbench.fact_strategies import FactsStrategy
     from langchain_histcompress.workbench.locomo import load_locomo
     from langchain_histcompress.workbench.metrics import UsageLedger
     from langchain_histcompress.workbench.replay import ReplayChatModel
-    from langchain_histcompress.workbench.runner import replay_strategy
+    from langchain_histcompress.workbench.strategy import StrategyEnv
+    from langchain_histcompress.workbench.strategy_replay import replay_strategy
     from tests.unit_tests.test_bench_locomo import write_tiny
 
     names = ("facts_minilm", "hybrid_minilm")
@@ -245,7 +247,7 @@ def test_bench_minilm_strategies_build_valid_contexts(
     budget = 220
     for name in names:
         ledger = UsageLedger(counter)
-        env = strategies.StrategyEnv(
+        env = StrategyEnv(
             counter=counter,
             model=ReplayChatModel(conversation=conversation, counter=counter, callbacks=[ledger]),
             context_tokens=budget,
@@ -271,7 +273,7 @@ def test_bench_minilm_strategies_build_valid_contexts(
         assert counter(list(context.messages)) <= budget
         assert "D1:1" in context.fact_source_ids | {m.id for m in context.messages}
     hybrid = strategies.build_strategy(names[1], env)
-    assert isinstance(hybrid, strategies.FactsStrategy)
+    assert isinstance(hybrid, FactsStrategy)
     assert isinstance(hybrid.builder.evidence_retriever, EmbeddingEvidenceRetriever)
     assert isinstance(hybrid.builder.evidence_retriever.embeddings, Embeddings)
     # the model is loaded once and shared by every MiniLM strategy of the process

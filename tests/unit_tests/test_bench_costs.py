@@ -10,6 +10,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from langchain_histcompress.core.pricing import encode_request
 from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.workbench.bench_config import BenchConfig
+from langchain_histcompress.workbench.bench_result import BenchResult
 from langchain_histcompress.workbench.cost_report import (
     BOUND,
     CEILING,
@@ -28,7 +30,7 @@ from langchain_histcompress.workbench.costs import (
 from langchain_histcompress.workbench.locomo import parse_locomo
 from langchain_histcompress.workbench.metrics import UsageLedger
 from langchain_histcompress.workbench.report import docs_section, readme_section, write_reports
-from langchain_histcompress.workbench.runner import BenchConfig, BenchResult, run_benchmark
+from langchain_histcompress.workbench.runner import run_benchmark
 from tests.unit_tests.test_bench_locomo import tiny_locomo_data, write_tiny
 
 COUNTER = TiktokenCounter()

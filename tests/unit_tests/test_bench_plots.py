@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from langchain_histcompress.workbench.faces import FACES
+from langchain_histcompress.workbench.face_drivers import FACES
 from langchain_histcompress.workbench.plot_style import label_column, strategy_styles
 from langchain_histcompress.workbench.strategies import DEFAULT_STRATEGIES
 

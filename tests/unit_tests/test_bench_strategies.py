@@ -13,6 +13,7 @@ from langchain_histcompress.core.errors import ConfigurationError
 from langchain_histcompress.core.rounds import validate_history
 from langchain_histcompress.core.tokens import TiktokenCounter
 from langchain_histcompress.workbench.costs import stamped_messages
+from langchain_histcompress.workbench.fact_strategies import FactsStrategy
 from langchain_histcompress.workbench.locomo import LocomoConversation, parse_locomo
 from langchain_histcompress.workbench.metrics import (
     ModelCall,
@@ -27,13 +28,11 @@ from langchain_histcompress.workbench.replay import ReplayChatModel
 from langchain_histcompress.workbench.strategies import (
     DEFAULT_STRATEGIES,
     MINILM_MODULES,
-    FactsStrategy,
-    Strategy,
-    StrategyEnv,
     available_strategies,
     build_strategy,
     register_strategy,
 )
+from langchain_histcompress.workbench.strategy import Strategy, StrategyEnv
 from tests.unit_tests.test_bench_locomo import tiny_locomo_data
 
 

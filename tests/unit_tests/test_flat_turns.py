@@ -559,7 +559,9 @@ def test_vectorized_similarities_equal_the_python_ones(monkeypatch: pytest.Monke
 def test_bench_faces_section_reports_every_face(tmp_path: Any) -> None:
     from pathlib import Path
 
-    from langchain_histcompress.workbench.faces import FACES, measure_faces, write_face_reports
+    from langchain_histcompress.workbench.face_drivers import FACES
+    from langchain_histcompress.workbench.face_report import write_face_reports
+    from langchain_histcompress.workbench.faces import measure_faces
 
     base = conversation(12, system=SystemMessage("Be brief.", id="sys"))
     figures = measure_faces(base, sizes=(12, 24), turns=3)
@@ -580,9 +582,10 @@ def test_benchmark_runs_the_faces_section_when_asked(tmp_path: Any) -> None:
     import io
     from pathlib import Path
 
-    from langchain_histcompress.workbench.faces import FACES
+    from langchain_histcompress.workbench.bench_config import BenchConfig
+    from langchain_histcompress.workbench.face_drivers import FACES
     from langchain_histcompress.workbench.report import write_reports
-    from langchain_histcompress.workbench.runner import BenchConfig, run_benchmark
+    from langchain_histcompress.workbench.runner import run_benchmark
     from tests.unit_tests.test_bench_locomo import write_tiny
     from tests.unit_tests.test_bench_runner import _long_tiny
 
@@ -634,7 +637,8 @@ def test_faces_report_the_lowest_of_their_passes() -> None:
 
 def test_faces_report_the_memory_a_turn_allocates() -> None:
     from langchain_histcompress.core.errors import ConfigurationError
-    from langchain_histcompress.workbench.faces import face_overhead_table, measure_faces
+    from langchain_histcompress.workbench.face_report import face_overhead_table
+    from langchain_histcompress.workbench.faces import measure_faces
 
     base = conversation(30, system=SystemMessage("Be brief.", id="sys"))
     names = ["reducer_full_history", "reducer_fed_back_reloaded", "context_builder_no_ids"]
