@@ -35,7 +35,7 @@ from langchain_histcompress.core.pricing import DEFAULT_PRICING, PRICING_MODELS,
 from langchain_histcompress.core.render import escape_data
 from langchain_histcompress.core.rounds import SUMMARY_SOURCE, ensure_ids
 from langchain_histcompress.core.schedule import FoldSchedule, round_loads
-from langchain_histcompress.edge.compressor import message_timestamp
+from langchain_histcompress.core.timestamps import message_timestamp
 from langchain_histcompress.edge.extraction import build_extraction_prompt
 
 __all__ = ["CacheStableContext", "cache_cold"]
@@ -106,7 +106,7 @@ class CacheStableContext:
         verbatim_floor_tokens: A fold keeps the fewest newest rounds that bring preamble +
             verbatim rounds to at least this many tokens (default: the pricing model's
             minimum cached prefix; 0 keeps none).
-        timestamp_getter: Reads a message's time (default ``compressor.message_timestamp``).
+        timestamp_getter: Reads a message's time (default ``timestamps.message_timestamp``).
 
     A context keeps its anchor between calls: use one per conversation, calls one at a time.
 

@@ -22,12 +22,12 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from langchain_histcompress.core.encodings import get_encoding
 from langchain_histcompress.core.errors import BudgetError, ConfigurationError
 from langchain_histcompress.core.tokens import (
     TiktokenCounter,
     TokenCounter,
     count_request,
-    get_encoding,
     message_costs,
     resolve_counter,
 )

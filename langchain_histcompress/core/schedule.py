@@ -1,68 +1,11 @@
 """Folding as a cost decision: fold only when it is expected to save more than it costs.
 
-A fold buys something: one summarizer call (its input at the input price, the new summary at
-the output price) and, when the provider's cache is warm, one cache miss (the next request
-pays again for everything behind the preamble). What it buys is rent: every request that
-re-sends a foldable round pays for its tokens, at the price they are billed (cached tokens at
-the cache-read price, everything at the full price when the prompt is too short to be cached
-or the cache is cold after a pause). `FoldSchedule.decide` answers two questions in units of
-one uncached input token:
-
-1. **When** (rent or buy): fold the oldest rounds once the rent already paid for carrying
-   them, the coming request's included, reaches the fold's *overhead*: its cost less the
-   summarizer's read of the folded rounds. That read is paid once for every round, by
-   whichever fold folds it, so it does not depend on when the fold happens; what folding
-   now rather than later adds is one more call's overhead (the instructions, the previous
-   summary read and rewritten, the cache miss). Over a long conversation this is the rhythm
-   that minimises the cost per round (rent grows with the square of the rounds carried, the
-   overhead is paid once per fold: their sum per round is least where they are equal). It
-   sets the rhythm by itself: with no caching every re-sent token is paid in full and a long
-   conversation folds every few rounds (as TaskWeaver does); under a warm 90%-off cache
-   re-sending is cheap and folds wait for the cache to go cold (a pause longer than its
-   lifetime), when they cost no cache miss and the coming request pays everything in full
-   anyway. Whether the conversation lasts long enough for the read to be worth paying at
-   all is the second question.
-2. **Whether** (payback): the tokens a fold removes (the folded rounds minus the summary's
-   growth) must repay its whole cost, the read of the folded rounds included (a
-   conversation that ends before another fold never needed it), with 90% confidence, on
-   the requests still to come. The
-   coming request is certain; how many more will come is not. By the Copernican argument a
-   conversation seen at a random moment of its life still has, with probability
-   ``f / (f + 1)``, at least ``1 / f`` of its length so far ahead. Length is counted in
-   rounds, one request each (a round's extra tool steps are not certain to come), and with
-   ``payback_factor`` f = 9 a fold must repay its cost over the coming request and the next
-   ninth of the rounds so far, which come with probability 9/10. The coming request is priced
-   as it will be billed (in full after a pause that let the cache go cold), later ones like
-   the past ones: cold at the observed share of cold starts, else cached when the view is
-   long enough to be. A short conversation therefore never folds: its few rounds cannot
-   repay a summarizer call.
-
-With ``F`` the folded tokens, ``S`` / ``S'`` the summary before / after (``S' = min(S + F,
-cap)``), ``o`` the output / input price ratio and ``r`` / ``w`` the cache read / write price
-ratios, a fold costs ``instruction_tokens + S + F + o * S'`` plus, when the cache is warm and
-the view was cacheable, ``(S' + kept) * (w - r)`` for the miss; it removes ``F - (S' - S)``
-tokens from every later request; its overhead is that cost less ``F``. An append-only
-memory (fact extraction, ``append_ratio`` ``a``) reads only the folded rounds and writes what
-it adds: ``S' = min(S + a * F, cap)`` and the call costs ``instruction_tokens + F + o * a *
-F`` (``memory_ratio`` replaces ``a`` in ``S'`` when the memory is shown tersely).
-
-A verbatim floor keeps the view cacheable: when the provider caches from
-``min_cached_tokens`` on, a fold never leaves the preamble + summary + kept rounds under it
-(below it nothing at all is cached; the summary is counted at its current size, which a
-rewrite folding more rounds into it does not shrink), and it always keeps ``retain_rounds``
-newest rounds. The floor is kept only when a cached view of its size costs less per request
-than the view without it (see `FoldSchedule`).
-
-Example:
-    >>> from langchain_histcompress.core.pricing import PRICING_MODELS
-    >>> schedule = FoldSchedule(pricing=PRICING_MODELS["none"], summary_tokens=100)
-    >>> short = [RoundLoad(tokens=80)] * 4
-    >>> schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=short).rounds
-    0
-    >>> long = [RoundLoad(tokens=400)] * 30
-    >>> decision = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=long)
-    >>> decision.rounds, decision.reason
-    (29, 'rent')
+`FoldSchedule.decide` answers two questions in units of one uncached input token, under the
+answering model's pricing and cache rules: **when** (fold the oldest rounds once the rent
+already paid for re-sending them reaches the fold's overhead) and **whether** (the tokens a
+fold removes must repay its whole cost, with 90% confidence, on the requests still to come).
+A verbatim floor keeps the view cacheable. The model, its formulas and the reasoning behind
+them are in ``docs/design/core.md``.
 """
 
 from __future__ import annotations
@@ -141,6 +84,15 @@ class FoldSchedule:
     Example:
         >>> FoldSchedule().floor, FoldSchedule(verbatim_floor=0).floor
         (1024, 0)
+        >>> from langchain_histcompress.core.pricing import PRICING_MODELS
+        >>> schedule = FoldSchedule(pricing=PRICING_MODELS["none"], summary_tokens=100)
+        >>> short = [RoundLoad(tokens=80)] * 4
+        >>> schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=short).rounds
+        0
+        >>> long = [RoundLoad(tokens=400)] * 30
+        >>> decision = schedule.decide(fixed_tokens=50, summary_tokens=0, rounds=long)
+        >>> decision.rounds, decision.reason
+        (29, 'rent')
     """
 
     pricing: PricingModel = PRICING_MODELS[DEFAULT_PRICING]
@@ -300,21 +252,10 @@ class FoldSchedule:
         floor = self._floor_for(fixed_tokens + max(summary_tokens, round(out_summary)), rounds)
         latest = rounds[-1]
         cold_now = latest.cold and latest.requests <= 1
-        # the price each round's requests paid per re-sent token, and the view's size then
-        prices: list[float] = []
-        prompt = fixed_tokens + summary_tokens
-        total_requests = colds = 0
+        prices, prompt, total_requests, colds = self._paid(
+            rounds, fixed_tokens + summary_tokens, read, write
+        )
         caches, min_cached = pricing.caches, pricing.min_cached_tokens
-        for load in rounds:  # `_carry` inlined: this runs on every turn
-            prompt += load.tokens
-            requests = max(1, load.requests)
-            if caches and prompt >= min_cached:
-                first, warm = (write if load.cold else read), read
-            else:
-                first = warm = 1.0
-            prices.append(first + (requests - 1) * warm)
-            total_requests += requests
-            colds += load.cold
         # rent of round i: the requests that sent it while it could have been folded (at least
         # `retain` rounds and the floor's tokens after it)
         paid_after = [*reversed([*itertools.accumulate(reversed(prices))]), 0.0]  # suffix sums
@@ -363,6 +304,30 @@ class FoldSchedule:
                 reason: FoldReason = "cold" if cold_now and caches else "rent"
                 best = FoldDecision(k, reason, net, cost, rent, overhead)
         return best
+
+    def _paid(
+        self, rounds: Sequence[RoundLoad], prompt: int, read: float, write: float
+    ) -> tuple[list[float], int, int, int]:
+        """What re-sending each round has cost so far.
+
+        Returns the price each round's requests paid per re-sent token, the view's size
+        after the last round (``prompt`` is the size before the first), and the requests
+        and cold starts counted.
+        """
+        prices: list[float] = []
+        total_requests = colds = 0
+        caches, min_cached = self.pricing.caches, self.pricing.min_cached_tokens
+        for load in rounds:  # `_carry` inlined: this runs on every turn
+            prompt += load.tokens
+            requests = max(1, load.requests)
+            if caches and prompt >= min_cached:
+                first, warm = (write if load.cold else read), read
+            else:
+                first = warm = 1.0
+            prices.append(first + (requests - 1) * warm)
+            total_requests += requests
+            colds += load.cold
+        return prices, prompt, total_requests, colds
 
 
 def _carry(

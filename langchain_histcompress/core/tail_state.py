@@ -1,37 +1,22 @@
 """A running summary's uncovered tail as last seen, grown by the new messages instead of re-read.
 
-Between two folds every `RoundCompressor.compress` call sees the previous history plus a few
-new messages: the same summary, the same covered prefix, the same tail with messages
-appended. `TailState` keeps what the previous call derived from that tail (its rounds, their
-token costs, the AI messages and cache state of each, the ids it holds, that it breaks no
-provider rule), so the next call reads only the new messages: O(new messages), not O(tail).
-
-It lives in the summary's private memo (see `_memos`) for one compressor, and is used
-only when it provably describes the history at hand:
-
-* the summary's cursor verifies on the history (`_tail._verified_cursor`) and is the very
-  cursor the state was made with, so the covered prefix and the tail start are unchanged;
-* the lead is the same (or equal messages) and the recorded tail the very same objects, in
-  place;
-* the new messages are messages with fresh ids (not in the lead, the tail or the coverage),
-  none of them a system message;
-* the tail holds no covered id and no system message, and the recorded tail, followed by the
-  new messages, breaks no rule `rounds.validate_history` checks (only the last tool step of
-  the recorded tail, still open then, is validated again with the new messages).
-
-A fold of whole rounds hands the state on to the new summary (`carry`): the same tail
-without the folded rounds, so the turn after a fold (and every turn of thread summarization,
-which folds on each) reads only new messages too. Anything else (an edited or shortened
-history, a broken one, pinned system messages in the tail) takes the compressor's full path,
-which records a new state when it can.
+Between two folds each `RoundCompressor.compress` call sees the previous history plus a few
+new messages. `TailState` keeps what the previous call derived from the tail (rounds, token
+costs, cache state, ids, validity) in the summary's memo, so the next call reads only the new
+messages. `grow` uses it only when it provably describes the history at hand (same cursor,
+lead and tail objects; new messages with fresh ids, none a system message; still valid),
+`record` stores one after a full read, and `carry` hands it on to the summary a fold of
+whole rounds makes. The conditions and their reasons are in ``docs/design/core.md``.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
@@ -230,43 +215,23 @@ def record(
     )
 
 
-def grow(
-    owner: object,
-    messages: Sequence[BaseMessage],
-    summary: RunningSummary | None,
-    lead_end: int,
-    counter: TokenCounter,
-    timing: TailTiming,
-) -> tuple[TailParts, TailState] | None:
-    """``messages`` split for ``summary`` from ``owner``'s last state, reading only new messages.
-
-    Returns the parts and the grown state (also recorded), or ``None`` when the state does
-    not provably apply (see the module docstring): the caller then takes the full path.
-    """
-    if summary is None or not isinstance(messages, _GROWABLE):
-        return None
+def _found_state(
+    owner: object, summary: RunningSummary, timing: TailTiming
+) -> tuple[TailState, dict[str, Any]] | None:
+    """``owner``'s state in ``summary``'s memo, with the memo, when made under ``timing``."""
     cache = existing_memo(summary)
     state = cache.get(_STATE_KEY) if cache is not None else None
     if cache is None or not isinstance(state, TailState) or state.owner is not owner:
         return None
     if state.settings != timing.settings:
         return None
-    cursor = _verified_cursor(messages, summary, lead_end)
-    if cursor is not state.cursor:
-        return None
-    start = cursor.start
-    old = state.tail
-    end = start + len(old)
-    if len(messages) < end or len(state.lead) != lead_end:
-        return None
-    if _as_list(messages[:lead_end]) != state.lead:
-        return None
-    # the very objects: the rounds kept hold them, and the view shows the caller's own
-    if not all(map(operator.is_, messages[start:end], old)):
-        return None
-    new = _as_list(messages[end:])
-    covered = summary.covered_ids
-    seen = state.ids
+    return state, cache
+
+
+def _fresh_ids(
+    new: Sequence[BaseMessage], seen: AbstractSet[str], covered: AbstractSet[str]
+) -> set[str] | None:
+    """Ids of the new messages, or ``None`` when one is missing, repeats or is a system one."""
     fresh: set[str] = set()
     for message in new:
         if not isinstance(message, BaseMessage) or isinstance(message, SystemMessage):
@@ -281,14 +246,21 @@ def grow(
         ):
             return None
         fresh.add(message_id)
-    tail = [*old, *new] if new else old
-    step_from = state.step_from
-    if new:
-        # plain messages after a step without calls cannot break a rule (ids were checked)
-        trivial = _plain(old[step_from]) if old else False
-        if not (trivial and all(map(_plain, new))) and validate_history(tail[step_from:]):
-            return None
-        step_from = _step_start(tail)
+    return fresh
+
+
+def _grown(
+    owner: object,
+    state: TailState,
+    cursor: _Cursor,
+    tail: list[BaseMessage],
+    new: list[BaseMessage],
+    ids: frozenset[str],
+    step_from: int,
+    counter: TokenCounter,
+    timing: TailTiming,
+) -> TailState:
+    """``state`` with the ``new`` messages appended to its last round or opening new ones."""
     rounds = list(state.rounds)
     requests = list(state.requests)
     costs = None if state.costs is None else list(state.costs)
@@ -306,26 +278,73 @@ def grow(
                 costs[-1] += cost
         if isinstance(message, AIMessage):
             requests[-1] += 1
+    cold = state.cold
+    if cold is not None:
+        first_new = len(state.rounds)
+        cold = (*cold[:first_new], *_colds(rounds, timing, first_new))
+    return TailState(
+        owner=owner,
+        settings=state.settings,
+        cursor=cursor,
+        lead=state.lead,
+        tail=tail,
+        ids=ids,
+        step_from=step_from,
+        rounds=tuple(rounds),
+        costs=None if costs is None else tuple(costs),
+        requests=tuple(requests),
+        cold=cold,
+        loads=_loads(costs, requests, cold, state.loads, max(len(state.rounds) - 1, 0)),
+        fixed_tokens=state.fixed_tokens,
+    )
+
+
+def grow(
+    owner: object,
+    messages: Sequence[BaseMessage],
+    summary: RunningSummary | None,
+    lead_end: int,
+    counter: TokenCounter,
+    timing: TailTiming,
+) -> tuple[TailParts, TailState] | None:
+    """``messages`` split for ``summary`` from ``owner``'s last state, reading only new messages.
+
+    Returns the parts and the grown state (also recorded), or ``None`` when the state does
+    not provably apply (see the module docstring): the caller then takes the full path.
+    """
+    if summary is None or not isinstance(messages, _GROWABLE):
+        return None
+    found = _found_state(owner, summary, timing)
+    if found is None:
+        return None
+    state, cache = found
+    cursor = _verified_cursor(messages, summary, lead_end)
+    if cursor is not state.cursor:
+        return None
+    start = cursor.start
+    old = state.tail
+    end = start + len(old)
+    if len(messages) < end or len(state.lead) != lead_end:
+        return None
+    if _as_list(messages[:lead_end]) != state.lead:
+        return None
+    # the very objects: the rounds kept hold them, and the view shows the caller's own
+    if not all(map(operator.is_, messages[start:end], old)):
+        return None
+    new = _as_list(messages[end:])
+    fresh = _fresh_ids(new, state.ids, summary.covered_ids)
+    if fresh is None:
+        return None
+    tail = [*old, *new] if new else old
     grown = state
     if new:
-        cold = state.cold
-        if cold is not None:
-            first_new = len(state.rounds)
-            cold = (*cold[:first_new], *_colds(rounds, timing, first_new))
-        grown = TailState(
-            owner=owner,
-            settings=state.settings,
-            cursor=cursor,
-            lead=state.lead,
-            tail=tail,
-            ids=seen | fresh,
-            step_from=step_from,
-            rounds=tuple(rounds),
-            costs=None if costs is None else tuple(costs),
-            requests=tuple(requests),
-            cold=cold,
-            loads=_loads(costs, requests, cold, state.loads, max(len(state.rounds) - 1, 0)),
-            fixed_tokens=state.fixed_tokens,
+        step_from = state.step_from
+        # plain messages after a step without calls cannot break a rule (ids were checked)
+        trivial = _plain(old[step_from]) if old else False
+        if not (trivial and all(map(_plain, new))) and validate_history(tail[step_from:]):
+            return None
+        grown = _grown(
+            owner, state, cursor, tail, new, state.ids | fresh, _step_start(tail), counter, timing
         )
         cache[_STATE_KEY] = grown  # the summary's memo, where ``state`` was found
     parts = TailParts(

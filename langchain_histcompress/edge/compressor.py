@@ -1,88 +1,40 @@
 """Rolling round compression: fold the oldest rounds into a running summary, keep the newest.
 
 `RoundCompressor` folds the oldest uncompressed rounds into a running summary (one summarizer
-call builds the new summary from the previous summary and those rounds); the newest rounds
-stay verbatim. *When* it folds is the ``trigger`` (by default, when folding pays under the
-answering model's pricing); *that* it folds is the answering model's budget: a view over 85%
-of its window is always folded (see `fold_plan`). ``plan`` says what a call would do and why.
-
-Rules every setting keeps:
-
-* Cuts fall between rounds; inside one oversized round only between whole tool groups, so an
-  ``AIMessage`` with ``tool_calls`` is never separated from its ``ToolMessage`` objects.
-* The latest round (the one holding the latest human message) is never folded as a whole,
-  except with ``keep=("rounds", 0)`` once it is answered.
-* Nothing is lost: every original message is either in the view verbatim or in the summary's
-  ``covered_ids`` (the exact ids sent to the summarizer), never both. The one exception: a
-  message too large for the budget on its own is shown shortened, with a marker.
-* Compression is pure: ``compress`` returns a new view and summary and never changes its inputs;
-  on a model failure it raises `SummarizationError` and the caller's state is untouched.
-* Every history providers accept is valid input (`~langchain_histcompress.core.rounds`). A system
-  message inside the conversation is pinned: once the rest of its round is folded it is shown
-  verbatim after the summary until a newer one is folded (then it is folded too). A broken
-  history is compressed as it is and its view repaired.
-* Work per call follows the uncovered tail, not the history (see `_tail` and `_tail_state`).
-
-Example:
-    >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-    >>> model = GenericFakeChatModel(messages=iter(
-    ...     [AIMessage('{"ConversationSummary": "The user counted to two."}')]))
-    >>> compressor = RoundCompressor(model, trigger=("rounds", 3), keep=("rounds", 1),
-    ...                              token_counter="approximate")
-    >>> history = [SystemMessage("Be brief.")]
-    >>> for n in range(3):
-    ...     history += [HumanMessage(f"say {n}", id=f"h{n}"), AIMessage(str(n), id=f"a{n}")]
-    >>> result = compressor.compress(history)
-    >>> result.calls, sorted(result.summary.covered_ids)
-    (1, ['a0', 'a1', 'h0', 'h1'])
-    >>> [m.type for m in result.messages], result.messages[0] is history[0]
-    (['system', 'system', 'human', 'ai'], True)
+call per chunk) and keeps the newest verbatim. *When* it folds is the ``trigger``; *that* it
+folds is the answering model's budget (a view over 85% of its window is always folded).
+``plan`` says what a call would do and why, without any model call; the pure planning steps
+are in `round_planning`, the records in `compression_records`. Cuts fall between rounds (or
+whole tool groups), the latest round stays, nothing is lost, and a failure leaves the
+caller's state untouched: the rules and their reasons are in ``docs/design/edge.md``.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from langchain_histcompress.core.budget import (
-    ContextBudget,
-    context_budget,
-    context_window_of,
-    fit_messages,
-)
-from langchain_histcompress.core.errors import BudgetError, ConfigurationError, InvalidHistoryError
-from langchain_histcompress.core.fold_plan import FoldChoice, decide_fold
+from langchain_histcompress.core.answering_target import AnsweringTarget, answering_target
+from langchain_histcompress.core.budget import context_budget, context_window_of, fit_messages
+from langchain_histcompress.core.errors import BudgetError, ConfigurationError
+from langchain_histcompress.core.fold_plan import decide_fold
 from langchain_histcompress.core.memos import memo
-from langchain_histcompress.core.pricing import DEFAULT_PRICING, PRICING_MODELS, preset_for_model
 from langchain_histcompress.core.render import message_text
-from langchain_histcompress.core.rounds import (
-    ACCEPTED_KINDS,
-    HistoryViolation,
-    Round,
-    is_pinned,
-    is_summary_message,
-    repair_history,
-    split_rounds,
-    split_units,
-    validate_history,
-)
+from langchain_histcompress.core.rounds import Round, is_summary_message, repair_history
 from langchain_histcompress.core.running_summary import RunningSummary, SummaryUpdate
-from langchain_histcompress.core.schedule import FoldDecision, FoldSchedule, RoundLoad, round_loads
-from langchain_histcompress.core.tail import TailParts, covered_prefix_ids, preamble_end
+from langchain_histcompress.core.schedule import RoundLoad, round_loads
+from langchain_histcompress.core.tail import TailParts, preamble_end
 from langchain_histcompress.core.tail import locate_tail as locate_tail
 from langchain_histcompress.core.tail import summary_detached as summary_detached
 from langchain_histcompress.core.tail import with_ids as with_ids
 from langchain_histcompress.core.tail_state import TailState, TailTiming, carry, grow, record
+from langchain_histcompress.core.timestamps import message_timestamp, to_datetime
 from langchain_histcompress.core.tokens import TokenCounter, count_request, message_costs
 from langchain_histcompress.core.triggers import (
     CompressionTrigger,
@@ -91,13 +43,29 @@ from langchain_histcompress.core.triggers import (
     TriggerSpec,
     check_size,
     kept_rounds,
-    model_provider_of,
 )
 from langchain_histcompress.core.views import SUMMARY_METADATA_KEY as SUMMARY_METADATA_KEY
 from langchain_histcompress.core.views import Placement as Placement
-from langchain_histcompress.core.views import check_placement, visible_messages, with_summary
+from langchain_histcompress.core.views import check_placement, with_summary
 from langchain_histcompress.core.views import tail_view as tail_view
 from langchain_histcompress.core.views import view as view
+from langchain_histcompress.edge.compression_records import (
+    CompressionChunk,
+    CompressionPlan,
+    CompressionResult,
+    OnInvalidHistory,
+    TriggerReason,
+)
+from langchain_histcompress.edge.fold_reasons import clause_reason, cost_note, explain_plan
+from langchain_histcompress.edge.round_planning import (
+    answered,
+    checked_tail,
+    fold_chunks,
+    idle_gap_passed,
+    oversized_fold,
+    pending_of,
+    round_costs,
+)
 from langchain_histcompress.edge.summarizer import Summarizer
 from langchain_histcompress.edge.summary_prompt import SummaryProfile, build_summary_prompt
 
@@ -105,190 +73,14 @@ _SUMMARY_TOKENS_KEY = "schedule_summary_tokens"
 
 __all__ = [
     "SUMMARY_METADATA_KEY",
-    "CompressionChunk",
-    "CompressionPlan",
-    "CompressionResult",
-    "OnInvalidHistory",
     "Placement",
     "RoundCompressor",
-    "TriggerReason",
-    "message_timestamp",
-    "pending_rounds",
     "view",
 ]
 
 logger = logging.getLogger(__name__)
 
-TriggerReason = Literal[
-    "cost", "rounds", "tokens", "messages", "fraction", "threshold", "idle_gap", "budget"
-]
-"""Why a fold was planned: the cost schedule, a threshold of the trigger (its unit, or
-``"threshold"`` for a clause of several), the idle gap, or the budget."""
-
-OnInvalidHistory = Literal["repair", "raise"]
-"""What `RoundCompressor` does with a history a provider would reject (see
-`~langchain_histcompress.core.rounds`): compress it and send a repaired view, or raise."""
-
 _ON_INVALID = ("repair", "raise")
-
-_TIMESTAMP_KEYS = ("timestamp", "created_at")
-
-
-def _answered(pending: Sequence[Round]) -> bool:
-    """The latest round ends with a final answer (an AI message without any tool call)."""
-    if not pending:
-        return False
-    last = pending[-1].messages[-1]
-    return isinstance(last, AIMessage) and not last.tool_calls and not last.invalid_tool_calls
-
-
-def _pending(tail: Sequence[BaseMessage], covered: AbstractSet[str]) -> list[Round]:
-    """The tail's rounds with their uncovered messages.
-
-    Rounds with nothing left to fold (every message covered or pinned) are not pending.
-    """
-    out: list[Round] = []
-    for round_ in split_rounds(tail).rounds:
-        kept = visible_messages(round_.messages, covered)
-        if any(not is_pinned(m) for m in kept):
-            out.append(Round(tuple(kept)))
-    return out
-
-
-def pending_rounds(
-    messages: Sequence[BaseMessage], summary: RunningSummary | None = None
-) -> list[Round]:
-    """The rounds not yet folded into ``summary``, each holding only its uncovered messages.
-
-    The system preamble and package summary messages are never part of a round. A round
-    partly folded (older tool groups of an oversized round) appears with its remaining
-    messages; a round whose only uncovered messages are pinned system messages (see
-    `rounds.is_pinned`) is not pending.
-
-    Args:
-        messages: The full original history.
-        summary: The current summary (``None``: nothing is covered).
-
-    Example:
-        >>> from langchain_core.messages import AIMessage, HumanMessage
-        >>> history = [HumanMessage("a", id="h1"), AIMessage("b", id="a1"),
-        ...            HumanMessage("c", id="h2")]
-        >>> s = RunningSummary(content="x", text="x", covered_ids=frozenset({"h1", "a1"}))
-        >>> [[m.id for m in r.messages] for r in pending_rounds(history, s)]
-        [['h2']]
-    """
-    covered = summary.covered_ids if summary is not None else frozenset()
-    return _pending(locate_tail(messages, summary).tail, covered)
-
-
-def _to_datetime(value: object) -> datetime | None:
-    parsed: datetime | None = None
-    if isinstance(value, datetime):
-        parsed = value
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value) / 1000 if value > 1e11 else float(value)
-        try:
-            parsed = datetime.fromtimestamp(seconds, tz=timezone.utc)
-        except (OverflowError, OSError, ValueError):
-            return None
-    elif isinstance(value, str) and value.strip():
-        text = value.strip()
-        if ":" not in text:  # no number is written with a colon: ISO times skip the attempt
-            try:
-                return _to_datetime(float(text))
-            except ValueError:
-                pass
-        if text.endswith(("Z", "z")):
-            text = text[:-1] + "+00:00"
-        try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError:
-            return None
-    if parsed is not None and parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed
-
-
-def message_timestamp(message: BaseMessage) -> datetime | None:
-    """When a message was sent, from ``additional_kwargs`` or ``response_metadata``.
-
-    Looks for the keys ``"timestamp"`` then ``"created_at"``; accepts a ``datetime``, epoch
-    seconds (or milliseconds) and ISO 8601 strings. Naive times are taken as UTC.
-
-    Example:
-        >>> from langchain_core.messages import HumanMessage
-        >>> message_timestamp(
-        ...     HumanMessage("hi", additional_kwargs={"timestamp": "2024-05-01T10:00:00Z"}))
-        datetime.datetime(2024, 5, 1, 10, 0, tzinfo=datetime.timezone.utc)
-    """
-    for source in (message.additional_kwargs, message.response_metadata):
-        for key in _TIMESTAMP_KEYS:
-            if key in source:
-                found = _to_datetime(source[key])
-                if found is not None:
-                    return found
-    return None
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class CompressionChunk:
-    """Messages folded into the summary by one summarizer call."""
-
-    messages: tuple[BaseMessage, ...]
-    """The exact messages sent to the summarizer (they become covered)."""
-    rounds: int
-    """Whole rounds among them (0 for a partial fold of an oversized round)."""
-    partial_round: bool = False
-    """The messages are older tool groups of the latest round, which stays in progress."""
-
-
-@dataclass(frozen=True)
-class CompressionPlan:
-    """What `RoundCompressor.compress` would do, computed without any model call."""
-
-    chunks: tuple[CompressionChunk, ...]
-    """One entry per summarizer call, oldest messages first."""
-    pending_rounds: int
-    """Uncompressed rounds before compression (the latest round included)."""
-    deferred_rounds: int
-    """Rounds that are due but left verbatim because ``max_calls_per_compress`` was reached."""
-    reasons: tuple[TriggerReason, ...]
-    """Triggers that fired, in check order."""
-    previous_text: str | None = None
-    """Text of summary messages found in the history when no summary record was given; passed
-    to the first call as the previous summary."""
-    reason: str = ""
-    """Why it folds or does not, in one line (the budget and pricing in force included)."""
-    view_tokens: int = 0
-    """Tokens of the view before the fold."""
-
-
-@dataclass(frozen=True)
-class CompressionResult:
-    """The outcome of `RoundCompressor.compress`."""
-
-    messages: list[BaseMessage]
-    """The model view: preamble untouched, one summary, uncompressed rounds verbatim."""
-    summary: RunningSummary | None
-    """The new summary (the one passed in when nothing was compressed)."""
-    compressed: bool
-    """Whether at least one summarizer call updated the summary."""
-    calls: int
-    """Summary updates made (one per chunk)."""
-    attempts: int = 0
-    """Model invocations, retries included."""
-    deferred_rounds: int = 0
-    """Due rounds left verbatim because ``max_calls_per_compress`` was reached."""
-    updates: tuple[RunningSummary, ...] = field(default_factory=tuple)
-    """Every summary version produced, oldest first (the last one is ``summary``)."""
-    reason: str = ""
-    """Why it folded or did not (`CompressionPlan.reason`)."""
-
-
-# --------------------------------------------------------------------------- compressor
 
 
 def _check_optional_int(name: str, value: object, minimum: int) -> None:
@@ -304,81 +96,6 @@ def _check_int(name: str, value: object, minimum: int) -> None:
         msg = f"{name} must be an integer >= {minimum}, got None"
         raise ConfigurationError(msg)
     _check_optional_int(name, value, minimum)
-
-
-def _cost_note(decision: FoldDecision, pricing: str) -> str:
-    if decision.rounds:
-        why = "the cache has gone cold" if decision.reason == "cold" else "rent reached cost"
-        return (
-            f"cost ({pricing}): {why}; re-sending them has cost {decision.rent:,.0f} "
-            f"input tokens' worth, folding costs {decision.cost:,.0f}"
-        )
-    if decision.cost:
-        return (
-            f"cost ({pricing}): no fold pays yet (folding would cost {decision.cost:,.0f} "
-            f"input tokens' worth; re-sending has cost {decision.rent:,.0f})"
-        )
-    return f"cost ({pricing}): no fold pays yet"
-
-
-def _clause_reason(trigger: CompressionTrigger) -> TriggerReason:
-    clauses = trigger.clauses
-    if len(clauses) == 1 and len(clauses[0]) == 1:
-        return next(iter(clauses[0]))
-    return "threshold"
-
-
-_REASON_WORDS = {
-    "rounds": "the rounds threshold",
-    "tokens": "the tokens threshold",
-    "messages": "the messages threshold",
-    "fraction": "the window-fraction threshold",
-    "threshold": "a trigger threshold",
-    "idle_gap": "the user came back after a pause",
-    "budget": "the view is over its budget",
-}
-
-
-def _explain(
-    choice: FoldChoice,
-    chunks: Sequence[CompressionChunk],
-    reasons: Sequence[TriggerReason],
-    pending: int,
-    target: _Target,
-    cost_note: str,
-) -> str:
-    budget = target.budget
-    size = f"{choice.view_tokens:,} of {budget.tokens:,} tokens ({budget.source})"
-    if not chunks:
-        why = cost_note or "the trigger did not fire"
-        return f"no fold: {pending} round{'s' if pending != 1 else ''} pending, {size}; {why}"
-    rounds = sum(c.rounds for c in chunks)
-    what = (
-        f"fold {rounds} round{'s' if rounds > 1 else ''}"
-        if rounds
-        else "fold older tool steps of the latest round"
-    )
-    if rounds and any(c.partial_round for c in chunks):
-        what += " and older tool steps of the latest round"
-    words = [cost_note if r == "cost" else _REASON_WORDS[r] for r in reasons]
-    deferred = f"; {choice.deferred} more rounds next turn" if choice.deferred else ""
-    calls = "1 call" if len(chunks) == 1 else f"{len(chunks)} calls"
-    return f"{what} in {calls} ({'; '.join(words)}), {size}{deferred}"
-
-
-@dataclass(frozen=True)
-class _Target:
-    """The answering model as planning sees it: its budget and, for ``"cost"``, its pricing."""
-
-    budget: ContextBudget
-    """The view's budget."""
-    schedule: FoldSchedule | None
-    """The cost schedule (``None`` when the trigger does not fold by cost)."""
-    pricing: str
-    """Which pricing the schedule uses and where it comes from (for reasons and logs)."""
-    provider: str | None = None
-    """The answering model's provider (``ls_provider``), whose ``usage_metadata`` a
-    ``use_usage_metadata`` trigger trusts (the summarizer's when the model is unknown)."""
 
 
 class RoundCompressor:
@@ -521,7 +238,7 @@ cost (openai-50, the default pricing): no fold pays yet
         self._instruction_tokens = self.token_counter(
             build_summary_prompt([], config=self.summarizer.config)
         )
-        self._targets: dict[int, tuple[object, _Target]] = {}
+        self._targets: dict[int, tuple[object, AnsweringTarget]] = {}
         self._target_lock = threading.Lock()
         self.target = self._make_target(context_window)
         """The budget and pricing for the ``context_window`` given here."""
@@ -548,36 +265,25 @@ cost (openai-50, the default pricing): no fold pays yet
 
     # ----------------------------------------------------------------- the answering model
 
-    def _make_target(self, answering: int | object | None) -> _Target:
-        budget = context_budget(answering)
-        provider = model_provider_of(answering) or model_provider_of(self.summarizer.model)
-        if not self.trigger.cost:
-            return _Target(budget, None, "none", provider)
-        if self.trigger.pricing is not None:
-            pricing, source = self.trigger.pricing, self.trigger.pricing.name
-        else:
-            preset = preset_for_model(answering) if not isinstance(answering, int) else None
-            if preset is None:
-                pricing = PRICING_MODELS[DEFAULT_PRICING]
-                source = f"{DEFAULT_PRICING}, the default pricing"
-            else:
-                name = type(answering).__name__ if not isinstance(answering, str) else answering
-                pricing, source = PRICING_MODELS[preset], f"{preset}, from {name}"
-        schedule = FoldSchedule(
-            pricing=pricing,
+    def _make_target(self, answering: int | object | None) -> AnsweringTarget:
+        made = answering_target(
+            answering,
+            trigger=self.trigger,
+            keep=self.keep,
             summary_tokens=self.max_summary_tokens,
             instruction_tokens=self._instruction_tokens,
-            retain_rounds=max(int(self.keep[1]), 1) if self.keep[0] == "rounds" else 1,
+            summarizer_model=self.summarizer.model,
         )
-        logger.info(
-            "round compression: budget %s tokens (%s); folds by cost under %s",
-            f"{budget.tokens:,}",
-            budget.source,
-            source,
-        )
-        return _Target(budget, schedule, source, provider)
+        if made.schedule is not None:
+            logger.info(
+                "round compression: budget %s tokens (%s); folds by cost under %s",
+                f"{made.budget.tokens:,}",
+                made.budget.source,
+                made.pricing,
+            )
+        return made
 
-    def target_for(self, answering: int | object | None) -> _Target:
+    def target_for(self, answering: int | object | None) -> AnsweringTarget:
         """The budget and pricing for an answering model given per call (cached per model)."""
         if answering is None or answering is self.context_window:
             return self.target
@@ -632,71 +338,12 @@ cost (openai-50, the default pricing): no fold pays yet
             )
             if grown is not None:
                 return grown[0], grown[1], True
-        parts = locate_tail(messages, summary)
-        offset = parts.tail_start
-        tail = list(messages[offset:])
-        for index, message in enumerate(tail, start=offset):
-            if not message.id and not is_summary_message(message):
-                msg = (
-                    f"messages[{index}] ({message.type}) has no id ({message.id!r}); compression "
-                    "records covered messages by id (give every message an id, e.g. with "
-                    "rounds.ensure_ids)"
-                )
-                raise ConfigurationError(msg)
-        strict = self.on_invalid_history == "raise"
-        in_prefix = covered_prefix_ids(parts, summary)
-        lead = parts.lead
-        found = validate_history([*lead, *tail])
-        violations = [
-            replace(v, index=v.index - len(lead) + offset) if v.index >= len(lead) else v
-            for v in found
-            if (strict and v.kind not in ACCEPTED_KINDS) or v.kind == "duplicate_message_id"
-        ]
-        violations += [
-            HistoryViolation("duplicate_message_id", index, m.id, f"message id {m.id!r} repeats")
-            for index, m in enumerate(tail, start=offset)
-            if m.id and in_prefix(m.id)
-        ]
-        if violations:
-            raise InvalidHistoryError(sorted(violations, key=lambda v: v.index))
-        return parts, None, not found
-
-    def _costs(self, rounds: Sequence[Round]) -> list[int]:
-        # One count of every pending message (a counter matches it with last turn's list, so
-        # only the new messages are looked up), then summed per round.
-        sizes = [len(r.messages) for r in rounds]
-        costs = message_costs(self.token_counter, [m for r in rounds for m in r.messages])
-        ends = list(itertools.accumulate(sizes))
-        return [sum(costs[end - size : end]) for end, size in zip(ends, sizes, strict=True)]
+        parts, clean = checked_tail(messages, summary, strict=self.on_invalid_history == "raise")
+        return parts, None, clean
 
     @staticmethod
     def _summary_messages(summary: RunningSummary | None) -> list[BaseMessage]:
         return [] if summary is None else [summary.to_message()]
-
-    def _idle(self, parts: TailParts, gap: timedelta) -> bool:
-        tail = parts.tail
-        latest = next(
-            (i for i in range(len(tail) - 1, -1, -1) if isinstance(tail[i], HumanMessage)), None
-        )
-        if latest is None:
-            return False
-        resumed = _to_datetime(self.timestamp_getter(tail[latest]))
-        if resumed is None:
-            return False
-        messages = parts.messages
-        earlier = itertools.chain(
-            reversed(tail[:latest]),
-            (
-                messages[i]
-                for i in range(parts.tail_start - 1, parts.lead_end - 1, -1)
-                if not is_summary_message(messages[i])
-            ),
-        )
-        for message in earlier:
-            before = _to_datetime(self.timestamp_getter(message))
-            if before is not None:
-                return resumed - before > gap
-        return False
 
     def _fixed_tokens(self, parts: TailParts) -> int:
         return sum(message_costs(self.token_counter, parts.preamble))
@@ -711,37 +358,6 @@ cost (openai-50, the default pricing): no fold pays yet
         tokens = sum(message_costs(counter, self._summary_messages(summary)))
         cache[_SUMMARY_TOKENS_KEY] = (counter, tokens)
         return tokens
-
-    @staticmethod
-    def _shown_pinned(pinned: Sequence[BaseMessage], folded: Sequence[Round]) -> set[int]:
-        """Identities of the pinned messages that stay shown after a fold of ``folded``.
-
-        Only the newest pinned message stays verbatim (the latest instruction of its kind);
-        older ones are folded into the summary, so a reminder repeated every turn never
-        accumulates.
-        """
-        newest = [m for r in folded for m in r.messages if is_pinned(m)] or list(pinned)
-        return {id(newest[-1])} if newest else set()
-
-    def _oversized_fold(self, latest: Round, limit: int) -> CompressionChunk | None:
-        """Older tool groups of the latest round to fold so the rest fits in ``limit``."""
-        units = split_units(latest.messages)
-        costs = [sum(message_costs(self.token_counter, unit)) for unit in units]
-        remaining = sum(costs)
-        if remaining <= limit:
-            return None
-        start = 1 if isinstance(units[0][0], HumanMessage) else 0
-        folded: list[BaseMessage] = []
-        for unit, cost in zip(units[start:-1], costs[start:-1], strict=True):
-            if remaining <= limit:
-                break
-            if is_pinned(unit[0]):  # stays in the view; its tokens remain
-                continue
-            folded.extend(unit)
-            remaining -= cost
-        if not folded:
-            return None
-        return CompressionChunk(tuple(folded), rounds=0, partial_round=True)
 
     def plan(
         self,
@@ -781,7 +397,7 @@ cost (openai-50, the default pricing): no fold pays yet
         target = self.target_for(context_window)
         return self._plan(messages, summary, target, after_reply, overhead_tokens)[0]
 
-    def _timing(self, target: _Target) -> TailTiming:
+    def _timing(self, target: AnsweringTarget) -> TailTiming:
         schedule = target.schedule
         lifetime = schedule.pricing.cache_lifetime if schedule is not None else None
         getter = self.timestamp_getter
@@ -789,7 +405,7 @@ cost (openai-50, the default pricing): no fold pays yet
         made = self._timing_made
         if made is None or made.settings != settings:
             made = self._timing_made = TailTiming(
-                lambda m: _to_datetime(getter(m)), lifetime, costs=True, settings=settings
+                lambda m: to_datetime(getter(m)), lifetime, costs=True, settings=settings
             )
         return made
 
@@ -797,27 +413,13 @@ cost (openai-50, the default pricing): no fold pays yet
         self,
         messages: Sequence[BaseMessage],
         summary: RunningSummary | None,
-        target: _Target,
+        target: AnsweringTarget,
         after_reply: bool = False,
         overhead_tokens: int = 0,
     ) -> tuple[CompressionPlan, TailParts]:
         timing = self._timing(target)
         parts, state, clean = self._check_input(messages, summary, timing)
-        pending: Sequence[Round]
-        costs: Sequence[int] | None
-        fixed: int | None = None
-        if state is not None:  # read only: the state's own tuples, not copies
-            pending, costs, fixed = state.rounds, state.costs, state.fixed_tokens
-        else:
-            covered = summary.covered_ids if summary is not None else frozenset()
-            pending = _pending(parts.tail, covered)
-            costs = self._costs(pending)
-            fixed = self._fixed_tokens(parts)
-            if clean and summary is not None:
-                record(self, summary, parts, pending, costs, timing, fixed)
-        assert costs is not None
-        if fixed is None:
-            fixed = self._fixed_tokens(parts)
+        pending, costs, fixed = self._measure(parts, state, clean, summary, timing)
         fixed += overhead_tokens
         summary_tokens = self._summary_tokens(summary) if summary is not None else 0
         pinned = parts.pinned
@@ -826,51 +428,25 @@ cost (openai-50, the default pricing): no fold pays yet
         keep = kept_rounds(
             self.keep, costs, [len(r.messages) for r in pending], window=budget.window
         )
-        answered = after_reply and _answered(pending)
-        eligible = max(len(pending) - (0 if keep == 0 and answered else max(keep, 1)), 0)
-        chosen = 0
+        done = after_reply and answered(pending)
+        eligible = max(len(pending) - (0 if keep == 0 and done else max(keep, 1)), 0)
         reasons: list[TriggerReason] = []
-        cost_note = ""
+        chosen, note = self._cost_choice(
+            target, state, summary, pending, costs, timing, fixed, summary_tokens, eligible
+        )
+        if chosen:
+            reasons.append("cost")
         trigger = self.trigger
-        if target.schedule is not None and eligible:
-            if state is not None and state.loads is not None:
-                loads: Sequence[RoundLoad] = state.loads
-            else:
-                loads = round_loads(
-                    [r.messages for r in pending],
-                    costs,
-                    timestamp=timing.timestamp,
-                    lifetime=target.schedule.pricing.cache_lifetime,
-                )
-            decision = target.schedule.decide(
-                fixed_tokens=fixed,
-                summary_tokens=summary_tokens,
-                rounds=loads,
-                rounds_so_far=len(loads) + (summary.rounds_covered if summary else 0),
-            )
-            cost_note = _cost_note(decision, target.pricing)
-            if decision.rounds:
-                chosen = decision.rounds
-                reasons.append("cost")
-        elif target.schedule is not None:
-            cost_note = f"cost ({target.pricing}): nothing old enough to fold"
         if trigger.clauses and eligible:
-            shown = len(parts.preamble) + (1 if summary is not None else 0) + len(pinned)
-            size = ConversationSize(
-                fixed + summary_tokens + pinned_tokens + sum(costs),
-                shown + sum(len(r.messages) for r in pending),
-                len(pending),
-            )
-            if trigger.use_usage_metadata:
-                lead = parts.lead if summary is None else parts.preamble
-                view_now = [*lead, *self._summary_messages(summary), *pinned, *parts.tail]
-                size = trigger.measure(
-                    view_now, counter=self.token_counter, pending=pending, provider=target.provider
-                )
-            if trigger.fires(size, window=budget.window):
+            view_tokens = fixed + summary_tokens + pinned_tokens + sum(costs)
+            if self._trigger_fires(target, parts, summary, pending, view_tokens):
                 chosen = max(chosen, eligible)
-                reasons.append(_clause_reason(trigger))
-        if trigger.idle is not None and len(pending) >= 2 and self._idle(parts, trigger.idle):
+                reasons.append(clause_reason(trigger))
+        if (
+            trigger.idle is not None
+            and len(pending) >= 2
+            and idle_gap_passed(parts, trigger.idle, self.timestamp_getter)
+        ):
             chosen = len(pending) - 1  # everything before the resumed round, whatever `keep`
             reasons.append("idle_gap")
         choice = decide_fold(
@@ -884,41 +460,17 @@ cost (openai-50, the default pricing): no fold pays yet
             call_tokens=self._call_tokens(),
             max_calls=self.max_calls_per_compress,
             chosen=chosen,
-            answered=answered,
+            answered=done,
         )
         if choice.forced:
             reasons.append("budget")
-        folded = sum(choice.calls)
-        shown_pinned = self._shown_pinned(pinned, pending[:folded])
-        starts = list(itertools.accumulate(choice.calls, initial=0))
-        chunks = [
-            CompressionChunk(
-                tuple(
-                    m
-                    for r in pending[start : start + size]
-                    for m in r.messages
-                    if not is_pinned(m) or id(m) not in shown_pinned
-                ),
-                rounds=size,
-            )
-            for start, size in zip(starts, choice.calls, strict=False)
-        ]
-        if chunks and pinned:  # older pinned messages go with the first call
-            older = tuple(m for m in pinned if id(m) not in shown_pinned)
-            if older:
-                chunks[0] = replace(chunks[0], messages=older + chunks[0].messages)
-        latest_is_last = bool(pending) and pending[-1].messages[-1] is parts.tail[-1]
-        if latest_is_last and folded < len(pending):
-            kept_tokens = sum(costs[folded:-1])
-            # a fold of older tool steps makes (or grows) the summary too
-            new_summary = max(summary_tokens, self.max_summary_tokens)
-            room = budget.tokens - fixed - pinned_tokens - new_summary - kept_tokens
-            if costs[-1] > room:
-                fold = self._oversized_fold(pending[-1], max(room, 0))
-                if fold is not None:
-                    chunks.append(fold)
-                    if "budget" not in reasons:
-                        reasons.append("budget")
+        chunks = fold_chunks(pending, choice.calls, pinned)
+        room = budget.tokens - fixed - pinned_tokens
+        fold = self._latest_fold(parts, pending, costs, sum(choice.calls), room, summary_tokens)
+        if fold is not None:
+            chunks.append(fold)
+            if "budget" not in reasons:
+                reasons.append("budget")
         previous_text = None
         if summary is None and chunks:
             stale = [m for m in messages if is_summary_message(m)]
@@ -929,10 +481,121 @@ cost (openai-50, the default pricing): no fold pays yet
             deferred_rounds=choice.deferred,
             reasons=tuple(reasons),
             previous_text=previous_text,
-            reason=_explain(choice, chunks, reasons, len(pending), target, cost_note),
+            reason=explain_plan(choice, chunks, reasons, len(pending), budget, note),
             view_tokens=choice.view_tokens,
         )
         return plan, parts
+
+    def _measure(
+        self,
+        parts: TailParts,
+        state: TailState | None,
+        clean: bool,
+        summary: RunningSummary | None,
+        timing: TailTiming,
+    ) -> tuple[Sequence[Round], Sequence[int], int]:
+        """The pending rounds, their tokens and the preamble's, from ``state`` when known.
+
+        On the full path the tail read is recorded for the next call when it broke no rule.
+        """
+        pending: Sequence[Round]
+        costs: Sequence[int] | None
+        fixed: int | None = None
+        if state is not None:  # read only: the state's own tuples, not copies
+            pending, costs, fixed = state.rounds, state.costs, state.fixed_tokens
+        else:
+            covered = summary.covered_ids if summary is not None else frozenset()
+            pending = pending_of(parts.tail, covered)
+            costs = round_costs(self.token_counter, pending)
+            fixed = self._fixed_tokens(parts)
+            if clean and summary is not None:
+                record(self, summary, parts, pending, costs, timing, fixed)
+        assert costs is not None
+        if fixed is None:
+            fixed = self._fixed_tokens(parts)
+        return pending, costs, fixed
+
+    def _cost_choice(
+        self,
+        target: AnsweringTarget,
+        state: TailState | None,
+        summary: RunningSummary | None,
+        pending: Sequence[Round],
+        costs: Sequence[int],
+        timing: TailTiming,
+        fixed: int,
+        summary_tokens: int,
+        eligible: int,
+    ) -> tuple[int, str]:
+        """Rounds the cost schedule folds (0: none) and its note for the plan's reason."""
+        schedule = target.schedule
+        if schedule is None:
+            return 0, ""
+        if not eligible:
+            return 0, f"cost ({target.pricing}): nothing old enough to fold"
+        if state is not None and state.loads is not None:
+            loads: Sequence[RoundLoad] = state.loads
+        else:
+            loads = round_loads(
+                [r.messages for r in pending],
+                costs,
+                timestamp=timing.timestamp,
+                lifetime=schedule.pricing.cache_lifetime,
+            )
+        decision = schedule.decide(
+            fixed_tokens=fixed,
+            summary_tokens=summary_tokens,
+            rounds=loads,
+            rounds_so_far=len(loads) + (summary.rounds_covered if summary else 0),
+        )
+        return decision.rounds, cost_note(decision, target.pricing)
+
+    def _trigger_fires(
+        self,
+        target: AnsweringTarget,
+        parts: TailParts,
+        summary: RunningSummary | None,
+        pending: Sequence[Round],
+        view_tokens: int,
+    ) -> bool:
+        """Whether a threshold of the trigger is reached by the view (``view_tokens`` long)."""
+        trigger = self.trigger
+        shown = len(parts.preamble) + (1 if summary is not None else 0) + len(parts.pinned)
+        size = ConversationSize(
+            view_tokens, shown + sum(len(r.messages) for r in pending), len(pending)
+        )
+        if trigger.use_usage_metadata:
+            lead = parts.lead if summary is None else parts.preamble
+            view_now = [*lead, *self._summary_messages(summary), *parts.pinned, *parts.tail]
+            size = trigger.measure(
+                view_now, counter=self.token_counter, pending=pending, provider=target.provider
+            )
+        return trigger.fires(size, window=target.budget.window)
+
+    def _latest_fold(
+        self,
+        parts: TailParts,
+        pending: Sequence[Round],
+        costs: Sequence[int],
+        folded: int,
+        room: int,
+        summary_tokens: int,
+    ) -> CompressionChunk | None:
+        """Older tool steps of the latest round to fold when it does not fit on its own.
+
+        ``room`` is the budget less the preamble and pinned messages; the rounds after the
+        ``folded`` oldest and the summary (grown to its cap) take their share of it too.
+        """
+        latest_is_last = bool(pending) and pending[-1].messages[-1] is parts.tail[-1]
+        if not latest_is_last or folded >= len(pending):
+            return None
+        kept_tokens = sum(costs[folded:-1])
+        # a fold of older tool steps makes (or grows) the summary too
+        new_summary = max(summary_tokens, self.max_summary_tokens)
+        room = room - new_summary - kept_tokens
+        if costs[-1] <= room:
+            return None
+        return oversized_fold(pending[-1], max(room, 0), self.token_counter)
 
     # ----------------------------------------------------------------- compress
 
@@ -959,7 +622,7 @@ cost (openai-50, the default pricing): no fold pays yet
     def _fitted(
         self,
         shown: list[BaseMessage],
-        target: _Target,
+        target: AnsweringTarget,
         expected: int | None,
         overhead_tokens: int = 0,
     ) -> list[BaseMessage]:
@@ -996,7 +659,7 @@ cost (openai-50, the default pricing): no fold pays yet
         plan: CompressionPlan,
         updates: list[SummaryUpdate],
         summary: RunningSummary | None,
-        target: _Target,
+        target: AnsweringTarget,
         overhead_tokens: int = 0,
     ) -> CompressionResult:
         if plan.chunks:
@@ -1087,6 +750,22 @@ cost (openai-50, the default pricing): no fold pays yet
                 and the history breaks the provider rules.
             BudgetError: The view cannot fit the budget (the message names what).
             ConfigurationError: A message has no id.
+
+        Example:
+            >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+            >>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+            >>> model = GenericFakeChatModel(messages=iter(
+            ...     [AIMessage('{"ConversationSummary": "The user counted to two."}')]))
+            >>> compressor = RoundCompressor(model, trigger=("rounds", 3), keep=("rounds", 1),
+            ...                              token_counter="approximate")
+            >>> history = [SystemMessage("Be brief.")]
+            >>> for n in range(3):
+            ...     history += [HumanMessage(f"say {n}", id=f"h{n}"), AIMessage(str(n), id=f"a{n}")]
+            >>> result = compressor.compress(history)
+            >>> result.calls, sorted(result.summary.covered_ids)
+            (1, ['a0', 'a1', 'h0', 'h1'])
+            >>> [m.type for m in result.messages], result.messages[0] is history[0]
+            (['system', 'system', 'human', 'ai'], True)
         """
         target = self.target_for(context_window)
         plan, parts = self._plan(messages, summary, target, after_reply, overhead_tokens)

@@ -46,16 +46,14 @@ from langchain_histcompress.edge._extraction_output import (
     _MalformedOutputError,
     parse_extraction_output,
 )
+from langchain_histcompress.edge.answer_checks import UnusableAnswerError
 from langchain_histcompress.edge.model_edge import (
     ModelCall,
     RetryPolicy,
-    Steps,
-    UnusableAnswerError,
-    arun_steps,
     internal_config,
     report_failure,
-    run_steps,
 )
+from langchain_histcompress.edge.steps import Steps, arun_steps, run_steps
 
 if TYPE_CHECKING:
     from langchain_histcompress.recall.retrieval import BM25FactRetriever, FactRetriever

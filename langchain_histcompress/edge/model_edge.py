@@ -1,40 +1,15 @@
-"""The model edge shared by the summarizer, the fact extractor and the query rephraser.
-
-Everything that stands between the package and a model call is written here once:
+"""The model edge: the one policy every internal model call (summarize, extract, rephrase) keeps.
 
 * the config of internal calls (`INTERNAL_TAGS`, `internal_config`): tags that keep their
   tokens out of the user's stream, a run name, call metadata, a copy of the caller's config;
-* error handling: `is_transient_error`, `retry_after` (``retry-after-ms``, ``retry-after``
-  in seconds or as an HTTP date), `describe_error`, and the bounded `RetryPolicy`
-  (exponential backoff, never retrying before the server allows, injectable sleeps);
-* the retry budget: `internal_model` gives every internal call a copy of the model whose own
-  client neither retries nor waits longer than the package's timeout, so the package's
-  ``max_retries`` is the whole budget (``1 + max_retries`` requests per internal call);
-  streaming is off for internal calls (one complete answer, with its usage), and the output
-  is capped (``max_tokens``) when the model has that setting;
-* reading answers: `check_answer` turns a cut-off (``finish_reason="length"``) or refused
-  (OpenAI ``refusal``, ``content_filter``) answer into an `UnusableAnswerError`, which
-  callers retry like any other unusable answer;
+* error handling: `is_transient_error`, `retry_after`, `describe_error` and the bounded
+  `RetryPolicy`, the package's whole retry budget (`internal_model` turns client retries off);
+* one request: the `ModelCall` effect, under a per-call timeout, with its answer checked
+  (`answer_checks`); operations are step generators run by `steps.run_steps`;
 * failure accounting: `report_failure` records every internal call that gave up into the
-  lists opened by `recording_failures` (the benchmark counts them per strategy);
-* per-call timeouts: every model call is bounded by `_timeouts.call_with_timeout` (sync)
-  or `_timeouts.await_with_timeout` (async); answers are read with `_answer_text`;
-* sync/async sharing: an operation is written once as a *step generator* that yields
-  effects (`ModelCall`, `Pause`, `Twin`) and receives their results (exceptions are thrown
-  in at the ``yield``). `run_steps` performs the effects synchronously (``invoke``,
-  ``time.sleep``), `arun_steps` asynchronously (``await ainvoke``, ``asyncio.sleep``): the
-  two faces of an operation differ only in the driver they hand it to.
+  lists opened by `recording_failures`.
 
-Example:
-    >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    >>> from langchain_core.messages import AIMessage
-    >>> from langchain_histcompress.core.answer_text import find_json_object, output_text
-    >>> model = GenericFakeChatModel(messages=iter([AIMessage('Sure: {"answer": 42}')]))
-    >>> def ask(question):
-    ...     answer = yield ModelCall(model, question, internal_config(None, call="demo"))
-    ...     return find_json_object(output_text(answer) or "")
-    >>> run_steps(ask("What is six times seven?"))
-    {'answer': 42}
+The reasoning behind each rule is in ``docs/design/edge.md``.
 """
 
 from __future__ import annotations
@@ -42,18 +17,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
-from contextlib import closing, contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timezone
 from email.utils import parsedate_to_datetime
-from typing import Any, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, cast
+from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
 
 from langchain_histcompress.core.errors import ConfigurationError, SummarizationError
@@ -63,23 +36,19 @@ from langchain_histcompress.edge._timeouts import (
     await_with_timeout,
     call_with_timeout,
 )
+from langchain_histcompress.edge.answer_checks import (
+    MalformedAnswerError,
+    _unusable_from,
+    check_answer,
+)
+from langchain_histcompress.edge.steps import Pause
 
 __all__ = [
     "INTERNAL_TAGS",
     "TIMEOUT_ERRORS",
-    "Effect",
     "InternalFailure",
-    "MalformedAnswerError",
     "ModelCall",
-    "Pause",
-    "RefusedAnswerError",
     "RetryPolicy",
-    "Steps",
-    "TruncatedAnswerError",
-    "Twin",
-    "UnusableAnswerError",
-    "arun_steps",
-    "check_answer",
     "describe_error",
     "internal_config",
     "internal_model",
@@ -88,14 +57,9 @@ __all__ = [
     "recording_failures",
     "report_failure",
     "retry_after",
-    "run_steps",
 ]
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
-P = ParamSpec("P")
 
 # --------------------------------------------------------------------------- internal calls
 
@@ -418,114 +382,6 @@ class RetryPolicy:
         return Pause(seconds, self.sleep, self.async_sleep)
 
 
-# --------------------------------------------------------------------------- unusable answers
-
-
-class UnusableAnswerError(Exception):
-    """The model answered, but the answer cannot be used (retried like garbage output).
-
-    Attributes:
-        reason: A short machine-readable reason (``truncated``, ``refusal``, ``malformed``).
-    """
-
-    reason = "unusable"
-
-    def __init__(self, message: str) -> None:
-        """Record the message."""
-        super().__init__(message)
-
-
-class TruncatedAnswerError(UnusableAnswerError):
-    """The answer was cut off by the output limit (``finish_reason="length"``)."""
-
-    reason = "truncated"
-
-
-class RefusedAnswerError(UnusableAnswerError):
-    """The provider reported a refusal (OpenAI ``refusal`` field, ``content_filter``)."""
-
-    reason = "refusal"
-
-
-class MalformedAnswerError(UnusableAnswerError):
-    """The provider's response body could not be read (not JSON, cut off)."""
-
-    reason = "malformed"
-
-
-_LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length"})
-_REFUSAL_REASONS = frozenset({"content_filter", "refusal", "safety"})
-
-
-def _finish_reason(message: BaseMessage) -> str | None:
-    metadata = message.response_metadata or {}
-    for key in ("finish_reason", "stop_reason"):
-        value = metadata.get(key)
-        if isinstance(value, str) and value:
-            return value.lower()
-    return None
-
-
-def _refusal_text(message: BaseMessage) -> str | None:
-    refusal = (message.additional_kwargs or {}).get("refusal")
-    if isinstance(refusal, str) and refusal.strip():
-        return refusal
-    if isinstance(message.content, list):
-        for block in message.content:
-            if isinstance(block, Mapping) and block.get("type") == "refusal":
-                return str(block.get("refusal") or "refused")
-    return None
-
-
-def check_answer(output: object) -> None:
-    """Raise when a model answer was cut off or refused by the provider.
-
-    Looks at the message's ``finish_reason`` / ``stop_reason`` (``length``, ``max_tokens``:
-    cut off; ``content_filter``: refused) and at OpenAI's ``refusal`` field (in
-    ``additional_kwargs`` or as a ``refusal`` content block). Anything that is not a
-    message passes.
-
-    Raises:
-        TruncatedAnswerError: The answer stopped at the output limit.
-        RefusedAnswerError: The provider delivered a refusal instead of an answer.
-
-    Example:
-        >>> from langchain_core.messages import AIMessage
-        >>> check_answer(AIMessage("fine", response_metadata={"finish_reason": "stop"}))
-        >>> try:
-        ...     check_answer(AIMessage("And how much does a",
-        ...                            response_metadata={"finish_reason": "length"}))
-        ... except TruncatedAnswerError as exc:
-        ...     print(exc.reason)
-        truncated
-    """
-    if not isinstance(output, BaseMessage):
-        return
-    refusal = _refusal_text(output)
-    if refusal is not None:
-        msg = "the model refused (refusal field)"
-        raise RefusedAnswerError(msg)
-    reason = _finish_reason(output)
-    if reason in _LENGTH_REASONS:
-        msg = f"the answer was cut off at the output limit (finish_reason={reason!r})"
-        raise TruncatedAnswerError(msg)
-    if reason in _REFUSAL_REASONS:
-        msg = f"the provider withheld the answer (finish_reason={reason!r})"
-        raise RefusedAnswerError(msg)
-
-
-def _unusable_from(exc: Exception) -> UnusableAnswerError | None:
-    """The unusable-answer error an exception of a model call stands for, if any."""
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if "LengthFinishReasonError" in names:
-        return TruncatedAnswerError("the answer was cut off at the output limit")
-    if names & {"ContentFilterFinishReasonError", "OpenAIRefusalError"}:
-        return RefusedAnswerError("the provider refused or filtered the answer")
-    if isinstance(exc, json.JSONDecodeError) or "APIResponseValidationError" in names:
-        return MalformedAnswerError(f"the response body could not be read ({type(exc).__name__})")
-    return None
-
-
 # --------------------------------------------------------------------------- the retry budget
 
 
@@ -662,19 +518,7 @@ def report_failure(call: str, error: str, attempts: int) -> None:
         sink.append(failure)
 
 
-# --------------------------------------------------------------------------- effects
-
-
-class Effect(Protocol[T_co]):
-    """Something a step generator asks its driver to do, with a sync and an async way."""
-
-    def run(self) -> T_co:
-        """Do it synchronously."""
-        ...
-
-    async def arun(self) -> T_co:
-        """Do it asynchronously."""
-        ...
+# --------------------------------------------------------------------------- one request
 
 
 @dataclass(frozen=True)
@@ -686,6 +530,18 @@ class ModelCall:
     malformed answer raises an `UnusableAnswerError`. With ``structured`` the runnable is a
     ``with_structured_output(..., include_raw=True)`` chain: its raw answer is checked, a
     parsing error is an `UnusableAnswerError`, and the parsed value is the result.
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        >>> from langchain_core.messages import AIMessage
+        >>> from langchain_histcompress.core.answer_text import find_json_object, output_text
+        >>> from langchain_histcompress.edge.steps import run_steps
+        >>> model = GenericFakeChatModel(messages=iter([AIMessage('Sure: {"answer": 42}')]))
+        >>> def ask(question):
+        ...     answer = yield ModelCall(model, question, internal_config(None, call="demo"))
+        ...     return find_json_object(output_text(answer) or "")
+        >>> run_steps(ask("What is six times seven?"))
+        {'answer': 42}
     """
 
     runnable: Runnable[Any, Any]
@@ -751,129 +607,3 @@ def _typed_unusable_answers() -> Iterator[None]:
         if unusable is None:
             raise
         raise unusable from exc
-
-
-@dataclass(frozen=True)
-class Pause:
-    """Effect: wait before the next attempt."""
-
-    seconds: float
-    """How long to wait."""
-    sleep: Callable[[float], None] = time.sleep
-    """Sync sleep function."""
-    async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    """Async sleep function."""
-
-    def run(self) -> None:
-        """Sleep."""
-        self.sleep(self.seconds)
-
-    async def arun(self) -> None:
-        """Sleep without blocking the event loop."""
-        await self.async_sleep(self.seconds)
-
-
-class Twin(Generic[P, T]):
-    """Effect: call the sync or the async one of two twin callables with the same arguments.
-
-    Example:
-        >>> from langchain_core.runnables import RunnableLambda
-        >>> double = RunnableLambda(lambda x: 2 * x)
-        >>> def steps():
-        ...     return (yield Twin(double.invoke, double.ainvoke, 21))
-        >>> run_steps(steps()), asyncio.run(arun_steps(steps()))
-        (42, 42)
-    """
-
-    def __init__(
-        self,
-        sync: Callable[P, T],
-        asynchronous: Callable[P, Awaitable[T]],
-        /,
-        *args: P.args,
-        **kwargs: P.kwargs,
-    ) -> None:
-        """Remember both callables and the arguments."""
-        self._sync = sync
-        self._async = asynchronous
-        self._args = args
-        self._kwargs = kwargs
-
-    def run(self) -> T:
-        """Call the sync twin."""
-        return self._sync(*self._args, **self._kwargs)
-
-    async def arun(self) -> T:
-        """Await the async twin."""
-        return await self._async(*self._args, **self._kwargs)
-
-
-Steps: TypeAlias = Generator[Effect[Any], Any, T]
-"""A step generator: yields effects, receives their results, returns the outcome."""
-
-
-@dataclass(frozen=True)
-class _Finished(Generic[T]):
-    value: T
-
-
-def _advance(
-    steps: Steps[T], value: Any = None, error: Exception | None = None
-) -> Effect[Any] | _Finished[T]:
-    """Resume ``steps`` with the last effect's result (or its error): the next effect."""
-    try:
-        return steps.throw(error) if error is not None else steps.send(value)
-    except StopIteration as stop:
-        return _Finished(cast(T, stop.value))
-
-
-def _outcome(effect: Effect[Any]) -> tuple[Any, Exception | None]:
-    try:
-        return effect.run(), None
-    except Exception as exc:
-        return None, exc
-
-
-async def _aoutcome(effect: Effect[Any]) -> tuple[Any, Exception | None]:
-    try:
-        return await effect.arun(), None
-    except Exception as exc:
-        return None, exc
-
-
-def run_steps(steps: Steps[T]) -> T:
-    """Drive a step generator synchronously and return its result.
-
-    Each effect's result is sent back into the generator; an ``Exception`` it raises is
-    thrown in at the ``yield`` (anything else, e.g. ``KeyboardInterrupt``, propagates and
-    closes the generator).
-
-    Example:
-        >>> def steps():
-        ...     yield Pause(0)
-        ...     return "done"
-        >>> run_steps(steps())
-        'done'
-    """
-    with closing(steps):
-        step = _advance(steps)
-        while not isinstance(step, _Finished):
-            step = _advance(steps, *_outcome(step))
-        return step.value
-
-
-async def arun_steps(steps: Steps[T]) -> T:
-    """Async `run_steps`: effects are awaited; cancellation propagates unchanged.
-
-    Example:
-        >>> def steps():
-        ...     yield Pause(0)
-        ...     return "done"
-        >>> asyncio.run(arun_steps(steps()))
-        'done'
-    """
-    with closing(steps):
-        step = _advance(steps)
-        while not isinstance(step, _Finished):
-            step = _advance(steps, *await _aoutcome(step))
-        return step.value

@@ -28,18 +28,17 @@ from langchain_histcompress.core.history_window import (
 )
 from langchain_histcompress.core.render import escape_data, render_transcript, wrap_data
 from langchain_histcompress.core.rounds import ensure_ids, is_summary_message
+from langchain_histcompress.edge.answer_checks import (
+    RefusedAnswerError,
+    TruncatedAnswerError,
+    UnusableAnswerError,
+)
 from langchain_histcompress.edge.model_edge import (
     INTERNAL_TAGS,
     TIMEOUT_ERRORS,
     ModelCall,
-    RefusedAnswerError,
-    Steps,
-    TruncatedAnswerError,
-    UnusableAnswerError,
-    arun_steps,
     internal_config,
     report_failure,
-    run_steps,
 )
 from langchain_histcompress.edge.rephrase_prompts import (
     FallbackReason,
@@ -48,6 +47,7 @@ from langchain_histcompress.edge.rephrase_prompts import (
     _format_prompt,
     _resolve_prompt,
 )
+from langchain_histcompress.edge.steps import Steps, arun_steps, run_steps
 from langchain_histcompress.edge.twin_runnable import TwinRunnable
 
 __all__ = [

@@ -44,20 +44,17 @@ from langchain_histcompress.core.tokens import (
     message_costs,
     resolve_counter,
 )
+from langchain_histcompress.edge.answer_checks import UnusableAnswerError
 from langchain_histcompress.edge.model_edge import (
     ModelCall,
-    Pause,
     RetryPolicy,
-    Steps,
-    UnusableAnswerError,
-    arun_steps,
     describe_error,
     internal_config,
     internal_model,
     model_name,
     report_failure,
-    run_steps,
 )
+from langchain_histcompress.edge.steps import Pause, Steps, arun_steps, run_steps
 from langchain_histcompress.edge.summary_prompt import (
     CODE_SCHEMA,
     CONVERSATION_SCHEMA,

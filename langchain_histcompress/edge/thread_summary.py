@@ -18,7 +18,8 @@ from langchain_core.runnables import Runnable, RunnableConfig
 
 from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.edge._timeouts import submit_to_worker
-from langchain_histcompress.edge.compressor import CompressionResult, RoundCompressor
+from langchain_histcompress.edge.compression_records import CompressionResult
+from langchain_histcompress.edge.compressor import RoundCompressor
 
 __all__ = ["acompress_in_background", "compress_in_background", "thread_summarizer"]
 

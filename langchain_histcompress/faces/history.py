@@ -36,7 +36,8 @@ from langchain_histcompress.core.errors import (
 )
 from langchain_histcompress.core.rounds import ACCEPTED_KINDS, validate_history
 from langchain_histcompress.core.running_summary import RunningSummary
-from langchain_histcompress.edge.compressor import CompressionResult, view
+from langchain_histcompress.edge.compression_records import CompressionResult
+from langchain_histcompress.edge.compressor import view
 from langchain_histcompress.storage.base import (
     HistoryCheck,
     HistoryStore,

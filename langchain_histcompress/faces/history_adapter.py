@@ -20,7 +20,8 @@ from langchain_histcompress.core.errors import ConfigurationError
 from langchain_histcompress.core.rounds import ensure_ids
 from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.core.tail import keep_copies, with_ids
-from langchain_histcompress.edge.compressor import CompressionResult, view
+from langchain_histcompress.edge.compression_records import CompressionResult
+from langchain_histcompress.edge.compressor import view
 from langchain_histcompress.faces.history import (
     CompressOn,
     HistoryCompressor,

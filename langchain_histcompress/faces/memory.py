@@ -32,7 +32,7 @@ from langchain_histcompress.core.errors import ConfigurationError, StorageError
 from langchain_histcompress.core.facts import Fact, merge_facts
 from langchain_histcompress.core.rounds import ensure_ids
 from langchain_histcompress.edge.extraction import ExtractionReport, FactExtractor
-from langchain_histcompress.edge.model_edge import Steps, Twin, arun_steps, run_steps
+from langchain_histcompress.edge.steps import Steps, Twin, arun_steps, run_steps
 from langchain_histcompress.faces._graph_node import GraphNode
 from langchain_histcompress.faces._round_backlog import RoundScans
 from langchain_histcompress.recall.retrieval import validate_namespace

@@ -52,13 +52,8 @@ from langchain_histcompress.core.rounds import is_summary_message
 from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.core.tail import keep_copies
 from langchain_histcompress.core.tokens import message_costs
-from langchain_histcompress.edge.compressor import (
-    CompressionResult,
-    RoundCompressor,
-    summary_detached,
-    view,
-    with_ids,
-)
+from langchain_histcompress.edge.compression_records import CompressionResult
+from langchain_histcompress.edge.compressor import RoundCompressor, summary_detached, view, with_ids
 from langchain_histcompress.faces.nodes import (
     OnError,
     report_fold_failure,

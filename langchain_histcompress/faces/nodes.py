@@ -36,13 +36,8 @@ from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.core.summary_state import summary_from_state as summary_from_state
 from langchain_histcompress.core.summary_state import summary_to_state as summary_to_state
 from langchain_histcompress.core.tail import keep_copies
-from langchain_histcompress.edge.compressor import (
-    CompressionResult,
-    RoundCompressor,
-    summary_detached,
-    view,
-    with_ids,
-)
+from langchain_histcompress.edge.compression_records import CompressionResult
+from langchain_histcompress.edge.compressor import RoundCompressor, summary_detached, view, with_ids
 from langchain_histcompress.faces._graph_node import GraphNode
 from langchain_histcompress.faces.memory import FactsState
 

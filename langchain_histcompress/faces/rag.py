@@ -26,7 +26,6 @@ from typing_extensions import TypedDict
 from langchain_histcompress.core.errors import ConfigurationError, HistCompressError
 from langchain_histcompress.core.history_window import check_count, select_history_window
 from langchain_histcompress.core.render import wrap_data
-from langchain_histcompress.edge.model_edge import Steps, Twin, arun_steps, run_steps
 from langchain_histcompress.edge.rephrase_prompts import FallbackReason, RephraseStyle
 from langchain_histcompress.edge.rephraser import (
     DEFAULT_MAX_MESSAGE_CHARS,
@@ -37,6 +36,7 @@ from langchain_histcompress.edge.rephraser import (
     Rephraser,
     rephraser_runnable,
 )
+from langchain_histcompress.edge.steps import Steps, Twin, arun_steps, run_steps
 from langchain_histcompress.edge.twin_runnable import TwinRunnable
 
 __all__ = [

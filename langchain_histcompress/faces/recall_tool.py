@@ -36,8 +36,9 @@ from langchain_histcompress.core.render import ROLE_NAMES, escape_data, message_
 from langchain_histcompress.core.rounds import SUMMARY_SOURCE, ensure_ids, split_units
 from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.core.summary_state import summary_from_state
+from langchain_histcompress.core.timestamps import message_timestamp
 from langchain_histcompress.core.tokens import TiktokenCounter, TokenCounter, resolve_counter
-from langchain_histcompress.edge.compressor import SUMMARY_METADATA_KEY, message_timestamp
+from langchain_histcompress.edge.compressor import SUMMARY_METADATA_KEY
 from langchain_histcompress.recall.evidence import EvidenceRetriever
 from langchain_histcompress.recall.retrieval import TurnRetriever
 from langchain_histcompress.recall.turn_retriever import BM25TurnRetriever

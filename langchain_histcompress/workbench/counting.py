@@ -14,7 +14,8 @@ import time
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from langchain_histcompress.core.tokens import TiktokenCounter, get_encoding
+from langchain_histcompress.core.encodings import get_encoding
+from langchain_histcompress.core.tokens import TiktokenCounter
 
 __all__ = ["measure_incremental_counting", "synthetic_history"]
 

@@ -24,15 +24,11 @@ from langchain_histcompress.core.errors import (
 )
 from langchain_histcompress.core.rounds import is_summary_message, validate_history
 from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.core.timestamps import message_timestamp
 from langchain_histcompress.core.tokens import count_request
-from langchain_histcompress.edge.compressor import (
-    SUMMARY_METADATA_KEY,
-    CompressionResult,
-    RoundCompressor,
-    message_timestamp,
-    pending_rounds,
-    view,
-)
+from langchain_histcompress.edge.compression_records import CompressionResult
+from langchain_histcompress.edge.compressor import SUMMARY_METADATA_KEY, RoundCompressor, view
+from langchain_histcompress.edge.round_planning import pending_rounds
 from langchain_histcompress.edge.thread_summary import (
     acompress_in_background,
     compress_in_background,

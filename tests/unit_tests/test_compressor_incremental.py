@@ -28,7 +28,8 @@ from langchain_histcompress.core.running_summary import (
     extended_summary,
     ids_added_since,
 )
-from langchain_histcompress.edge.compressor import RoundCompressor, pending_rounds, view, with_ids
+from langchain_histcompress.edge.compressor import RoundCompressor, view, with_ids
+from langchain_histcompress.edge.round_planning import pending_rounds
 from langchain_histcompress.edge.thread_summary import thread_summarizer
 from langchain_histcompress.faces.memory import FactExtractionNode
 from langchain_histcompress.faces.middleware import RoundCompressionMiddleware

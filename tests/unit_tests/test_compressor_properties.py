@@ -22,12 +22,9 @@ from langchain_histcompress.core.rounds import (
 )
 from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.core.tokens import count_request
-from langchain_histcompress.edge.compressor import (
-    CompressionResult,
-    RoundCompressor,
-    pending_rounds,
-    view,
-)
+from langchain_histcompress.edge.compression_records import CompressionResult
+from langchain_histcompress.edge.compressor import RoundCompressor, view
+from langchain_histcompress.edge.round_planning import pending_rounds
 from tests.fakes import ScriptedSummarizer, prompt_ids
 from tests.histories import history
 

@@ -29,7 +29,7 @@ from langchain_histcompress.core import tail as _tail
 from langchain_histcompress.core import tail_state as _tail_state
 from langchain_histcompress.core.errors import InvalidHistoryError
 from langchain_histcompress.core.running_summary import RunningSummary
-from langchain_histcompress.edge import compressor
+from langchain_histcompress.edge import compressor, round_planning
 from langchain_histcompress.edge.compressor import RoundCompressor
 from tests.fakes import ScriptedSummarizer
 
@@ -231,7 +231,9 @@ def _per_turn(
         return wrapped
 
     monkeypatch.setattr(_tail_state, "validate_history", counting(_tail_state.validate_history))
-    monkeypatch.setattr(compressor, "validate_history", counting(compressor.validate_history))
+    monkeypatch.setattr(
+        round_planning, "validate_history", counting(round_planning.validate_history)
+    )
     prefix_checks = 0
     holds = _tail.holds
 

@@ -26,7 +26,7 @@ from langchain_histcompress.core.answer_text import (
     strip_think,
 )
 from langchain_histcompress.core.errors import ConfigurationError, SummarizationError
-from langchain_histcompress.edge import _timeouts
+from langchain_histcompress.edge import _timeouts, answer_checks
 from langchain_histcompress.edge import model_edge as _model_edge
 from langchain_histcompress.edge import summarizer as summary
 from langchain_histcompress.edge._timeouts import (
@@ -38,17 +38,13 @@ from langchain_histcompress.edge._timeouts import (
 from langchain_histcompress.edge.model_edge import (
     INTERNAL_TAGS,
     ModelCall,
-    Pause,
     RetryPolicy,
-    Steps,
-    Twin,
-    arun_steps,
     describe_error,
     internal_config,
     is_transient_error,
     retry_after,
-    run_steps,
 )
+from langchain_histcompress.edge.steps import Pause, Steps, Twin, arun_steps, run_steps
 from langchain_histcompress.faces import rephrase
 from tests.fakes import (
     APIConnectionError,
@@ -603,19 +599,25 @@ def _message(**kwargs: Any) -> AIMessage:
 @pytest.mark.parametrize(
     ("message", "error"),
     [
-        (_message(response_metadata={"finish_reason": "length"}), _model_edge.TruncatedAnswerError),
+        (
+            _message(response_metadata={"finish_reason": "length"}),
+            answer_checks.TruncatedAnswerError,
+        ),
         (
             _message(response_metadata={"stop_reason": "max_tokens"}),
-            _model_edge.TruncatedAnswerError,
+            answer_checks.TruncatedAnswerError,
         ),
         (
             _message(content="", additional_kwargs={"refusal": "No."}),
-            _model_edge.RefusedAnswerError,
+            answer_checks.RefusedAnswerError,
         ),
-        (_message(content=[{"type": "refusal", "refusal": "No."}]), _model_edge.RefusedAnswerError),
+        (
+            _message(content=[{"type": "refusal", "refusal": "No."}]),
+            answer_checks.RefusedAnswerError,
+        ),
         (
             _message(response_metadata={"finish_reason": "content_filter"}),
-            _model_edge.RefusedAnswerError,
+            answer_checks.RefusedAnswerError,
         ),
         (
             _message(
@@ -628,10 +630,10 @@ def _message(**kwargs: Any) -> AIMessage:
 )
 def test_check_answer(message: object, error: type[Exception] | None) -> None:
     if error is None:
-        _model_edge.check_answer(message)
+        answer_checks.check_answer(message)
     else:
         with pytest.raises(error):
-            _model_edge.check_answer(message)
+            answer_checks.check_answer(message)
 
 
 def test_internal_model_turns_off_client_retries_and_streaming() -> None:
@@ -662,19 +664,19 @@ def test_model_call_turns_unusable_answers_into_typed_errors() -> None:
     cut = GenericFakeChatModel(
         messages=iter([AIMessage("And how", response_metadata={"finish_reason": "length"})])
     )
-    with pytest.raises(_model_edge.TruncatedAnswerError):
+    with pytest.raises(answer_checks.TruncatedAnswerError):
         ModelCall(cut, "q").run()
 
     def garbled(_: Any) -> Any:
         raise json.JSONDecodeError("bad", "{", 0)
 
-    with pytest.raises(_model_edge.MalformedAnswerError):
+    with pytest.raises(answer_checks.MalformedAnswerError):
         ModelCall(RunnableLambda(garbled), "q").run()
     raw = AIMessage("{")
     structured = RunnableLambda(
         lambda _: {"raw": raw, "parsed": None, "parsing_error": ValueError("x")}
     )
-    with pytest.raises(_model_edge.MalformedAnswerError, match="did not parse"):
+    with pytest.raises(answer_checks.MalformedAnswerError, match="did not parse"):
         ModelCall(structured, "q", structured=True).run()
     good = RunnableLambda(lambda _: {"raw": raw, "parsed": {"a": 1}, "parsing_error": None})
     assert ModelCall(good, "q", structured=True).run() == {"a": 1}
