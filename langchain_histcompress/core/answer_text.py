@@ -25,6 +25,7 @@ __all__ = [
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_LEADING_THINK = re.compile(r"\A(?:\s*<think>.*?</think>)+", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\r?\n?(.*?)```", re.DOTALL)
 _JSON_LANGUAGES = frozenset({"", "json", "jsonc", "json5"})
 _TEXT_BLOCKS = ("text", "output_text")
@@ -74,14 +75,19 @@ def output_text(output: object, *, separator: str = "") -> str | None:
     return separator.join(parts)
 
 
-def strip_think(text: str) -> str:
+def strip_think(text: str, *, leading_only: bool = False) -> str:
     """``text`` without ``<think>...</think>`` reasoning blocks.
+
+    ``leading_only``: remove only the blocks the answer opens with (for a line format,
+    where the same tags later on are a line's data).
 
     Example:
         >>> strip_think("<think>the user wants JSON</think>[]")
         '[]'
+        >>> strip_think("<think>x</think>ADD|<think></think>", leading_only=True)
+        'ADD|<think></think>'
     """
-    return _THINK.sub("", text)
+    return (_LEADING_THINK if leading_only else _THINK).sub("", text)
 
 
 def json_fenced_blocks(text: str) -> list[str]:
