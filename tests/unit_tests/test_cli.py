@@ -205,8 +205,8 @@ def first_sessions(data: dict[str, Any], count: int) -> dict[str, Any]:
     reason=f"LoCoMo data not found in {LOCOMO_DIR} (set HISTCOMPRESS_LOCOMO_DIR)",
 )
 def test_real_conversation_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # The first 8 of 19 sessions (80 assistant turns): every strategy's own calls still happen.
-    data = first_sessions(json.loads((LOCOMO_DIR / "30.json").read_text("utf-8")), 8)
+    # The first 5 of 19 sessions (50 assistant turns): every strategy's own calls still happen.
+    data = first_sessions(json.loads((LOCOMO_DIR / "30.json").read_text("utf-8")), 5)
     path = tmp_path / "30.json"
     path.write_text(json.dumps(data), "utf-8")
     out = tmp_path / "real"
