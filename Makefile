@@ -50,7 +50,7 @@ docs: install
 
 # Offline on purpose: an API key in the environment must not turn tests into paid calls.
 test: lint typecheck
-	OPENAI_API_KEY= $(PYTEST) --durations=10
+	OPENAI_API_KEY= HYPOTHESIS_PROFILE=repeatable $(PYTEST) --durations=10
 	OPENAI_API_KEY= $(PYTEST) -o addopts= --nbmake cookbook
 	$(MKDOCS) build --strict --quiet --site-dir site
 
