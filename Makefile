@@ -29,9 +29,10 @@ typecheck: install
 	$(BIN)/mypy
 
 # -rs: say why each skipped test was skipped (missing PostgreSQL binaries, data, extras).
-# -n: parallel workers (pytest-xdist); each has its own PostgreSQL cluster, port and temp dirs.
+# -n: parallel workers (pytest-xdist); each has its own PostgreSQL cluster, port and temp dirs;
+# worksteal: an idle worker takes queued tests from a busy one, so the slow ones do not pile up.
 WORKERS ?= 2
-PYTEST := $(BIN)/pytest -q -rs -n $(WORKERS)
+PYTEST := $(BIN)/pytest -q -rs -n $(WORKERS) --dist worksteal
 
 unit: install
 	$(PYTEST) tests/unit_tests langchain_histcompress
@@ -49,7 +50,7 @@ docs: install
 
 # Offline on purpose: an API key in the environment must not turn tests into paid calls.
 test: lint typecheck
-	OPENAI_API_KEY= $(PYTEST) --durations=10
+	OPENAI_API_KEY= HYPOTHESIS_PROFILE=repeatable $(PYTEST) --durations=10
 	OPENAI_API_KEY= $(PYTEST) -o addopts= --nbmake cookbook
 	$(MKDOCS) build --strict --quiet --site-dir site
 

@@ -22,7 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
-from langchain_histcompress.render import read_turn_lines
+from langchain_histcompress.core.render import read_turn_lines
 
 
 class ScriptedChatModel(BaseChatModel):

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.fakes import Control
+
+# `make test` draws the same examples on every run (HYPOTHESIS_PROFILE=repeatable), so a red
+# run means a change broke something, never an unlucky draw; plain pytest keeps exploring.
+settings.register_profile("repeatable", derandomize=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Huma
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import Field
 
-from langchain_histcompress.compressor import RoundCompressor
-from langchain_histcompress.render import escape_data, read_turn_lines
-from langchain_histcompress.summary import RunningSummary
+from langchain_histcompress.core.render import escape_data, read_turn_lines
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.edge.compressor import RoundCompressor
 
 # --------------------------------------------------------------------------- package prompts
 

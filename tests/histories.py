@@ -27,7 +27,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from langchain_histcompress.rounds import split_units
+from langchain_histcompress.core.rounds import split_units
 from langchain_histcompress.storage.base import REMOVE_ALL_MESSAGES
 
 _counter = itertools.count()
@@ -45,18 +45,25 @@ _REUSED = ("call-reused-1", "call-reused-2")
 """Call ids that wild tool groups draw again and again (ids repeat across steps)."""
 
 
+_WILD_CONTENT = (
+    st.sampled_from(["", " "])
+    | text
+    | st.lists(
+        st.builds(lambda t: {"type": "text", "text": t}, text) | text, min_size=1, max_size=3
+    )
+)
+"""Wild content, built once so that every draw reuses the same strategy objects."""
+
+
 @st.composite
 def content(draw: st.DrawFn, *, wild: bool = False) -> str | list[str | dict[str, Any]]:
     """Message content: text, or (wild) often empty or a list of content blocks."""
     if not wild:
         return draw(text)
-    return draw(
-        st.sampled_from(["", " "])
-        | text
-        | st.lists(
-            st.builds(lambda t: {"type": "text", "text": t}, text) | text, min_size=1, max_size=3
-        )
-    )
+    return draw(_WILD_CONTENT)
+
+
+_CONTENT = {wild: content(wild=wild) for wild in (False, True)}
 
 
 @st.composite
@@ -85,14 +92,21 @@ def tool_group(
         for i in range(k)
         if invalid[i]
     ]
-    ai = AIMessage(draw(content(wild=wild)), tool_calls=calls, invalid_tool_calls=bad, id=_id("ai"))
+    ai = AIMessage(draw(_CONTENT[wild]), tool_calls=calls, invalid_tool_calls=bad, id=_id("ai"))
     if in_flight:
         return [ai]
     results: list[BaseMessage] = [
-        ToolMessage(draw(content(wild=wild)), tool_call_id=i, id=_id("tool")) for i in ids
+        ToolMessage(draw(_CONTENT[wild]), tool_call_id=i, id=_id("tool")) for i in ids
     ]
     order = draw(st.permutations(range(k)))
     return [ai, *[results[i] for i in order]]
+
+
+_GROUPS = {
+    (in_flight, wild): tool_group(in_flight=in_flight, wild=wild)
+    for in_flight in (False, True)
+    for wild in (False, True)
+}
 
 
 @st.composite
@@ -102,19 +116,22 @@ def round_(draw: st.DrawFn, *, wild: bool = False) -> list[BaseMessage]:
     Wild rounds may also hold system messages (reminders an app injects) and stray tool
     messages that answer no call.
     """
-    out: list[BaseMessage] = [HumanMessage(draw(content(wild=wild)), id=_id("human"))]
+    out: list[BaseMessage] = [HumanMessage(draw(_CONTENT[wild]), id=_id("human"))]
     kinds = ["group", "ai", "system", "stray"] if wild else ["group", "ai"]
     for _ in range(draw(st.integers(min_value=0, max_value=4))):
         kind = draw(st.sampled_from(kinds))
         if kind == "group":
-            out += draw(tool_group(wild=wild))
+            out += draw(_GROUPS[False, wild])
         elif kind == "ai":
-            out.append(AIMessage(draw(content(wild=wild)), id=_id("ai")))
+            out.append(AIMessage(draw(_CONTENT[wild]), id=_id("ai")))
         elif kind == "system":
             out.append(SystemMessage(draw(text) or "reminder", id=_id("sys")))
         else:
             out.append(ToolMessage(draw(text), tool_call_id=_id("stray"), id=_id("stray")))
     return out
+
+
+_ROUNDS = {wild: round_(wild=wild) for wild in (False, True)}
 
 
 @st.composite
@@ -141,9 +158,9 @@ def history(
             for _ in range(draw(st.integers(1, 2)))
         ]
     for _ in range(draw(st.integers(min_value=min_rounds, max_value=max_rounds))):
-        out += draw(round_(wild=wild))
+        out += draw(_ROUNDS[wild])
     if allow_in_flight and draw(st.booleans()):
-        out += draw(tool_group(in_flight=True, wild=wild))
+        out += draw(_GROUPS[True, wild])
     if blank_ids:
         blank = draw(st.lists(st.booleans(), min_size=len(out), max_size=len(out)))
         out = [m.model_copy(update={"id": ""}) if b else m for m, b in zip(out, blank, strict=True)]

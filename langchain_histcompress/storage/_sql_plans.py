@@ -16,11 +16,12 @@ from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import BaseMessage
 
-from langchain_histcompress.errors import (
+from langchain_histcompress.core.errors import (
     CompressionConflictError,
     ConfigurationError,
     StorageError,
 )
+from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.storage.base import (
     HistoryCheck,
     MessagesUpdate,
@@ -29,7 +30,6 @@ from langchain_histcompress.storage.base import (
     encode_message,
     update_errors,
 )
-from langchain_histcompress.summary import RunningSummary
 
 SCHEMA_VERSION = 1
 """Version of the table layout this module creates and reads."""

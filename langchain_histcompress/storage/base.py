@@ -1,39 +1,15 @@
 """The storage interface: append-only messages plus versioned running summaries.
 
-Two small abstract classes describe what the faces need:
+`SummaryStore` keeps one versioned `RunningSummary` per key (the side store of
+`CompressingHistoryAdapter`). `HistoryStore` adds a session's append-only message log, commits
+a compression atomically (summary, coverage marks and session version together, after a
+version check) and applies LangGraph-style updates in one transaction (`HistoryStore.update`).
 
-* `SummaryStore` keeps one versioned `RunningSummary` per key. It is the *side store*
-  of `CompressingHistoryAdapter`, whose original messages live elsewhere.
-* `HistoryStore` adds the append-only message log of a session and commits a
-  compression atomically: the new summary, the coverage marks of the messages it
-  represents, and the session's summary version move together, after a version check.
-  `HistoryStore.update` applies a LangGraph-style update (messages to append,
-  ``RemoveMessage`` to delete, ``RemoveMessage(id=REMOVE_ALL_MESSAGES)`` to start over) in
-  one transaction, optionally checking the resulting history first.
-
-Guarantees every implementation keeps:
-
-* **Append-only, ordered.** Messages of a session get a strictly increasing sequence
-  number; reads return them in that order. Originals are deleted only by `clear`, an
-  explicit `prune_covered`, or a ``RemoveMessage`` given to `HistoryStore.update`.
-* **Removal keeps coverage exact.** Removing an uncovered message deletes it (it leaves the
-  view); removing a covered one deletes the original as pruning does, and the summary
-  still represents it. ``REMOVE_ALL_MESSAGES`` deletes the session's messages *and*
-  summaries: the conversation was replaced, so the old summary no longer applies. An id
-  removed is never stored again in that update, so no new message inherits its coverage.
-* **Exact coverage.** A message is *covered* exactly when its id is in the current
-  summary's ``covered_ids``; `SessionSnapshot.uncovered` lists every other message, so
-  every original is either in the view verbatim or represented by the summary.
-* **Version check.** A summary is committed only if the stored summary is still the one
-  it was built from (``previous``); otherwise `CompressionConflictError` is raised and
-  nothing changes. Two writers can never both commit a summary over the same rounds.
-* **Tenant isolation.** Session ids are only ever compared for equality; operations on
-  ``acme`` never touch ``acme-corp`` or ``acme%``.
-
-Messages are stored losslessly as JSON (`encode_message` / `decode_message`, built on
-``langchain_core.messages.message_to_dict``). A summary is stored as its JSON without
-``covered_ids`` plus the ids *newly* covered by that version, so a commit writes
-O(newly covered) bytes however long the history grows.
+Every implementation keeps these guarantees: messages are append-only and ordered; removing a
+message keeps coverage exact; a message is covered exactly when its id is in the current
+summary's ``covered_ids``; a summary commits only over the one it was built from (else
+`CompressionConflictError`, nothing changed); session ids are only compared for equality.
+Messages are stored losslessly as JSON (`encode_message` / `decode_message`).
 """
 
 from __future__ import annotations
@@ -53,13 +29,13 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-from langchain_histcompress.errors import (
+from langchain_histcompress.core.errors import (
     ConfigurationError,
     InvalidHistoryError,
     StorageError,
 )
-from langchain_histcompress.rounds import HistoryViolation, ensure_ids
-from langchain_histcompress.summary import RunningSummary, _added_since
+from langchain_histcompress.core.rounds import HistoryViolation, ensure_ids
+from langchain_histcompress.core.running_summary import RunningSummary, ids_added_since
 
 __all__ = [
     "REMOVE_ALL_MESSAGES",
@@ -193,7 +169,7 @@ def encode_summary(
     data = summary.model_dump(mode="json", exclude={"covered_ids"})
     text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
     # A summary built from `previous` knows its own delta: no O(history) set difference.
-    known = None if previous is None else _added_since(summary, previous)
+    known = None if previous is None else ids_added_since(summary, previous)
     if known is not None:
         return text, known
     before: AbstractSet[str] = frozenset() if previous is None else previous.covered_ids

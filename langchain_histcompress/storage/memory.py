@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from langchain_core.messages import BaseMessage
 
-from langchain_histcompress.errors import CompressionConflictError, ConfigurationError
+from langchain_histcompress.core.errors import CompressionConflictError, ConfigurationError
+from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.storage.base import (
     HistoryCheck,
     HistoryStore,
@@ -29,7 +30,6 @@ from langchain_histcompress.storage.base import (
     refuse_removals,
     update_errors,
 )
-from langchain_histcompress.summary import RunningSummary
 
 __all__ = ["InMemoryHistoryStore"]
 

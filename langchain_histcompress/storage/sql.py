@@ -1,42 +1,14 @@
 """The SQL `HistoryStore`: one schema on SQLite (stdlib ``sqlite3``) and PostgreSQL (psycopg 3).
 
-Schema (created idempotently; table names are prefixed ``histcompress_`` so the tables can
-share a database with other applications):
-
-* ``histcompress_sessions(session_id PK, summary_version, next_seq, created_at, updated_at)``:
-  one row per session; ``summary_version`` is the version check of every summary commit and
-  ``next_seq`` allocates message sequence numbers.
-* ``histcompress_messages(session_id, seq, message_id, message, covered_version, created_at)``,
-  primary key ``(session_id, seq)``, unique ``(session_id, message_id)``: the append-only log.
-  ``message`` is the lossless JSON of the message; ``covered_version`` is ``NULL`` until a
-  summary covers the message. A partial index on uncovered rows makes reading the view
-  O(uncovered tail) however long the history grows.
-* ``histcompress_summaries(session_id, version, uid, summary, covered_ids, covered_count,
-  sha256, created_at)``, primary key ``(session_id, version)``: every summary version ever
-  committed; ``summary`` is the `RunningSummary` JSON without ``covered_ids`` and
-  ``covered_ids`` holds only the ids newly covered by that version (the full set is the
-  union over versions), so a commit writes O(newly covered) bytes.
-* ``histcompress_meta(key PK, value)``: the schema version.
-
-The schema and every transaction body are query plans in `storage._sql_plans`; this module
-owns the connections that run them.
-
-Writes are single transactions: SQLite ``BEGIN IMMEDIATE`` (WAL journal, ``busy_timeout``),
-PostgreSQL ``SELECT ... FOR UPDATE`` on the session row. Reads run in one snapshot (SQLite
-deferred transaction, PostgreSQL ``REPEATABLE READ READ ONLY``). A summary commit checks the
-stored version, marks the newly covered messages and moves the version in one transaction,
-so a crash at any point leaves either the old or the new state, never a mix.
-
-The store is safe to share between threads (one connection per store, guarded by a lock)
-and between processes (database locking). Async methods use ``psycopg.AsyncConnection`` on
-PostgreSQL and a worker thread on SQLite.
-
-A read is retried once on a fresh connection after a connection loss; a write only when its
-connection was found dead before the transaction began (a server that dropped an idle
-connection), since a write that failed later may have committed. A cancelled async write
-rolls back on both engines: on SQLite the worker thread checks for the cancellation under the
-same lock as its ``COMMIT``, so a cancellation lands either before the commit (rolled back) or
-after it (already durable).
+The tables (sessions, messages, summaries, meta) are prefixed ``histcompress_`` so they can
+share a database with other applications; the schema and every transaction body are query
+plans in `storage._sql_plans`, and this module owns the connections that run them. Every
+write is one transaction (SQLite ``BEGIN IMMEDIATE``, PostgreSQL ``SELECT ... FOR UPDATE`` on
+the session row) and every read one snapshot, so a crash leaves either the old or the new
+state, never a mix. The store is safe to share between threads (one connection, guarded by a
+lock) and processes (database locking); async methods use ``psycopg.AsyncConnection`` on
+PostgreSQL and a worker thread on SQLite. A read is retried once after a connection loss; a
+write only when its connection was found dead before the transaction began.
 """
 
 from __future__ import annotations
@@ -55,11 +27,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 
-from langchain_histcompress.errors import (
-    ConfigurationError,
-    HistCompressError,
-    StorageError,
-)
+from langchain_histcompress.core.errors import ConfigurationError, HistCompressError, StorageError
+from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.storage._sql_plans import (
     POSTGRES,
     SCHEMA_VERSION,
@@ -91,7 +60,6 @@ from langchain_histcompress.storage.base import (
     refuse_removals,
 )
 from langchain_histcompress.storage.urls import ConnectionSpec, parse_connection
-from langchain_histcompress.summary import RunningSummary
 
 if TYPE_CHECKING:
     import psycopg

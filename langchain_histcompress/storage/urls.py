@@ -1,20 +1,15 @@
 """Parse the connection strings the storage layer accepts.
 
-Accepted forms:
-
-* a plain filesystem path (``str`` or ``os.PathLike``): a SQLite file;
-* ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` (SQLAlchemy style);
-* ``sqlite:relative/path.db`` and ``sqlite:/absolute/path.db`` (a URL without an
-  authority: the part after ``sqlite:`` is the path, as ``file:`` URLs read);
+* a plain filesystem path (``str`` or ``os.PathLike``), ``sqlite:///relative/path.db``,
+  ``sqlite:////absolute/path.db``, ``sqlite:relative/path.db`` or ``sqlite:/absolute/path.db``:
+  a SQLite file;
 * ``:memory:``, ``sqlite://``, ``sqlite://:memory:``, ``sqlite:///:memory:`` and
   ``sqlite::memory:``: a private in-memory SQLite database;
 * ``postgresql://...`` and ``postgres://...``: a PostgreSQL server (libpq URL).
 
-``sqlite://host/path.db`` (an authority) is refused, as is any other scheme.
-
-Anything else raises `ConfigurationError` naming the scheme, before any connection is
-opened or anything is written. Passwords never appear in ``display`` strings, logs or
-error messages.
+Anything else (``sqlite://host/path.db`` included) raises `ConfigurationError` naming the
+scheme, before any connection is opened or anything is written. Passwords never appear in
+``display`` strings, logs or error messages.
 """
 
 from __future__ import annotations
@@ -25,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.core.errors import ConfigurationError
 
 __all__ = ["DEFAULT_SQLITE_PATH", "ConnectionSpec", "parse_connection", "redact_url"]
 
@@ -101,7 +96,7 @@ def parse_connection(connection: str | os.PathLike[str] | None) -> ConnectionSpe
         >>> parse_connection("mysql://localhost/db")
         Traceback (most recent call last):
         ...
-        langchain_histcompress.errors.ConfigurationError: unsupported ... scheme 'mysql' ...
+        langchain_histcompress.core.errors.ConfigurationError: unsupported ... scheme 'mysql' ...
     """
     if connection is None:
         return ConnectionSpec("sqlite", DEFAULT_SQLITE_PATH, DEFAULT_SQLITE_PATH)

@@ -21,8 +21,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from langchain_histcompress.nodes import summary_from_state
-from langchain_histcompress.summary import RunningSummary
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.faces.nodes import summary_from_state
 from tests.unit_tests.test_nodes import (
     EXPECTED_FACTS,
     Harness,

@@ -21,9 +21,9 @@ import pytest
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import HumanMessage
 
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.retrieval import (
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.recall.retrieval import (
     BM25FactRetriever,
     EmbeddingFactRetriever,
     MiniLMEmbeddings,
@@ -223,14 +223,16 @@ def test_invalid_batch_size_is_rejected_before_loading() -> None:
 def test_bench_minilm_strategies_build_valid_contexts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from langchain_histcompress.bench import strategies
-    from langchain_histcompress.bench.locomo import load_locomo
-    from langchain_histcompress.bench.metrics import UsageLedger
-    from langchain_histcompress.bench.replay import ReplayChatModel
-    from langchain_histcompress.bench.runner import replay_strategy
-    from langchain_histcompress.retrieval import EmbeddingEvidenceRetriever
-    from langchain_histcompress.rounds import validate_history
-    from langchain_histcompress.tokens import TiktokenCounter
+    from langchain_histcompress.core.rounds import validate_history
+    from langchain_histcompress.core.tokens import TiktokenCounter
+    from langchain_histcompress.recall.retrieval import EmbeddingEvidenceRetriever
+    from langchain_histcompress.workbench import strategies
+    from langchain_histcompress.workbench.fact_strategies import FactsStrategy
+    from langchain_histcompress.workbench.locomo import load_locomo
+    from langchain_histcompress.workbench.metrics import UsageLedger
+    from langchain_histcompress.workbench.replay import ReplayChatModel
+    from langchain_histcompress.workbench.strategy import StrategyEnv
+    from langchain_histcompress.workbench.strategy_replay import replay_strategy
     from tests.unit_tests.test_bench_locomo import write_tiny
 
     names = ("facts_minilm", "hybrid_minilm")
@@ -245,7 +247,7 @@ def test_bench_minilm_strategies_build_valid_contexts(
     budget = 220
     for name in names:
         ledger = UsageLedger(counter)
-        env = strategies.StrategyEnv(
+        env = StrategyEnv(
             counter=counter,
             model=ReplayChatModel(conversation=conversation, counter=counter, callbacks=[ledger]),
             context_tokens=budget,
@@ -271,7 +273,7 @@ def test_bench_minilm_strategies_build_valid_contexts(
         assert counter(list(context.messages)) <= budget
         assert "D1:1" in context.fact_source_ids | {m.id for m in context.messages}
     hybrid = strategies.build_strategy(names[1], env)
-    assert isinstance(hybrid, strategies.FactsStrategy)
+    assert isinstance(hybrid, FactsStrategy)
     assert isinstance(hybrid.builder.evidence_retriever, EmbeddingEvidenceRetriever)
     assert isinstance(hybrid.builder.evidence_retriever.embeddings, Embeddings)
     # the model is loaded once and shared by every MiniLM strategy of the process

@@ -24,15 +24,15 @@ from langchain_openai import ChatOpenAI
 
 from langchain_histcompress import (
     CompressingChatMessageHistory,
-    FactExtractor,
     RoundCompressionMiddleware,
     RoundCompressionNode,
     RoundCompressor,
-    Summarizer,
-    _timeouts,
     create_history_rephraser,
 )
-from langchain_histcompress.errors import SummarizationError
+from langchain_histcompress.core.errors import SummarizationError
+from langchain_histcompress.edge import _timeouts
+from langchain_histcompress.edge.extraction import FactExtractor
+from langchain_histcompress.edge.summarizer import Summarizer
 from tests.fakes import Sleeps
 from tests.openai_server import (
     Fault,
@@ -216,7 +216,7 @@ async def test_async_timeout_cancels_the_request(server: OpenAIServer) -> None:
 
 
 def test_the_extractor_and_the_rephraser_time_out_by_default(server: OpenAIServer) -> None:
-    from langchain_histcompress.rephrase import DEFAULT_REPHRASE_TIMEOUT
+    from langchain_histcompress.faces.rephrase import DEFAULT_REPHRASE_TIMEOUT
 
     assert FactExtractor(chat(server)).timeout == 60.0
     assert DEFAULT_REPHRASE_TIMEOUT == 10.0
@@ -254,8 +254,8 @@ def test_structured_output_retries_an_unusable_answer(server: OpenAIServer, unus
 
 
 def test_internal_calls_carry_an_output_cap(server: OpenAIServer) -> None:
-    from langchain_histcompress.facts import fact_output_cap
-    from langchain_histcompress.summary import summary_output_cap
+    from langchain_histcompress.edge.extraction import fact_output_cap
+    from langchain_histcompress.edge.summarizer import summary_output_cap
 
     summ, _ = summarizer(server, max_summary_tokens=128)
     summ.summarize(CONVERSATION)
@@ -465,7 +465,7 @@ def openai_env(server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> OpenAIS
 def test_bench_counts_internal_failures_and_fails(
     openai_env: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from langchain_histcompress.cli import main
+    from langchain_histcompress.workbench.cli import main
 
     data = _locomo_or_skip()
 
@@ -522,8 +522,8 @@ def test_bench_counts_internal_failures_and_fails(
 def test_demo_runs_against_the_local_server(
     openai_env: OpenAIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from langchain_histcompress.cli import main
-    from langchain_histcompress.demo_script import load_script
+    from langchain_histcompress.workbench.cli import main
+    from langchain_histcompress.workbench.demo_script import load_script
 
     replies = {t.user_text: t.reply_text for t in load_script().turns}
 

@@ -9,7 +9,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.store.base import BaseStore
 
-from langchain_histcompress import FactExtractionNode, merge_facts
+from langchain_histcompress import FactExtractionNode
+from langchain_histcompress.core.facts import merge_facts
 from tests.fakes import ScriptedChatModel
 from tests.unit_tests.test_memory_node import (
     check_facts_follow_the_user_across_threads,

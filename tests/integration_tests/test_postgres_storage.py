@@ -20,14 +20,14 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from langchain_histcompress.errors import (
+from langchain_histcompress.core.errors import (
     CompressionConflictError,
     ConfigurationError,
     InvalidHistoryError,
     StorageError,
     SummarizationError,
 )
-from langchain_histcompress.history import CompressingChatMessageHistory
+from langchain_histcompress.faces.history import CompressingChatMessageHistory
 from langchain_histcompress.storage import SQLHistoryStore
 from tests.fakes import Control, controlled_compressor, next_summary, run_threads, short_rounds
 from tests.integration_tests.test_sqlite_processes import (

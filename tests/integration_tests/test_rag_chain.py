@@ -25,7 +25,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import InMemoryVectorStore
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from langchain_histcompress.rephrase import (
+from langchain_histcompress.faces.rephrase import (
     REPHRASE_TAGS,
     HistoryRephraseNode,
     build_answer_messages,

@@ -48,7 +48,7 @@ def _worker_model() -> Any:
 
 
 def _worker_compressor() -> Any:
-    from langchain_histcompress.compressor import RoundCompressor
+    from langchain_histcompress.edge.compressor import RoundCompressor
 
     return RoundCompressor(
         _worker_model(),
@@ -146,7 +146,7 @@ def _dump_view(history: Any) -> str:
 
 
 def worker_main(argv: Sequence[str]) -> int:
-    from langchain_histcompress.history import CompressingChatMessageHistory
+    from langchain_histcompress.faces.history import CompressingChatMessageHistory
     from langchain_histcompress.storage import SQLHistoryStore
 
     command, url, session, *rest = argv
@@ -229,7 +229,7 @@ def start_worker(*args: str) -> subprocess.Popen[str]:
 
 def check_session_consistency(url: str, session: str) -> tuple[Any, list[str], list[str]]:
     """Every original is uncovered xor covered by the current summary; returns the state."""
-    from langchain_histcompress.history import CompressingChatMessageHistory
+    from langchain_histcompress.faces.history import CompressingChatMessageHistory
     from langchain_histcompress.storage import SQLHistoryStore
 
     store = SQLHistoryStore(url)
@@ -301,9 +301,9 @@ def check_kill_during_append(url: str, session: str, point: str) -> None:
 def check_cross_process_read_back(url: str, session: str) -> None:
     from langchain_core.messages import messages_from_dict
 
-    from langchain_histcompress.history import CompressingChatMessageHistory
+    from langchain_histcompress.core.running_summary import RunningSummary
+    from langchain_histcompress.faces.history import CompressingChatMessageHistory
     from langchain_histcompress.storage import SQLHistoryStore
-    from langchain_histcompress.summary import RunningSummary
 
     written = json.loads(run_worker("write", url, session, "7").stdout)
     store = SQLHistoryStore(url)

@@ -30,16 +30,16 @@ from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 
-from langchain_histcompress.compressor import RoundCompressor
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.history import CompressingChatMessageHistory
-from langchain_histcompress.nodes import HistCompressState, RoundCompressionNode
-from langchain_histcompress.reducers import (
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core.rounds import split_rounds
+from langchain_histcompress.edge.compressor import RoundCompressor
+from langchain_histcompress.faces.history import CompressingChatMessageHistory
+from langchain_histcompress.faces.nodes import HistCompressState, RoundCompressionNode
+from langchain_histcompress.faces.reducers import (
     MaxTokensReducer,
     SummarizationReducer,
     TruncationReducer,
 )
-from langchain_histcompress.rounds import split_rounds
 from langchain_histcompress.storage import InMemoryHistoryStore
 from tests.fakes import ScriptedChatModel, ScriptedSummarizer
 from tests.provider_rules import request_violations
@@ -353,7 +353,7 @@ def _agent() -> tuple[Any, _ReplayModel, Any]:
     """One agent for the corpus (all trajectories share the system prompt and tools)."""
     from langchain.agents import create_agent
 
-    from langchain_histcompress.middleware import RoundCompressionMiddleware
+    from langchain_histcompress.faces.middleware import RoundCompressionMiddleware
 
     answering = _ReplayModel(default=lambda _prompt: AIMessage("Done."))
     middleware = RoundCompressionMiddleware(compressor(ScriptedSummarizer()))

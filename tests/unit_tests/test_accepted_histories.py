@@ -28,20 +28,10 @@ from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
-from langchain_histcompress.compressor import RoundCompressor, view
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import InvalidHistoryError
-from langchain_histcompress.history import CompressingChatMessageHistory
-from langchain_histcompress.middleware import RoundCompressionMiddleware
-from langchain_histcompress.nodes import (
-    HistCompressState,
-    RoundCompressionNode,
-    summary_from_state,
-    summary_to_state,
-)
-from langchain_histcompress.reducers import MaxTokensReducer, TruncationReducer
-from langchain_histcompress.render import escape_data, wrap_data
-from langchain_histcompress.rounds import (
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core.errors import InvalidHistoryError
+from langchain_histcompress.core.render import escape_data, wrap_data
+from langchain_histcompress.core.rounds import (
     ensure_ids,
     is_pinned,
     is_summary_message,
@@ -49,8 +39,18 @@ from langchain_histcompress.rounds import (
     split_units,
     validate_history,
 )
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.edge.compressor import RoundCompressor, view
+from langchain_histcompress.faces.history import CompressingChatMessageHistory
+from langchain_histcompress.faces.middleware import RoundCompressionMiddleware
+from langchain_histcompress.faces.nodes import (
+    HistCompressState,
+    RoundCompressionNode,
+    summary_from_state,
+    summary_to_state,
+)
+from langchain_histcompress.faces.reducers import MaxTokensReducer, TruncationReducer
 from langchain_histcompress.storage import InMemoryHistoryStore
-from langchain_histcompress.summary import RunningSummary
 from tests.fakes import (
     ScriptedSummarizer,
     StreamingChatModel,
@@ -468,7 +468,7 @@ _ESCAPE_ALPHABET = "ab &<>/\"'\u00e9\u4e2d\uff1c\uff1e\u2039\u203a\uff0f\u2215\u
 @given(st.text(alphabet=st.sampled_from(_ESCAPE_ALPHABET)) | st.text())
 def test_escaping_skips_only_text_with_nothing_to_escape(text: str) -> None:
     """Text found to need no escape comes back as is: exactly what translating gives."""
-    from langchain_histcompress.render import _ESCAPES
+    from langchain_histcompress.core.render import _ESCAPES
 
     assert escape_data(text) == text.translate(_ESCAPES)
 

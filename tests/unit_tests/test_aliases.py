@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from langchain_histcompress.aliases import IdAliases, resolve_ref, stable_ref, stable_refs
-from langchain_histcompress.facts import FactExtractor
-from langchain_histcompress.summary import build_summary_prompt
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.core.aliases import IdAliases, resolve_ref, stable_ref, stable_refs
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.edge.extraction import FactExtractor
+from langchain_histcompress.edge.summary_prompt import build_summary_prompt
 from tests.histories import history
 
 COUNTER = TiktokenCounter()
@@ -70,8 +70,8 @@ def test_aliases_change_only_ids_and_map_back(messages: list[Any]) -> None:
 
 
 def test_the_replay_model_follows_aliased_ids_back_to_turns() -> None:
-    from langchain_histcompress.bench.locomo import parse_locomo
-    from langchain_histcompress.bench.replay import ReplayChatModel
+    from langchain_histcompress.workbench.locomo import parse_locomo
+    from langchain_histcompress.workbench.replay import ReplayChatModel
     from tests.unit_tests.test_bench_locomo import tiny_locomo_data
 
     conversation = parse_locomo(tiny_locomo_data())

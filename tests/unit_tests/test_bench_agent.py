@@ -9,16 +9,17 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from langchain_histcompress.bench.agent import (
+from langchain_histcompress.workbench.agent import (
     TAU_BENCH_FILE,
     AgentReplayModel,
     load_tau_bench,
     tool_pairing_violations,
 )
-from langchain_histcompress.bench.cost_report import agent_rows, format_agent_table
-from langchain_histcompress.bench.costs import REPORTED_PRICINGS
-from langchain_histcompress.bench.report import result_to_dict
-from langchain_histcompress.bench.runner import BenchConfig, run_benchmark
+from langchain_histcompress.workbench.bench_config import BenchConfig
+from langchain_histcompress.workbench.cost_report import agent_rows, format_agent_table
+from langchain_histcompress.workbench.costs import REPORTED_PRICINGS
+from langchain_histcompress.workbench.report import result_to_dict
+from langchain_histcompress.workbench.runner import run_benchmark
 from tests.unit_tests.test_bench_locomo import write_tiny
 
 TAU_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "tau-bench"

@@ -8,14 +8,18 @@ import pytest
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.bench.cost_report import (
+from langchain_histcompress.core.pricing import encode_request
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.workbench.bench_config import BenchConfig
+from langchain_histcompress.workbench.bench_result import BenchResult
+from langchain_histcompress.workbench.cost_report import (
     BOUND,
     CEILING,
     cost_rows,
     format_cost_table,
     pricing_assumptions_markdown,
 )
-from langchain_histcompress.bench.costs import (
+from langchain_histcompress.workbench.costs import (
     REPORTED_PRICINGS,
     SESSION_GAP,
     TURN_GAP,
@@ -23,12 +27,10 @@ from langchain_histcompress.bench.costs import (
     RequestEncoder,
     turn_times,
 )
-from langchain_histcompress.bench.locomo import parse_locomo
-from langchain_histcompress.bench.metrics import UsageLedger
-from langchain_histcompress.bench.report import docs_section, readme_section, write_reports
-from langchain_histcompress.bench.runner import BenchConfig, BenchResult, run_benchmark
-from langchain_histcompress.pricing import encode_request
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.workbench.locomo import parse_locomo
+from langchain_histcompress.workbench.metrics import UsageLedger
+from langchain_histcompress.workbench.report import docs_section, readme_section, write_reports
+from langchain_histcompress.workbench.runner import run_benchmark
 from tests.unit_tests.test_bench_locomo import tiny_locomo_data, write_tiny
 
 COUNTER = TiktokenCounter()

@@ -2,9 +2,13 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.bench.coverage import answer_covered, normalize_answer
-from langchain_histcompress.bench.locomo import QAItem
-from langchain_histcompress.bench.recall import QuestionContext, score_question, summarize_recall
+from langchain_histcompress.workbench.coverage import answer_covered, normalize_answer
+from langchain_histcompress.workbench.locomo import QAItem
+from langchain_histcompress.workbench.recall import (
+    QuestionContext,
+    score_question,
+    summarize_recall,
+)
 
 
 def test_normalization_drops_case_punctuation_articles_and_escapes() -> None:

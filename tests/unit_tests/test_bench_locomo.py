@@ -8,12 +8,8 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from langchain_histcompress.bench.locomo import (
-    find_locomo_files,
-    load_locomo,
-    parse_locomo,
-)
-from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.workbench.locomo import find_locomo_files, load_locomo, parse_locomo
 
 
 def tiny_locomo_data() -> dict[str, Any]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from langchain_histcompress.bench.faces import FACES
-from langchain_histcompress.bench.plot_style import label_column, strategy_styles
-from langchain_histcompress.bench.strategies import DEFAULT_STRATEGIES
+from langchain_histcompress.workbench.face_drivers import FACES
+from langchain_histcompress.workbench.plot_style import label_column, strategy_styles
+from langchain_histcompress.workbench.strategies import DEFAULT_STRATEGIES
 
 pytest.importorskip("matplotlib")
 
@@ -54,7 +54,7 @@ def test_labels_of_coinciding_points_do_not_overlap() -> None:
 
 
 def test_count_axes_tick_whole_numbers_only() -> None:
-    from langchain_histcompress.bench.report import _count_axis
+    from langchain_histcompress.workbench.report import _count_axis
 
     figure, axes = _figure()
     axes.plot([1, 2, 3], [5, 7, 6])  # type: ignore[attr-defined]

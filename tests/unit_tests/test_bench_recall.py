@@ -2,14 +2,14 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.bench.locomo import QAItem
-from langchain_histcompress.bench.recall import (
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.workbench.locomo import QAItem
+from langchain_histcompress.workbench.recall import (
     QuestionContext,
     QuestionRecall,
     score_question,
     summarize_recall,
 )
-from langchain_histcompress.summary import RunningSummary
 
 QUESTION = HumanMessage("Where does Ana live?", id="question-0")
 

@@ -9,27 +9,26 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from langchain_histcompress.bench.costs import REPORTED_PRICINGS, RequestEncoder
-from langchain_histcompress.bench.recall_costs import price_tool_call
-from langchain_histcompress.bench.recall_report import (
+from langchain_histcompress.core.pricing import PRICING_MODELS
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.edge.compressor import RoundCompressor
+from langchain_histcompress.faces.recall_tool import HistoryRecall
+from langchain_histcompress.workbench.bench_config import BenchConfig
+from langchain_histcompress.workbench.bench_result import BenchResult
+from langchain_histcompress.workbench.costs import REPORTED_PRICINGS, RequestEncoder
+from langchain_histcompress.workbench.recall_costs import price_tool_call
+from langchain_histcompress.workbench.recall_report import (
     TOOL_RECALL_NOTE,
     format_tool_recall_tables,
     markdown_tool_recall_tables,
     tool_recall_figures,
     tool_recall_to_dict,
 )
-from langchain_histcompress.bench.report import readme_section, result_to_dict
-from langchain_histcompress.bench.runner import BenchConfig, BenchResult, run_benchmark
-from langchain_histcompress.bench.strategies import (
-    RecallStrategy,
-    StrategyEnv,
-    build_strategy,
-    is_priced,
-)
-from langchain_histcompress.compressor import RoundCompressor
-from langchain_histcompress.pricing import PRICING_MODELS
-from langchain_histcompress.recall_tool import HistoryRecall
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.workbench.report import readme_section, result_to_dict
+from langchain_histcompress.workbench.runner import run_benchmark
+from langchain_histcompress.workbench.strategies import build_strategy, is_priced
+from langchain_histcompress.workbench.strategy import StrategyEnv
+from langchain_histcompress.workbench.summary_strategies import RecallStrategy
 from tests.fakes import CountingSummarizer
 from tests.unit_tests.test_bench_locomo import write_tiny
 from tests.unit_tests.test_bench_runner import _long_tiny

@@ -5,17 +5,18 @@ import json
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, get_buffer_string
 
-from langchain_histcompress.bench.locomo import LocomoConversation, parse_locomo
-from langchain_histcompress.bench.replay import (
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.edge.extraction import FactExtractor, build_extraction_prompt
+from langchain_histcompress.edge.summarizer import Summarizer
+from langchain_histcompress.edge.summary_prompt import build_summary_prompt
+from langchain_histcompress.workbench.locomo import LocomoConversation, parse_locomo
+from langchain_histcompress.workbench.replay import (
     ReplayChatModel,
     build_fact_operations,
     build_running_summary,
     detect_prompt_kind,
     read_prompt,
 )
-from langchain_histcompress.facts import FactExtractor, build_extraction_prompt
-from langchain_histcompress.summary import Summarizer, build_summary_prompt
-from langchain_histcompress.tokens import TiktokenCounter
 from tests.unit_tests.test_bench_locomo import tiny_locomo_data
 
 

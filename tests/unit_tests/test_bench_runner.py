@@ -8,17 +8,15 @@ from typing import Any
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from langchain_histcompress.bench import strategies as strategies_module
-from langchain_histcompress.bench.costs import REPORTED_PRICINGS
-from langchain_histcompress.bench.report import format_table, result_to_dict, write_reports
-from langchain_histcompress.bench.runner import (
-    BenchConfig,
-    BenchResult,
-    ProgressBar,
-    run_benchmark,
-)
-from langchain_histcompress.bench.strategies import available_strategies
-from langchain_histcompress.errors import ConfigurationError
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.workbench import strategies as strategies_module
+from langchain_histcompress.workbench.bench_config import BenchConfig
+from langchain_histcompress.workbench.bench_result import BenchResult
+from langchain_histcompress.workbench.costs import REPORTED_PRICINGS
+from langchain_histcompress.workbench.progress import ProgressBar
+from langchain_histcompress.workbench.report import format_table, result_to_dict, write_reports
+from langchain_histcompress.workbench.runner import run_benchmark
+from langchain_histcompress.workbench.strategies import available_strategies
 from tests.unit_tests.test_bench_locomo import tiny_locomo_data, write_tiny
 
 

@@ -9,9 +9,13 @@ import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.bench.costs import stamped_messages
-from langchain_histcompress.bench.locomo import LocomoConversation, parse_locomo
-from langchain_histcompress.bench.metrics import (
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.rounds import validate_history
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.workbench.costs import stamped_messages
+from langchain_histcompress.workbench.fact_strategies import FactsStrategy
+from langchain_histcompress.workbench.locomo import LocomoConversation, parse_locomo
+from langchain_histcompress.workbench.metrics import (
     ModelCall,
     TurnRecord,
     UsageLedger,
@@ -20,20 +24,15 @@ from langchain_histcompress.bench.metrics import (
     percentile,
     replay_figures,
 )
-from langchain_histcompress.bench.replay import ReplayChatModel
-from langchain_histcompress.bench.strategies import (
+from langchain_histcompress.workbench.replay import ReplayChatModel
+from langchain_histcompress.workbench.strategies import (
     DEFAULT_STRATEGIES,
     MINILM_MODULES,
-    FactsStrategy,
-    Strategy,
-    StrategyEnv,
     available_strategies,
     build_strategy,
     register_strategy,
 )
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.rounds import validate_history
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.workbench.strategy import Strategy, StrategyEnv
 from tests.unit_tests.test_bench_locomo import tiny_locomo_data
 
 
@@ -91,7 +90,7 @@ def test_registered_adapter_is_built_with_its_name(
         history = [HumanMessage("a", id="1"), AIMessage("b", id="2"), HumanMessage("c", id="3")]
         assert [m.id for m in strategy.model_input(history)] == ["2", "3"]
     finally:
-        from langchain_histcompress.bench import strategies
+        from langchain_histcompress.workbench import strategies
 
         strategies._REGISTRY.pop("test_last_two")
 
@@ -390,8 +389,8 @@ class _FakeMiniLM(DeterministicFakeEmbedding):
 @pytest.fixture
 def fake_minilm(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_FakeMiniLM]]:
     """The MiniLM strategies offered and built over `_FakeMiniLM` (no torch needed)."""
-    from langchain_histcompress import retrieval
-    from langchain_histcompress.bench import strategies
+    from langchain_histcompress.recall import retrieval
+    from langchain_histcompress.workbench import strategies
 
     _fake_find_spec(monkeypatch, present=MINILM_MODULES, absent=())
     monkeypatch.setattr(retrieval, "MiniLMEmbeddings", _FakeMiniLM)
@@ -405,7 +404,10 @@ def fake_minilm(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_FakeMiniLM]]:
 def test_minilm_strategies_load_the_model_once_and_embed_each_text_once(
     fake_minilm: type[_FakeMiniLM], conversation: LocomoConversation, counter: TiktokenCounter
 ) -> None:
-    from langchain_histcompress.retrieval import EmbeddingEvidenceRetriever, EmbeddingFactRetriever
+    from langchain_histcompress.recall.retrieval import (
+        EmbeddingEvidenceRetriever,
+        EmbeddingFactRetriever,
+    )
 
     assert set(MINILM_NAMES) <= set(available_strategies())
     history = _long_history(conversation, 60)

@@ -15,12 +15,12 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress.cached_context import CacheStableContext, cache_cold
-from langchain_histcompress.context import ContextBuilder, is_context_message
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.memory import FactExtractionNode
-from langchain_histcompress.rounds import validate_history
+from langchain_histcompress.context.builder import ContextBuilder, is_context_message
+from langchain_histcompress.context.cache_stable import CacheStableContext, cache_cold
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.core.rounds import validate_history
+from langchain_histcompress.faces.memory import FactExtractionNode
 
 T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
 WORDS = ["apple", "river", "violin", "garden", "castle", "rocket", "desert", "piano"]

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from langchain_histcompress import cli
-from langchain_histcompress.cli import main
+from langchain_histcompress.workbench import cli
+from langchain_histcompress.workbench.cli import main
 from tests.unit_tests.test_bench_locomo import tiny_locomo_data, write_tiny
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -177,9 +177,9 @@ def test_demo_without_module_prints_a_hint(
 
 def test_demo_runs_the_demo_module(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[str]] = []
-    module = types.ModuleType("langchain_histcompress.demo")
+    module = types.ModuleType("langchain_histcompress.workbench.demo")
     module.run_demo = lambda argv: seen.append(argv) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "langchain_histcompress.demo", module)
+    monkeypatch.setitem(sys.modules, "langchain_histcompress.workbench.demo", module)
     assert main(["demo", "--fast"]) == 0
     assert seen == [["--fast"]]
 
@@ -205,8 +205,8 @@ def first_sessions(data: dict[str, Any], count: int) -> dict[str, Any]:
     reason=f"LoCoMo data not found in {LOCOMO_DIR} (set HISTCOMPRESS_LOCOMO_DIR)",
 )
 def test_real_conversation_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # The first 8 of 19 sessions (80 assistant turns): every strategy's own calls still happen.
-    data = first_sessions(json.loads((LOCOMO_DIR / "30.json").read_text("utf-8")), 8)
+    # The first 5 of 19 sessions (50 assistant turns): every strategy's own calls still happen.
+    data = first_sessions(json.loads((LOCOMO_DIR / "30.json").read_text("utf-8")), 5)
     path = tmp_path / "30.json"
     path.write_text(json.dumps(data), "utf-8")
     out = tmp_path / "real"
@@ -300,7 +300,7 @@ def test_bench_help_lists_the_strategies_and_the_output_default(
 
 
 def _no_run(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    from langchain_histcompress.bench import cost_report, recall_report, report, runner
+    from langchain_histcompress.workbench import cost_report, recall_report, report, runner
 
     seen: list[object] = []
 

@@ -16,28 +16,24 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress.budget import SHORTENED_KEY
-from langchain_histcompress.compressor import (
-    SUMMARY_METADATA_KEY,
-    CompressionResult,
-    RoundCompressor,
-    message_timestamp,
-    pending_rounds,
-    view,
-)
-from langchain_histcompress.errors import (
+from langchain_histcompress.core.budget import SHORTENED_KEY
+from langchain_histcompress.core.errors import (
     ConfigurationError,
     InvalidHistoryError,
     SummarizationError,
 )
-from langchain_histcompress.rounds import is_summary_message, validate_history
-from langchain_histcompress.summary import RunningSummary
-from langchain_histcompress.thread_summary import (
+from langchain_histcompress.core.rounds import is_summary_message, validate_history
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.core.timestamps import message_timestamp
+from langchain_histcompress.core.tokens import count_request
+from langchain_histcompress.edge.compression_records import CompressionResult
+from langchain_histcompress.edge.compressor import SUMMARY_METADATA_KEY, RoundCompressor, view
+from langchain_histcompress.edge.round_planning import pending_rounds
+from langchain_histcompress.edge.thread_summary import (
     acompress_in_background,
     compress_in_background,
     thread_summarizer,
 )
-from langchain_histcompress.tokens import count_request
 from tests.fakes import (
     CallRecorder,
     Hang,

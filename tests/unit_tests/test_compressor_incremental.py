@@ -19,30 +19,26 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress import _summary_state
-from langchain_histcompress.compressor import (
-    RoundCompressor,
-    _with_ids,
-    pending_rounds,
-    view,
+from langchain_histcompress.core import summary_state as _summary_state
+from langchain_histcompress.core.errors import ConfigurationError, InvalidHistoryError
+from langchain_histcompress.core.rounds import ensure_ids, validate_history
+from langchain_histcompress.core.running_summary import (
+    _INSORT_LIMIT,
+    RunningSummary,
+    extended_summary,
+    ids_added_since,
 )
-from langchain_histcompress.errors import ConfigurationError, InvalidHistoryError
-from langchain_histcompress.memory import FactExtractionNode
-from langchain_histcompress.middleware import RoundCompressionMiddleware
-from langchain_histcompress.nodes import (
+from langchain_histcompress.edge.compressor import RoundCompressor, view, with_ids
+from langchain_histcompress.edge.round_planning import pending_rounds
+from langchain_histcompress.edge.thread_summary import thread_summarizer
+from langchain_histcompress.faces.memory import FactExtractionNode
+from langchain_histcompress.faces.middleware import RoundCompressionMiddleware
+from langchain_histcompress.faces.nodes import (
     RoundCompressionNode,
     build_model_input,
     summary_from_state,
     summary_to_state,
 )
-from langchain_histcompress.rounds import ensure_ids, validate_history
-from langchain_histcompress.summary import (
-    _INSORT_LIMIT,
-    RunningSummary,
-    _added_since,
-    _next_summary,
-)
-from langchain_histcompress.thread_summary import thread_summarizer
 from tests.fakes import (
     ScriptedSummarizer,
     conversation,
@@ -283,7 +279,7 @@ def test_grown_summaries_serialize_like_validated_ones(
     summary: RunningSummary | None = None
     fields = {"content": {"ConversationSummary": "x"}, "text": "x", "created_at": T0}
     for step, delta in enumerate(deltas):
-        grown = _next_summary(summary, delta, version=step + 1, **fields)
+        grown = extended_summary(summary, delta, version=step + 1, **fields)
         base = summary.covered_ids if summary is not None else frozenset()
         expected = RunningSummary(covered_ids=base | set(delta), version=step + 1, **fields)
         assert grown == expected
@@ -302,14 +298,14 @@ def test_grown_summaries_serialize_like_validated_ones(
 
 def test_next_summary_validates_new_ids() -> None:
     with pytest.raises(ValueError, match="valid string"):
-        _next_summary(None, [3], content="x", text="x")  # type: ignore[list-item]
+        extended_summary(None, [3], content="x", text="x")  # type: ignore[list-item]
 
 
 def test_serialized_ids_are_a_private_copy() -> None:
-    summary = _next_summary(None, ["b", "a"], content="x", text="x")
+    summary = extended_summary(None, ["b", "a"], content="x", text="x")
     first = summary.model_dump(mode="json")["covered_ids"]
     first.append("zzz")
-    grown = _next_summary(summary, ["c"], content="y", text="y", version=2)
+    grown = extended_summary(summary, ["c"], content="y", text="y", version=2)
     assert grown.model_dump(mode="json")["covered_ids"] == ["a", "b", "c"]
     assert summary.model_dump(mode="json")["covered_ids"] == ["a", "b"]
 
@@ -318,7 +314,7 @@ def test_serialized_ids_are_a_private_copy() -> None:
 
 
 def test_summary_read_back_from_state_is_the_same_object_until_changed() -> None:
-    summary = _next_summary(None, ["m2", "m1"], content={"ConversationSummary": "x"}, text="x")
+    summary = extended_summary(None, ["m2", "m1"], content={"ConversationSummary": "x"}, text="x")
     raw = summary_to_state(summary)
     assert read(raw) is summary
     raw["covered_ids"].append("m3")  # edited in place: validated again
@@ -333,7 +329,7 @@ def test_summary_read_back_from_state_is_the_same_object_until_changed() -> None
     with pytest.raises(ConfigurationError, match="sha256"):
         read(raw)
 
-    other = _next_summary(None, ["m1"], content="y", text="y")
+    other = extended_summary(None, ["m1"], content="y", text="y")
     copied = copy.deepcopy(summary_to_state(other))  # as a checkpointer hands it back
     first = read(copied)
     assert first == other and first is not other
@@ -341,11 +337,13 @@ def test_summary_read_back_from_state_is_the_same_object_until_changed() -> None
 
 
 def test_state_cache_keeps_about_one_entry_per_thread() -> None:
-    begin = _next_summary(None, ["cache-test-0"], content="x", text="x")
+    begin = extended_summary(None, ["cache-test-0"], content="x", text="x")
     summary = read(copy.deepcopy(summary_to_state(begin)))
     for step in range(2, 60):  # a thread behind a checkpointer: every turn reads a copy
         read(copy.deepcopy(summary_to_state(summary)))
-        grown = _next_summary(summary, [f"cache-test-{step}"], content="x", text="x", version=step)
+        grown = extended_summary(
+            summary, [f"cache-test-{step}"], content="x", text="x", version=step
+        )
         summary = read(copy.deepcopy(summary_to_state(grown)))
     mine = [e for e in _summary_state._cache.values() if "cache-test-0" in e.summary.covered_ids]
     assert len(mine) == 1
@@ -390,10 +388,10 @@ def test_node_with_id_less_messages_still_uses_deterministic_ids() -> None:
     assert shown[0] is history[0]  # the caller's own preamble
     expected = view(ensure_ids(history), clone(summary_from_state(state)))
     assert shown[1:] == expected[1:]
-    ided = _with_ids(history, None)
+    ided = with_ids(history, None)
     assert ided[0] is history[0] and all(m.id for m in ided[1:])
     complete = ensure_ids(history)
-    assert _with_ids(complete, None) is complete
+    assert with_ids(complete, None) is complete
 
 
 def test_middleware_request_reads_only_the_tail() -> None:
@@ -432,10 +430,10 @@ def test_fact_node_reads_only_messages_after_its_cursor() -> None:
 
 
 def test_added_since_gives_the_commit_delta_without_a_set_difference() -> None:
-    first = _next_summary(None, ["a", "b"], content="x", text="x")
-    second = _next_summary(first, ["c", "a"], content="y", text="y", version=2)
-    third = _next_summary(second, ["e", "d"], content="z", text="z", version=3)
-    assert _added_since(third, second) == ["d", "e"]
-    assert _added_since(third, first) == sorted(third.covered_ids - first.covered_ids)
-    assert _added_since(third, clone(second)) is None  # type: ignore[arg-type]
-    assert _added_since(first, third) is None
+    first = extended_summary(None, ["a", "b"], content="x", text="x")
+    second = extended_summary(first, ["c", "a"], content="y", text="y", version=2)
+    third = extended_summary(second, ["e", "d"], content="z", text="z", version=3)
+    assert ids_added_since(third, second) == ["d", "e"]
+    assert ids_added_since(third, first) == sorted(third.covered_ids - first.covered_ids)
+    assert ids_added_since(third, clone(second)) is None  # type: ignore[arg-type]
+    assert ids_added_since(first, third) is None

@@ -13,21 +13,18 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress.budget import SHORTENED_KEY
-from langchain_histcompress.compressor import (
-    CompressionResult,
-    RoundCompressor,
-    pending_rounds,
-    view,
-)
-from langchain_histcompress.rounds import (
+from langchain_histcompress.core.budget import SHORTENED_KEY
+from langchain_histcompress.core.rounds import (
     is_summary_message,
     repair_history,
     split_units,
     validate_history,
 )
-from langchain_histcompress.summary import RunningSummary
-from langchain_histcompress.tokens import count_request
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.core.tokens import count_request
+from langchain_histcompress.edge.compression_records import CompressionResult
+from langchain_histcompress.edge.compressor import RoundCompressor, view
+from langchain_histcompress.edge.round_planning import pending_rounds
 from tests.fakes import ScriptedSummarizer, prompt_ids
 from tests.histories import history
 

@@ -1,7 +1,7 @@
 """Compressing a grown history reads only the new messages, and gives what a full read gives.
 
 Between two folds the compressor keeps what it derived from the summary's uncovered tail
-(`langchain_histcompress._tail_state`) and only reads the messages appended since. These tests
+(`langchain_histcompress.core.tail_state`) and only reads the messages appended since. These tests
 replay random conversations (tool steps, parallel and in-flight calls, pauses, pinned system
 messages, stray results, edits, removals, reused ids) turn by turn and check every result
 against the same replay with that shortcut turned off; and they count the messages a turn
@@ -25,10 +25,12 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress import _tail, _tail_state, compressor
-from langchain_histcompress.compressor import RoundCompressor
-from langchain_histcompress.errors import InvalidHistoryError
-from langchain_histcompress.summary import RunningSummary
+from langchain_histcompress.core import tail as _tail
+from langchain_histcompress.core import tail_state as _tail_state
+from langchain_histcompress.core.errors import InvalidHistoryError
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.edge import compressor, round_planning
+from langchain_histcompress.edge.compressor import RoundCompressor
 from tests.fakes import ScriptedSummarizer
 
 T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
@@ -229,7 +231,9 @@ def _per_turn(
         return wrapped
 
     monkeypatch.setattr(_tail_state, "validate_history", counting(_tail_state.validate_history))
-    monkeypatch.setattr(compressor, "validate_history", counting(compressor.validate_history))
+    monkeypatch.setattr(
+        round_planning, "validate_history", counting(round_planning.validate_history)
+    )
     prefix_checks = 0
     holds = _tail.holds
 
@@ -289,7 +293,7 @@ def test_a_replaced_tail_message_is_read_again() -> None:
 
 def test_a_history_without_ids_grows_too(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ids given lazily keep their copies between turns, so the kept tail applies to them."""
-    from langchain_histcompress.rounds import ensure_ids
+    from langchain_histcompress.core.rounds import ensure_ids
     from tests.unit_tests.test_flat_turns import _node_replay, grown
 
     taken: list[bool] = []
@@ -311,7 +315,7 @@ def test_a_history_without_ids_grows_too(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_a_summary_is_counted_as_shown_and_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The budget and the schedule read a summary's tokens as its message in the view costs
     them, counted once per summary."""
-    from langchain_histcompress.tokens import TiktokenCounter, message_costs
+    from langchain_histcompress.core.tokens import TiktokenCounter, message_costs
 
     counter = TiktokenCounter(cache_size=0)  # every count encodes
     subject = RoundCompressor(

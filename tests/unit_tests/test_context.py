@@ -15,13 +15,17 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress.context import BuiltContext, ContextBuilder, is_context_message
-from langchain_histcompress.errors import BudgetError, ConfigurationError
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.retrieval import BM25TurnRetriever, EvidenceRetriever
-from langchain_histcompress.rounds import SUMMARY_SOURCE, is_summary_message, validate_history
-from langchain_histcompress.summary import RunningSummary
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.context.builder import (
+    BuiltContext,
+    ContextBuilder,
+    is_context_message,
+)
+from langchain_histcompress.core.errors import BudgetError, ConfigurationError
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.core.rounds import SUMMARY_SOURCE, is_summary_message, validate_history
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.recall.retrieval import BM25TurnRetriever, EvidenceRetriever
 from tests.histories import history
 
 COUNTER = TiktokenCounter()
@@ -710,7 +714,7 @@ def _uuid_conversation(rounds: int) -> list[BaseMessage]:
 def test_long_ids_reach_the_model_as_stable_short_references(data_format: str) -> None:
     """Facts and retrieved turns name their sources by `stable_ref`, the same on every turn;
     the real ids stay in the data message's metadata."""
-    from langchain_histcompress.aliases import stable_ref
+    from langchain_histcompress.core.aliases import stable_ref
 
     history_ = _uuid_conversation(40)
     facts = [

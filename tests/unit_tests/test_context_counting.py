@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.context_data import _LEAD
-from langchain_histcompress.facts import Fact, facts_to_state
-from langchain_histcompress.retrieval import EvidenceRetriever
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.context.data import _LEAD
+from langchain_histcompress.core.facts import Fact, facts_to_state
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.recall.retrieval import EvidenceRetriever
 
 pytest.importorskip("numpy")
 

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress import _data_costs, context_data
-from langchain_histcompress._data_costs import DataCosts, LineCosts
-from langchain_histcompress.context import BuiltContext, ContextBuilder
-from langchain_histcompress.facts import Fact, facts_to_state
-from langchain_histcompress.retrieval import EvidenceRetriever
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.context import _data_costs
+from langchain_histcompress.context import data as context_data
+from langchain_histcompress.context._data_costs import DataCosts, LineCosts
+from langchain_histcompress.context.builder import BuiltContext, ContextBuilder
+from langchain_histcompress.core.facts import Fact, facts_to_state
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.recall.retrieval import EvidenceRetriever
 
 pytest.importorskip("numpy")
 

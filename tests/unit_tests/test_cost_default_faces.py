@@ -9,10 +9,10 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.graph import END, START, StateGraph
 
-from langchain_histcompress.compressor import RoundCompressor
-from langchain_histcompress.history import CompressingChatMessageHistory
-from langchain_histcompress.nodes import HistCompressState, RoundCompressionNode
-from langchain_histcompress.schedule import FoldDecision, FoldSchedule, RoundLoad
+from langchain_histcompress.core.schedule import FoldDecision, FoldSchedule, RoundLoad
+from langchain_histcompress.edge.compressor import RoundCompressor
+from langchain_histcompress.faces.history import CompressingChatMessageHistory
+from langchain_histcompress.faces.nodes import HistCompressState, RoundCompressionNode
 from langchain_histcompress.storage import InMemoryHistoryStore
 from tests.fakes import ScriptedSummarizer, summary_json
 
@@ -69,7 +69,7 @@ def _via_middleware(compressor: RoundCompressor, history: list[BaseMessage]) -> 
     pytest.importorskip("langchain.agents")
     from langchain.agents import create_agent
 
-    from langchain_histcompress.middleware import RoundCompressionMiddleware
+    from langchain_histcompress.faces.middleware import RoundCompressionMiddleware
 
     agent = create_agent(
         GenericFakeChatModel(messages=iter([AIMessage("ok")])),
@@ -107,8 +107,8 @@ def test_the_pricing_model_reaches_the_schedule_through_every_face(
 def test_the_middleware_prices_by_the_model_of_each_request(decisions: list[str]) -> None:
     pytest.importorskip("langchain.agents")
     openai = pytest.importorskip("langchain_openai")
-    from langchain_histcompress.middleware import RoundCompressionMiddleware
-    from langchain_histcompress.rounds import ensure_ids
+    from langchain_histcompress.core.rounds import ensure_ids
+    from langchain_histcompress.faces.middleware import RoundCompressionMiddleware
     from tests.fakes import model_request, through_middleware
 
     middleware = RoundCompressionMiddleware(_compressor(ScriptedSummarizer(), None))

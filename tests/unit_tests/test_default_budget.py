@@ -24,12 +24,12 @@ from langchain_core.messages import (
 from langchain_core.messages.utils import count_tokens_approximately
 
 from langchain_histcompress import RoundCompressor
-from langchain_histcompress.budget import SHORTENED_KEY, context_budget
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import BudgetError, SummarizationError
-from langchain_histcompress.pricing import PRICING_MODELS
-from langchain_histcompress.rounds import is_summary_message, validate_history
-from langchain_histcompress.summary import RunningSummary
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core.budget import SHORTENED_KEY, context_budget
+from langchain_histcompress.core.errors import BudgetError, SummarizationError
+from langchain_histcompress.core.pricing import PRICING_MODELS
+from langchain_histcompress.core.rounds import is_summary_message, validate_history
+from langchain_histcompress.core.running_summary import RunningSummary
 from tests.fakes import CountingSummarizer
 
 T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)

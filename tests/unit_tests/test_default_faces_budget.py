@@ -29,7 +29,7 @@ from langchain_histcompress import (
     RoundCompressionNode,
     RoundCompressor,
 )
-from langchain_histcompress.errors import BudgetError
+from langchain_histcompress.core.errors import BudgetError
 from tests.fakes import CountingSummarizer, ScriptedChatModel
 
 TOKENS = count_tokens_approximately

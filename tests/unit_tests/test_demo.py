@@ -15,9 +15,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress import demo
-from langchain_histcompress.cli import main
-from langchain_histcompress.demo import (
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.core.pricing import (
+    PRICING_MODELS,
+    PromptRequest,
+    encode_request,
+    price_requests,
+)
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.edge.extraction import build_extraction_prompt
+from langchain_histcompress.edge.summary_prompt import build_summary_prompt
+from langchain_histcompress.workbench import demo
+from langchain_histcompress.workbench.cli import main
+from langchain_histcompress.workbench.demo import (
     DemoReport,
     ScriptedChatModel,
     UsageMeter,
@@ -26,17 +38,7 @@ from langchain_histcompress.demo import (
     replay_conversation,
     run_demo,
 )
-from langchain_histcompress.demo_report import _problems
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.facts import Fact, build_extraction_prompt
-from langchain_histcompress.pricing import (
-    PRICING_MODELS,
-    PromptRequest,
-    encode_request,
-    price_requests,
-)
-from langchain_histcompress.summary import RunningSummary, build_summary_prompt
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.workbench.demo_report import _problems
 from tests import fakes
 
 SAVINGS = re.compile(r"^savings: (-?\d+\.\d)% \(([\d,]+) vs ([\d,]+) billed tokens, (\d+) turns\)$")
@@ -48,7 +50,7 @@ RESUME = re.compile(
 
 def raw_script() -> dict[str, Any]:
     text = (
-        resources.files("langchain_histcompress")
+        resources.files("langchain_histcompress.workbench")
         .joinpath("demo_data/conversation.json")
         .read_text("utf-8")
     )
@@ -524,7 +526,7 @@ def test_a_failed_or_missing_fold_is_a_problem_of_an_offline_run(
         turns = tuple(record if t.number == fold.number else t for t in full_report.turns)
         assert _problems(dataclasses.replace(full_report, turns=turns)) == [expected]
     out = io.StringIO()
-    from langchain_histcompress.demo_report import _Printer, _turn_line
+    from langchain_histcompress.workbench.demo_report import _Printer, _turn_line
 
     _turn_line(_Printer(out, quiet=False), failed, full_report.folding)
     assert "fold FAILED (SummarizationError)" in out.getvalue()

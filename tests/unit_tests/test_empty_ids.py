@@ -15,17 +15,15 @@ from langchain_core.chat_history import InMemoryChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress.cached_context import CacheStableContext
-from langchain_histcompress.compressor import RoundCompressor
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.history import (
-    CompressingChatMessageHistory,
-    CompressingHistoryAdapter,
-)
-from langchain_histcompress.nodes import RoundCompressionNode, summary_from_state
-from langchain_histcompress.reducers import SummarizationReducer
-from langchain_histcompress.rounds import ensure_ids, validate_history
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.context.cache_stable import CacheStableContext
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.rounds import ensure_ids, validate_history
+from langchain_histcompress.edge.compressor import RoundCompressor
+from langchain_histcompress.faces.history import CompressingChatMessageHistory
+from langchain_histcompress.faces.history_adapter import CompressingHistoryAdapter
+from langchain_histcompress.faces.nodes import RoundCompressionNode, summary_from_state
+from langchain_histcompress.faces.reducers import SummarizationReducer
 from langchain_histcompress.storage import InMemoryHistoryStore, SQLHistoryStore
 from tests.fakes import ScriptedSummarizer
 

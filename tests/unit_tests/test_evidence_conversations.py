@@ -7,13 +7,14 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress import _turn_index, evidence
-from langchain_histcompress.bm25 import BM25Index
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.evidence import BM25TurnRetriever, EvidenceRetriever
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.recall import _turn_index, evidence
+from langchain_histcompress.recall.bm25 import BM25Index
+from langchain_histcompress.recall.evidence import EvidenceRetriever
+from langchain_histcompress.recall.turn_retriever import BM25TurnRetriever
 from tests.unit_tests.test_context_line_costs import facts as fact_state
 from tests.unit_tests.test_context_line_costs import grown, report
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress import _evidence_arrays, _turn_index, evidence
-from langchain_histcompress.bm25 import BM25Index, _FactIndex
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.retrieval import EvidenceRetriever
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.recall import _evidence_arrays, _turn_index, evidence
+from langchain_histcompress.recall.bm25 import BM25Index, _FactIndex
+from langchain_histcompress.recall.retrieval import EvidenceRetriever
 
 np = pytest.importorskip("numpy")
 
@@ -233,7 +233,7 @@ def test_ranked_entries_are_ordinary_frozen_ranked_evidence() -> None:
 
 
 def test_sum_by_row_equals_the_sorted_sum_and_leaves_the_arrays_zero() -> None:
-    from langchain_histcompress.bm25 import _sum_by_slot
+    from langchain_histcompress.recall.bm25 import _sum_by_slot
 
     rng = np.random.default_rng(7)
     work = _evidence_arrays.WorkArrays(np, 2)

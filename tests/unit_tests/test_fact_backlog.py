@@ -8,12 +8,17 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress._round_backlog import RoundScans
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.extraction import _Call, _prompt
-from langchain_histcompress.facts import Fact, FactExtractor, build_extraction_prompt
-from langchain_histcompress.memory import FactExtractionNode
-from langchain_histcompress.rounds import split_rounds
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.core.rounds import split_rounds
+from langchain_histcompress.edge.extraction import (
+    FactExtractor,
+    _Call,
+    _prompt,
+    build_extraction_prompt,
+)
+from langchain_histcompress.faces._round_backlog import RoundScans
+from langchain_histcompress.faces.memory import FactExtractionNode
 from tests.fakes import ScriptedChatModel, conversation
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from langchain_histcompress._fact_cache import FactStateCache
-from langchain_histcompress.facts import Fact
+from langchain_histcompress.context.fact_cache import FactStateCache
+from langchain_histcompress.core.facts import Fact
 
 
 def _state(n: int) -> dict[str, dict[str, object]]:
@@ -87,7 +87,7 @@ def test_other_forms_always_start_a_new_generation() -> None:
 
 
 def test_a_grown_state_reads_only_its_new_entries(monkeypatch: pytest.MonkeyPatch) -> None:
-    import langchain_histcompress._fact_cache as module
+    import langchain_histcompress.context.fact_cache as module
 
     cache, state = FactStateCache(), _state(5)
     first = cache.read(state)

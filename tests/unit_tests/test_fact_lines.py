@@ -5,18 +5,18 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage
 
-from langchain_histcompress.extraction import (
+from langchain_histcompress.core.fact_lines import format_fact_lines, parse_fact_lines
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.edge.extraction import (
     FactExtractor,
     build_extraction_prompt,
     parse_extraction_output,
 )
-from langchain_histcompress.fact_lines import format_fact_lines, parse_fact_lines
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.tokens import TiktokenCounter
 from tests.fakes import ScriptedChatModel
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -72,6 +72,7 @@ def test_lines_round_trip_to_the_same_operations_as_json(ops: list[dict[str, Any
 
 @settings(max_examples=200, deadline=None)
 @given(contents)
+@example("<THINK></THINK>")  # reasoning tags inside a line are its data
 def test_any_content_survives_the_line_format(content: str) -> None:
     text = format_fact_lines([{"op": "ADD", "type": "event", "content": content}])
     assert "\n" not in text and "\r" not in text

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.facts import Fact, merge_facts
-from langchain_histcompress.memory import FactExtractionNode
+from langchain_histcompress.core.facts import Fact, merge_facts
+from langchain_histcompress.faces.memory import FactExtractionNode
 from tests.fakes import ScriptedChatModel
 
 GOLDEN = Path(__file__).parent / "data" / "fact_node_updates.json"
@@ -142,11 +142,11 @@ def test_validations_and_reads_per_turn_do_not_grow_with_history_or_facts(
     extractor = FactExtractionNode(
         one_add, batch_rounds=2, max_prompt_facts=6, use_runtime_store=False
     )
-    full = history(1201)
+    full = history(601)
     facts: dict[str, Any] = {}
     cursor = None
     per_turn: dict[int, tuple[int, int]] = {}
-    for rounds in range(2, 1201, 2):  # two more rounds per turn: one call, one new fact
+    for rounds in range(2, 601, 2):  # two more rounds per turn: one call, one new fact
         validations[0] = 0
         messages = Reads(full[: 2 * rounds + 1])
         update = extractor.invoke(
@@ -155,8 +155,8 @@ def test_validations_and_reads_per_turn_do_not_grow_with_history_or_facts(
         facts = merge_facts(facts, update["facts"])
         cursor = update["facts_processed_through"]
         per_turn[rounds] = (validations[0], messages.reads)
-    assert len(facts) == 600
-    late = {per_turn[r] for r in range(1000, 1201, 2)}
+    assert len(facts) == 300
+    late = {per_turn[r] for r in range(500, 601, 2)}
     early = {per_turn[r] for r in range(10, 201, 2)}
     # one validation per turn (the added fact), however many facts and messages came before:
     # the node's write, the reducer and the next turn's read reuse the validated fact

@@ -11,23 +11,22 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from langchain_histcompress.errors import ConfigurationError, SummarizationError
-from langchain_histcompress.facts import (
+from langchain_histcompress.core.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.core.facts import (
     MAX_SUPERSEDED,
     Fact,
-    FactExtractor,
     FactOp,
     apply_fact_ops,
-    build_extraction_prompt,
     fact_id_for,
     facts_from_state,
     facts_to_state,
     merge_facts,
     normalize_content,
-    parse_extraction_output,
 )
-from langchain_histcompress.rounds import SUMMARY_SOURCE
-from langchain_histcompress.summary import INTERNAL_TAGS
+from langchain_histcompress.core.rounds import SUMMARY_SOURCE
+from langchain_histcompress.edge._extraction_output import parse_extraction_output
+from langchain_histcompress.edge.extraction import FactExtractor, build_extraction_prompt
+from langchain_histcompress.edge.model_edge import INTERNAL_TAGS
 from tests.fakes import AuthenticationError, CallRecorder, RateLimitError, ScriptedChatModel
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)

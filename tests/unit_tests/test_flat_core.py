@@ -26,11 +26,15 @@ from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph.message import add_messages
 
-from langchain_histcompress.compressor import RoundCompressor
-from langchain_histcompress.nodes import RoundCompressionNode, summary_from_state, summary_to_state
-from langchain_histcompress.rounds import ensure_ids
-from langchain_histcompress.summary import RunningSummary
-from langchain_histcompress.thread_summary import thread_summarizer
+from langchain_histcompress.core.rounds import ensure_ids
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.edge.compressor import RoundCompressor
+from langchain_histcompress.edge.thread_summary import thread_summarizer
+from langchain_histcompress.faces.nodes import (
+    RoundCompressionNode,
+    summary_from_state,
+    summary_to_state,
+)
 from tests.fakes import ScriptedSummarizer
 from tests.unit_tests.test_flat_turns import LONG, SHORT, grown, turn_ends
 

@@ -21,15 +21,15 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.prompts import ChatPromptTemplate
 
-from langchain_histcompress import tokens
-from langchain_histcompress.rephrase import (
+from langchain_histcompress.core import tokens
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.edge.rephrase_prompts import _format_prompt
+from langchain_histcompress.faces.rephrase import (
     STANDALONE_QUESTION_PROMPT,
     SUMMARY_AND_QUESTION_PROMPT,
     HistoryRephraseNode,
     create_history_rephraser,
 )
-from langchain_histcompress.rephrase_prompts import _format_prompt
-from langchain_histcompress.tokens import TiktokenCounter
 from tests.fakes import conversation
 
 TURNS = 5

@@ -18,11 +18,12 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress import _evidence_arrays, _turn_index, evidence
-from langchain_histcompress.bm25 import BM25Index
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.facts import Fact, FactExtractor, facts_to_state
-from langchain_histcompress.retrieval import EvidenceRetriever
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core.facts import Fact, facts_to_state
+from langchain_histcompress.edge.extraction import FactExtractor
+from langchain_histcompress.recall import _evidence_arrays, _turn_index, evidence, turn_retriever
+from langchain_histcompress.recall.bm25 import BM25Index
+from langchain_histcompress.recall.retrieval import EvidenceRetriever
 
 np = pytest.importorskip("numpy")
 
@@ -137,16 +138,16 @@ def test_turn_retriever_picks_the_same_messages_with_and_without_numpy(
         "code5999 code3",
         "nothing here matches",
     ]
-    fast = evidence.BM25TurnRetriever(max_term_postings=max_term_postings)
-    slow = evidence.BM25TurnRetriever(max_term_postings=max_term_postings)
-    numpy_module = evidence._numpy
+    fast = turn_retriever.BM25TurnRetriever(max_term_postings=max_term_postings)
+    slow = turn_retriever.BM25TurnRetriever(max_term_postings=max_term_postings)
+    numpy_module = turn_retriever._numpy
     compared = 0
     for messages in calls:
         for question in questions:
             for k in (1, 4, 50):
-                monkeypatch.setattr(evidence, "_numpy", numpy_module)
+                monkeypatch.setattr(turn_retriever, "_numpy", numpy_module)
                 picked = fast.retrieve(question, messages, k)
-                monkeypatch.setattr(evidence, "_numpy", lambda: None)
+                monkeypatch.setattr(turn_retriever, "_numpy", lambda: None)
                 assert [id(m) for m in picked] == [
                     id(m) for m in slow.retrieve(question, messages, k)
                 ], (question, k)

@@ -23,18 +23,18 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress import retrieval
-from langchain_histcompress.compressor import RoundCompressor
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.coverage import CoveredIds
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.nodes import RoundCompressionNode, summary_to_state
-from langchain_histcompress.rephrase import HistoryRephraseNode, create_history_rephraser
-from langchain_histcompress.retrieval import BM25TurnRetriever, EvidenceRetriever
-from langchain_histcompress.rounds import ensure_ids
-from langchain_histcompress.summary import RunningSummary, _next_summary
-from langchain_histcompress.thread_summary import thread_summarizer
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core.coverage import CoveredIds
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.core.rounds import ensure_ids
+from langchain_histcompress.core.running_summary import RunningSummary, extended_summary
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.edge.compressor import RoundCompressor
+from langchain_histcompress.edge.thread_summary import thread_summarizer
+from langchain_histcompress.faces.nodes import RoundCompressionNode, summary_to_state
+from langchain_histcompress.faces.rephrase import HistoryRephraseNode, create_history_rephraser
+from langchain_histcompress.recall import retrieval
+from langchain_histcompress.recall.retrieval import BM25TurnRetriever, EvidenceRetriever
 from tests.fakes import ScriptedSummarizer, conversation, model_request, through_middleware
 from tests.unit_tests.test_compressor_incremental import Probe
 
@@ -92,10 +92,10 @@ def test_folding_extends_coverage_without_copying_it(monkeypatch: pytest.MonkeyP
     fields = {"content": "x", "text": "x"}
     summaries = {}
     for size in (SHORT, LONG):
-        summaries[size] = _next_summary(None, [f"m{i}" for i in range(size)], **fields)
+        summaries[size] = extended_summary(None, [f"m{i}" for i in range(size)], **fields)
     _NoFullRead(monkeypatch)
     for size, summary in summaries.items():
-        grown_summary = _next_summary(summary, ["new1", "new2", "m3"], version=2, **fields)
+        grown_summary = extended_summary(summary, ["new1", "new2", "m3"], version=2, **fields)
         assert len(grown_summary.covered_ids) == size + 2
         assert "new2" in grown_summary.covered_ids and "new2" not in summary.covered_ids
         assert len(summary.covered_ids) == size  # the older version is unchanged
@@ -198,7 +198,7 @@ def test_node_without_ids_matches_the_node_on_ensured_ids() -> None:
 
 def counting_identified(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the messages given a derived id (copied) from now on."""
-    from langchain_histcompress import _identified as identified_module
+    from langchain_histcompress.core import identified as identified_module
 
     made: list[int] = []
     original = identified_module.identified
@@ -250,7 +250,7 @@ def test_middleware_without_ids_derives_ids_only_for_new_messages(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A model call through the middleware copies only the messages added since."""
-    from langchain_histcompress.middleware import RoundCompressionMiddleware
+    from langchain_histcompress.faces.middleware import RoundCompressionMiddleware
 
     history = grown(40, ids=False)[1:]  # an agent's state holds no system message
     covered = [str(m.id) for m in ensure_ids(history[:60])]
@@ -283,9 +283,9 @@ def test_middleware_context_builder_reads_only_new_messages(
     """The request handed to a context builder gives ids only to messages that lack one."""
     from langchain.agents.middleware import ModelRequest
 
-    from langchain_histcompress import _identified as identified_module
-    from langchain_histcompress import rounds as rounds_module
-    from langchain_histcompress.middleware import RoundCompressionMiddleware
+    from langchain_histcompress.core import identified as identified_module
+    from langchain_histcompress.core import rounds as rounds_module
+    from langchain_histcompress.faces.middleware import RoundCompressionMiddleware
 
     history = grown(40, ids=ids)[1:]
     builder = ContextBuilder(max_context_tokens=100_000, token_counter=count_tokens_approximately)
@@ -382,7 +382,7 @@ def test_rephrase_chain_reads_only_its_window() -> None:
 def test_rephrase_window_is_that_of_the_whole_history() -> None:
     from langchain_core.messages import ToolMessage
 
-    from langchain_histcompress.rephrase import _history_window, _window_of
+    from langchain_histcompress.faces.rephrase import newest_window, window_of
 
     call = AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c"}])
     pieces = [HumanMessage("q"), AIMessage("a"), call, ToolMessage("r", tool_call_id="c")]
@@ -391,8 +391,8 @@ def test_rephrase_window_is_that_of_the_whole_history() -> None:
         history = [pieces[(i * 7 + length) % len(pieces)] for i in range(length)]
         for limit in range(0, 12):
             for tools in (False, True):
-                whole = _window_of(history, limit, tools)[0]
-                assert _history_window(history, limit, tools)[0] == whole
+                whole = window_of(history, limit, tools)[0]
+                assert newest_window(history, limit, tools)[0] == whole
 
 
 # --------------------------------------------------------------------------- token counter
@@ -559,7 +559,9 @@ def test_vectorized_similarities_equal_the_python_ones(monkeypatch: pytest.Monke
 def test_bench_faces_section_reports_every_face(tmp_path: Any) -> None:
     from pathlib import Path
 
-    from langchain_histcompress.bench.faces import FACES, measure_faces, write_face_reports
+    from langchain_histcompress.workbench.face_drivers import FACES
+    from langchain_histcompress.workbench.face_report import write_face_reports
+    from langchain_histcompress.workbench.faces import measure_faces
 
     base = conversation(12, system=SystemMessage("Be brief.", id="sys"))
     figures = measure_faces(base, sizes=(12, 24), turns=3)
@@ -580,9 +582,10 @@ def test_benchmark_runs_the_faces_section_when_asked(tmp_path: Any) -> None:
     import io
     from pathlib import Path
 
-    from langchain_histcompress.bench.faces import FACES
-    from langchain_histcompress.bench.report import write_reports
-    from langchain_histcompress.bench.runner import BenchConfig, run_benchmark
+    from langchain_histcompress.workbench.bench_config import BenchConfig
+    from langchain_histcompress.workbench.face_drivers import FACES
+    from langchain_histcompress.workbench.report import write_reports
+    from langchain_histcompress.workbench.runner import run_benchmark
     from tests.unit_tests.test_bench_locomo import write_tiny
     from tests.unit_tests.test_bench_runner import _long_tiny
 
@@ -607,8 +610,8 @@ def test_benchmark_runs_the_faces_section_when_asked(tmp_path: Any) -> None:
 
 
 def test_faces_report_the_lowest_of_their_passes() -> None:
-    from langchain_histcompress.bench.faces import measure_faces
-    from langchain_histcompress.errors import ConfigurationError
+    from langchain_histcompress.core.errors import ConfigurationError
+    from langchain_histcompress.workbench.faces import measure_faces
 
     base: list[BaseMessage] = [SystemMessage("s", id="s")]
     for n in range(8):
@@ -633,8 +636,9 @@ def test_faces_report_the_lowest_of_their_passes() -> None:
 
 
 def test_faces_report_the_memory_a_turn_allocates() -> None:
-    from langchain_histcompress.bench.faces import face_overhead_table, measure_faces
-    from langchain_histcompress.errors import ConfigurationError
+    from langchain_histcompress.core.errors import ConfigurationError
+    from langchain_histcompress.workbench.face_report import face_overhead_table
+    from langchain_histcompress.workbench.faces import measure_faces
 
     base = conversation(30, system=SystemMessage("Be brief.", id="sys"))
     names = ["reducer_full_history", "reducer_fed_back_reloaded", "context_builder_no_ids"]
@@ -657,7 +661,7 @@ def test_faces_report_the_memory_a_turn_allocates() -> None:
 
 
 def test_identified_lists_keep_one_growing_list_per_conversation() -> None:
-    from langchain_histcompress._identified import IdentifiedLists
+    from langchain_histcompress.core.identified import IdentifiedLists
 
     lists = IdentifiedLists(max_messages=100)
     lead = [SystemMessage("Be brief.")]

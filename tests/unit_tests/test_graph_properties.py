@@ -11,11 +11,15 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.graph.message import add_messages
 
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import BudgetError
-from langchain_histcompress.middleware import RoundCompressionMiddleware
-from langchain_histcompress.nodes import RoundCompressionNode, build_model_input, summary_from_state
-from langchain_histcompress.rounds import is_summary_message, split_rounds, validate_history
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core.errors import BudgetError
+from langchain_histcompress.core.rounds import is_summary_message, split_rounds, validate_history
+from langchain_histcompress.faces.middleware import RoundCompressionMiddleware
+from langchain_histcompress.faces.nodes import (
+    RoundCompressionNode,
+    build_model_input,
+    summary_from_state,
+)
 from tests.fakes import CountingSummarizer, model_request, through_middleware
 from tests.histories import history
 from tests.unit_tests.test_nodes import Harness, make_compressor

@@ -14,15 +14,16 @@ import pytest
 from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-import langchain_histcompress.history as history_module
-from langchain_histcompress.errors import (
+import langchain_histcompress.faces.history as history_module
+from langchain_histcompress.core.errors import (
     ConfigurationError,
     InvalidHistoryError,
     StorageError,
     SummarizationError,
 )
-from langchain_histcompress.history import CompressingChatMessageHistory, CompressingHistoryAdapter
-from langchain_histcompress.rounds import is_summary_message, validate_history
+from langchain_histcompress.core.rounds import is_summary_message, validate_history
+from langchain_histcompress.faces.history import CompressingChatMessageHistory
+from langchain_histcompress.faces.history_adapter import CompressingHistoryAdapter
 from langchain_histcompress.storage import HistoryStore, InMemoryHistoryStore, SQLHistoryStore
 from tests.fakes import Control, ScriptedChatModel, controlled_compressor, run_threads
 from tests.unit_tests.test_flat_turns import counting_identified
@@ -274,7 +275,7 @@ def test_model_failure_leaves_summaries_byte_identical_sync(
     before = summary_state(store, "s")
     view_before = history.messages
     control.fault = FAULTS[fault]
-    with caplog.at_level(logging.WARNING, logger="langchain_histcompress.history"):
+    with caplog.at_level(logging.WARNING, logger="langchain_histcompress.faces.history"):
         history.add_messages(turn(4))  # compression due -> fails
     assert summary_state(store, "s") == before
     assert isinstance(history.last_compression_error, SummarizationError)
@@ -697,9 +698,9 @@ def test_adapter_derives_ids_only_for_new_messages(monkeypatch: pytest.MonkeyPat
     """Messages written to the wrapped history without ids get ids only once they are new."""
     from langchain_core.messages.utils import count_tokens_approximately
 
-    from langchain_histcompress.compressor import RoundCompressor
-    from langchain_histcompress.rounds import ensure_ids
-    from langchain_histcompress.summary import RunningSummary
+    from langchain_histcompress.core.rounds import ensure_ids
+    from langchain_histcompress.core.running_summary import RunningSummary
+    from langchain_histcompress.edge.compressor import RoundCompressor
     from tests.fakes import ScriptedSummarizer
 
     inner = InMemoryChatMessageHistory()

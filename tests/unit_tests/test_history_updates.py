@@ -31,17 +31,15 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from langchain_histcompress.compressor import RoundCompressor
-from langchain_histcompress.errors import (
+from langchain_histcompress.core.errors import (
     CompressionConflictError,
     ConfigurationError,
     InvalidHistoryError,
 )
-from langchain_histcompress.history import (
-    CompressingChatMessageHistory,
-    CompressingHistoryAdapter,
-)
-from langchain_histcompress.rounds import validate_history
+from langchain_histcompress.core.rounds import validate_history
+from langchain_histcompress.edge.compressor import RoundCompressor
+from langchain_histcompress.faces.history import CompressingChatMessageHistory
+from langchain_histcompress.faces.history_adapter import CompressingHistoryAdapter
 from langchain_histcompress.storage import HistoryStore, InMemoryHistoryStore, SQLHistoryStore
 from langchain_histcompress.storage.base import (
     REMOVE_ALL_MESSAGES,

@@ -3,13 +3,13 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.context import ContextBuilder, is_context_message
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.pricing import encode_request
-from langchain_histcompress.rounds import validate_history
-from langchain_histcompress.summary import RunningSummary
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.context.builder import ContextBuilder, is_context_message
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.core.pricing import encode_request
+from langchain_histcompress.core.rounds import validate_history
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.core.tokens import TiktokenCounter
 
 COUNTER = TiktokenCounter()
 FACTS = [

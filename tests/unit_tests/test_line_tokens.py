@@ -7,15 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
 
-from langchain_histcompress._line_tokens import (
+from langchain_histcompress.context.data import _turn_line
+from langchain_histcompress.core.line_tokens import (
     joined_parts,
     joined_tokens,
     newline_tokens,
     starts_clean,
     word_lower_bound,
 )
-from langchain_histcompress.context_data import _turn_line
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.core.tokens import TiktokenCounter
 
 COUNTERS = [TiktokenCounter("gpt-4o-mini"), TiktokenCounter("gpt-4")]
 

@@ -19,9 +19,10 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.store.base import BaseStore, Op, PutOp, Result
 from langgraph.store.memory import InMemoryStore
 
-from langchain_histcompress.errors import ConfigurationError, StorageError, SummarizationError
-from langchain_histcompress.facts import Fact, FactExtractor, fact_id_for, merge_facts
-from langchain_histcompress.memory import FactExtractionNode, FactsState, facts_namespace
+from langchain_histcompress.core.errors import ConfigurationError, StorageError, SummarizationError
+from langchain_histcompress.core.facts import Fact, fact_id_for, merge_facts
+from langchain_histcompress.edge.extraction import FactExtractor
+from langchain_histcompress.faces.memory import FactExtractionNode, FactsState, facts_namespace
 from tests.fakes import ScriptedChatModel, conversation, prompt_ids
 
 NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)

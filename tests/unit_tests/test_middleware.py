@@ -29,11 +29,14 @@ from langgraph.managed import RemainingSteps
 from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import ConfigurationError, SummarizationError
-from langchain_histcompress.middleware import RoundCompressionMiddleware, RoundCompressionState
-from langchain_histcompress.nodes import RoundCompressionNode, summary_from_state
-from langchain_histcompress.rounds import is_summary_message, validate_history
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.core.rounds import is_summary_message, validate_history
+from langchain_histcompress.faces.middleware import (
+    RoundCompressionMiddleware,
+    RoundCompressionState,
+)
+from langchain_histcompress.faces.nodes import RoundCompressionNode, summary_from_state
 from tests.fakes import CountingSummarizer, ScriptedChatModel, model_request, through_middleware
 from tests.unit_tests.test_nodes import make_compressor
 
@@ -218,7 +221,7 @@ def test_summarizer_failure_skip_answers_with_stored_summary(
     before = agent.get_state(config).values["running_summary"]
     calls = summarizer.calls
     summarizer.fail_with = ValueError("private words")
-    with caplog.at_level(logging.WARNING, logger="langchain_histcompress.middleware"):
+    with caplog.at_level(logging.WARNING, logger="langchain_histcompress.faces.middleware"):
         state = agent.invoke({"messages": [HumanMessage(turn_text(6))]}, config)
     assert summarizer.calls == calls + 1  # it was due, and it failed
     assert state["running_summary"] == before

@@ -17,8 +17,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
-from langchain_histcompress import _model_edge, _timeouts, rephrase, summary
-from langchain_histcompress._answer_text import (
+from langchain_histcompress.core.answer_text import (
     find_json_object,
     is_refusal,
     json_fenced_blocks,
@@ -26,27 +25,27 @@ from langchain_histcompress._answer_text import (
     output_text,
     strip_think,
 )
-from langchain_histcompress._model_edge import (
-    INTERNAL_TAGS,
-    ModelCall,
-    Pause,
-    RetryPolicy,
-    Steps,
-    Twin,
-    arun_steps,
-    describe_error,
-    internal_config,
-    is_transient_error,
-    retry_after,
-    run_steps,
-)
-from langchain_histcompress._timeouts import (
+from langchain_histcompress.core.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.edge import _timeouts, answer_checks
+from langchain_histcompress.edge import model_edge as _model_edge
+from langchain_histcompress.edge import summarizer as summary
+from langchain_histcompress.edge._timeouts import (
     ModelTimeoutError,
     await_with_timeout,
     call_with_timeout,
     submit_to_worker,
 )
-from langchain_histcompress.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.edge.model_edge import (
+    INTERNAL_TAGS,
+    ModelCall,
+    RetryPolicy,
+    describe_error,
+    internal_config,
+    is_transient_error,
+    retry_after,
+)
+from langchain_histcompress.edge.steps import Pause, Steps, Twin, arun_steps, run_steps
+from langchain_histcompress.faces import rephrase
 from tests.fakes import (
     APIConnectionError,
     AuthenticationError,
@@ -100,7 +99,6 @@ def test_internal_config_without_run_name_drops_the_callers() -> None:
 
 
 def test_public_tag_constants_are_the_shared_ones() -> None:
-    assert summary.INTERNAL_TAGS is INTERNAL_TAGS
     assert rephrase.REPHRASE_TAGS is INTERNAL_TAGS
     assert INTERNAL_TAGS == ("langchain_histcompress:internal", "nostream")
 
@@ -601,19 +599,25 @@ def _message(**kwargs: Any) -> AIMessage:
 @pytest.mark.parametrize(
     ("message", "error"),
     [
-        (_message(response_metadata={"finish_reason": "length"}), _model_edge.TruncatedAnswerError),
+        (
+            _message(response_metadata={"finish_reason": "length"}),
+            answer_checks.TruncatedAnswerError,
+        ),
         (
             _message(response_metadata={"stop_reason": "max_tokens"}),
-            _model_edge.TruncatedAnswerError,
+            answer_checks.TruncatedAnswerError,
         ),
         (
             _message(content="", additional_kwargs={"refusal": "No."}),
-            _model_edge.RefusedAnswerError,
+            answer_checks.RefusedAnswerError,
         ),
-        (_message(content=[{"type": "refusal", "refusal": "No."}]), _model_edge.RefusedAnswerError),
+        (
+            _message(content=[{"type": "refusal", "refusal": "No."}]),
+            answer_checks.RefusedAnswerError,
+        ),
         (
             _message(response_metadata={"finish_reason": "content_filter"}),
-            _model_edge.RefusedAnswerError,
+            answer_checks.RefusedAnswerError,
         ),
         (
             _message(
@@ -626,10 +630,10 @@ def _message(**kwargs: Any) -> AIMessage:
 )
 def test_check_answer(message: object, error: type[Exception] | None) -> None:
     if error is None:
-        _model_edge.check_answer(message)
+        answer_checks.check_answer(message)
     else:
         with pytest.raises(error):
-            _model_edge.check_answer(message)
+            answer_checks.check_answer(message)
 
 
 def test_internal_model_turns_off_client_retries_and_streaming() -> None:
@@ -660,19 +664,19 @@ def test_model_call_turns_unusable_answers_into_typed_errors() -> None:
     cut = GenericFakeChatModel(
         messages=iter([AIMessage("And how", response_metadata={"finish_reason": "length"})])
     )
-    with pytest.raises(_model_edge.TruncatedAnswerError):
+    with pytest.raises(answer_checks.TruncatedAnswerError):
         ModelCall(cut, "q").run()
 
     def garbled(_: Any) -> Any:
         raise json.JSONDecodeError("bad", "{", 0)
 
-    with pytest.raises(_model_edge.MalformedAnswerError):
+    with pytest.raises(answer_checks.MalformedAnswerError):
         ModelCall(RunnableLambda(garbled), "q").run()
     raw = AIMessage("{")
     structured = RunnableLambda(
         lambda _: {"raw": raw, "parsed": None, "parsing_error": ValueError("x")}
     )
-    with pytest.raises(_model_edge.MalformedAnswerError, match="did not parse"):
+    with pytest.raises(answer_checks.MalformedAnswerError, match="did not parse"):
         ModelCall(structured, "q", structured=True).run()
     good = RunnableLambda(lambda _: {"raw": raw, "parsed": {"a": 1}, "parsing_error": None})
     assert ModelCall(good, "q", structured=True).run() == {"a": 1}

@@ -30,20 +30,20 @@ from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from typing_extensions import TypedDict
 
-from langchain_histcompress import nodes as nodes_module
-from langchain_histcompress.compressor import RoundCompressor, view
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import ConfigurationError, SummarizationError
-from langchain_histcompress.memory import FactExtractionNode
-from langchain_histcompress.nodes import (
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.core.rounds import is_summary_message, validate_history
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.edge.compressor import RoundCompressor, view
+from langchain_histcompress.faces import nodes as nodes_module
+from langchain_histcompress.faces.memory import FactExtractionNode
+from langchain_histcompress.faces.nodes import (
     HistCompressState,
     RoundCompressionNode,
     build_model_input,
     summary_from_state,
     summary_to_state,
 )
-from langchain_histcompress.rounds import is_summary_message, validate_history
-from langchain_histcompress.summary import RunningSummary
 from tests.fakes import (
     CountingSummarizer,
     ScriptedChatModel,
@@ -426,7 +426,7 @@ def test_on_error_skip_keeps_summary_and_answers(
     before = harness.app.get_state(config).values["running_summary"]
     harness.summarizer.fail_with = ValueError("secret user text")
     events = CustomEvents()
-    with caplog.at_level(logging.WARNING, logger="langchain_histcompress.nodes"):
+    with caplog.at_level(logging.WARNING, logger="langchain_histcompress.faces.nodes"):
         state = harness.app.invoke(harness.turn_input(6), {**config, "callbacks": [events]})
     assert state["running_summary"] == before
     assert isinstance(state["messages"][-1], AIMessage)
@@ -451,7 +451,7 @@ def test_invalid_stored_summary_is_a_clear_error(caplog: pytest.LogCaptureFixtur
     # by default the turn goes on without the unreadable summary, and says so
     lenient = RoundCompressionNode(make_compressor(CountingSummarizer()))
     state = {"messages": history(2), "running_summary": tampered}
-    with caplog.at_level(logging.WARNING, logger="langchain_histcompress.nodes"):
+    with caplog.at_level(logging.WARNING, logger="langchain_histcompress.faces.nodes"):
         assert lenient.invoke(state) == {}
     assert "round compression failed (ConfigurationError)" in caplog.text
     assert lenient.model_input(state) == history(2)
@@ -555,7 +555,7 @@ def test_unused_view_hint_is_logged_once(
     monkeypatch.setattr(nodes_module, "_view_hint", threading.Event())
     builder = ContextBuilder(max_context_tokens=500, token_counter=count_tokens_approximately)
     secret = [SystemMessage("system"), HumanMessage("secret user text", id="h")]
-    with caplog.at_level(logging.DEBUG, logger="langchain_histcompress.nodes"):
+    with caplog.at_level(logging.DEBUG, logger="langchain_histcompress.faces.nodes"):
         build_model_input({"messages": secret}, context_builder=builder)
         build_model_input({"messages": secret, "model_input": []}, context_builder=builder)
         build_model_input({"messages": secret, "model_input": secret})  # the view is used

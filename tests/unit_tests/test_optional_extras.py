@@ -14,7 +14,7 @@ def hide_langchain(monkeypatch: pytest.MonkeyPatch) -> None:
         if name == "langchain" or name.startswith("langchain."):
             monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "langchain", None)
-    monkeypatch.delitem(sys.modules, "langchain_histcompress.middleware", raising=False)
+    monkeypatch.delitem(sys.modules, "langchain_histcompress.faces.middleware", raising=False)
 
 
 def test_middleware_without_the_agents_extra_names_the_extra(
@@ -22,7 +22,7 @@ def test_middleware_without_the_agents_extra_names_the_extra(
 ) -> None:
     hide_langchain(monkeypatch)
     with pytest.raises(ImportError, match=r"pip install 'langchain-histcompress\[agents\]'"):
-        importlib.import_module("langchain_histcompress.middleware")
+        importlib.import_module("langchain_histcompress.faces.middleware")
     import langchain_histcompress
 
     with pytest.raises(ImportError, match=r"RoundCompressionMiddleware needs"):

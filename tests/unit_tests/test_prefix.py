@@ -6,7 +6,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from langchain_histcompress._prefix import extends, holds
+from langchain_histcompress.core.prefix import extends, holds
 
 
 class _Watched(list[BaseMessage]):

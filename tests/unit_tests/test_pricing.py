@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.pricing import (
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.pricing import (
     PRICING_MODELS,
     Bill,
     PricingModel,
@@ -19,7 +19,7 @@ from langchain_histcompress.pricing import (
     encode_request,
     price_requests,
 )
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.core.tokens import TiktokenCounter
 from tests.histories import history
 
 OPENAI_90 = PRICING_MODELS["openai-90"]

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from langchain_histcompress._turn_index import message_date_terms
-from langchain_histcompress.bm25 import BM25Index, date_terms, query_terms
-from langchain_histcompress.retrieval import BM25TurnRetriever, EvidenceRetriever
+from langchain_histcompress.recall._turn_index import message_date_terms
+from langchain_histcompress.recall.bm25 import BM25Index, date_terms, query_terms
+from langchain_histcompress.recall.retrieval import BM25TurnRetriever, EvidenceRetriever
 
 np = pytest.importorskip("numpy")
 

@@ -23,22 +23,22 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode
 from pydantic import Field
 
-from langchain_histcompress.aliases import stable_ref
-from langchain_histcompress.compressor import view
-from langchain_histcompress.context import ContextBuilder
-from langchain_histcompress.errors import ConfigurationError, RecallError
-from langchain_histcompress.evidence import BM25TurnRetriever
-from langchain_histcompress.middleware import RoundCompressionMiddleware
-from langchain_histcompress.nodes import (
+from langchain_histcompress.context.builder import ContextBuilder
+from langchain_histcompress.core.aliases import stable_ref
+from langchain_histcompress.core.errors import ConfigurationError, RecallError
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.edge.compressor import view
+from langchain_histcompress.faces.middleware import RoundCompressionMiddleware
+from langchain_histcompress.faces.nodes import (
     HistCompressState,
     RoundCompressionNode,
     build_model_input,
     summary_from_state,
 )
-from langchain_histcompress.recall_tool import RECALL_HINT_KEY, HistoryRecall
+from langchain_histcompress.faces.recall_tool import RECALL_HINT_KEY, HistoryRecall
+from langchain_histcompress.recall.turn_retriever import BM25TurnRetriever
 from langchain_histcompress.storage import InMemoryHistoryStore
-from langchain_histcompress.summary import RunningSummary
-from langchain_histcompress.tokens import TiktokenCounter
 from tests.fakes import CountingSummarizer, ScriptedChatModel
 from tests.histories import history
 from tests.unit_tests.test_nodes import make_compressor
@@ -179,7 +179,7 @@ def test_results_stay_within_budget_and_hold_only_whole_folded_units(
     if found.message_ids:
         assert found.tokens <= budget or len(found.message_ids) <= 8  # one unit may not fit
     shown = set(found.message_ids)
-    from langchain_histcompress.rounds import split_units
+    from langchain_histcompress.core.rounds import split_units
 
     for unit in split_units(messages):
         ids = {str(m.id) for m in unit}
@@ -352,7 +352,7 @@ def test_two_threads_of_one_shared_instance_never_see_each_other() -> None:
 def test_bad_arguments_become_error_tool_messages_and_the_run_goes_on() -> None:
     messages = trip()
     state = {"messages": messages, "running_summary": None}
-    from langchain_histcompress.nodes import summary_to_state
+    from langchain_histcompress.faces.nodes import summary_to_state
 
     state["running_summary"] = summary_to_state(covering(messages, 12))
     tool = HistoryRecall().as_tool()
@@ -458,7 +458,7 @@ async def test_store_tool_async() -> None:
 
 def test_build_model_input_view_carries_the_hint_through_add_hint() -> None:
     messages = trip()
-    from langchain_histcompress.nodes import summary_to_state
+    from langchain_histcompress.faces.nodes import summary_to_state
 
     state = {"messages": messages, "running_summary": summary_to_state(covering(messages, 12))}
     recall = HistoryRecall()

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.reducers import (
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.faces.reducers import (
     HistoryReducer,
     MaxTokensReducer,
     SummarizationReducer,
     TruncationReducer,
     with_history_reducer,
 )
-from langchain_histcompress.tokens import TiktokenCounter
 from tests.fakes import ScriptedChatModel, numbered, summary_json
 
 _READ: set[int] = set()

@@ -16,15 +16,15 @@ from langchain_core.messages import (
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import RunnableLambda
 
-from langchain_histcompress.errors import ConfigurationError, SummarizationError
-from langchain_histcompress.reducers import (
+from langchain_histcompress.core.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.core.rounds import is_summary_message, validate_history
+from langchain_histcompress.core.tokens import TiktokenCounter, resolve_counter
+from langchain_histcompress.faces.reducers import (
     MaxTokensReducer,
     SummarizationReducer,
     TruncationReducer,
     with_history_reducer,
 )
-from langchain_histcompress.rounds import is_summary_message, validate_history
-from langchain_histcompress.tokens import TiktokenCounter, resolve_counter
 from tests.fakes import ScriptedChatModel, conversation, numbered, prompt_text, summary_json
 
 

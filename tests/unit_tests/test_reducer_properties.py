@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress.errors import BudgetError
-from langchain_histcompress.reducers import MaxTokensReducer, TruncationReducer
-from langchain_histcompress.rounds import validate_history
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.core.errors import BudgetError
+from langchain_histcompress.core.rounds import validate_history
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.faces.reducers import MaxTokensReducer, TruncationReducer
 from tests.histories import history
 
 COUNTER = TiktokenCounter()

@@ -14,14 +14,14 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress.errors import BudgetError, ConfigurationError
-from langchain_histcompress.reducers import (
+from langchain_histcompress.core.errors import BudgetError, ConfigurationError
+from langchain_histcompress.core.rounds import validate_history
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.faces.reducers import (
     MaxTokensReducer,
     TruncationReducer,
     with_history_reducer,
 )
-from langchain_histcompress.rounds import validate_history
-from langchain_histcompress.tokens import TiktokenCounter
 from tests.fakes import ScriptedChatModel
 
 

@@ -20,8 +20,10 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from langchain_histcompress.errors import ConfigurationError, HistCompressError
-from langchain_histcompress.rephrase import (
+from langchain_histcompress.core.errors import ConfigurationError, HistCompressError
+from langchain_histcompress.core.rounds import validate_history
+from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.faces.rephrase import (
     REPHRASE_TAGS,
     STANDALONE_QUESTION_PROMPT,
     SUMMARY_AND_QUESTION_PROMPT,
@@ -33,8 +35,6 @@ from langchain_histcompress.rephrase import (
     render_context,
     select_history_window,
 )
-from langchain_histcompress.rounds import validate_history
-from langchain_histcompress.summary import RunningSummary
 from tests.fakes import CallRecorder, Hang, StreamingChatModel, cancel_once_called, conversation
 from tests.histories import history as history_strategy
 

@@ -12,9 +12,9 @@ from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.store.memory import InMemoryStore
 
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.facts import Fact
-from langchain_histcompress.retrieval import (
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.facts import Fact
+from langchain_histcompress.recall.retrieval import (
     BM25FactRetriever,
     BM25Index,
     BM25TurnRetriever,
@@ -718,7 +718,7 @@ def test_fused_retriever_rejects_other_objects_and_short_answers() -> None:
 def test_fused_retriever_plugs_into_the_context_builder() -> None:
     from langchain_core.messages.utils import count_tokens_approximately
 
-    from langchain_histcompress.context import ContextBuilder
+    from langchain_histcompress.context.builder import ContextBuilder
 
     filler: list[BaseMessage] = []
     for i in range(12):
@@ -750,7 +750,7 @@ def test_fused_retriever_plugs_into_the_context_builder() -> None:
 def test_top_keeps_what_nlargest_keeps(values: list[float], n: int) -> None:
     import heapq
 
-    from langchain_histcompress.bm25 import _top
+    from langchain_histcompress.recall.bm25 import _top
 
     scores = {f"k{i}": v for i, v in enumerate(values)}
     expected = dict(heapq.nlargest(n, scores.items(), key=lambda item: item[1]))
@@ -790,7 +790,7 @@ def test_evidence_only_before_zero_still_scores_facts_by_their_sources() -> None
 def test_bm25_fact_retriever_builds_texts_only_for_new_fact_objects(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import langchain_histcompress.retrieval as retrieval
+    import langchain_histcompress.recall.retrieval as retrieval
 
     built: list[str] = []
     real = retrieval._fact_text

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from langchain_histcompress.rounds import (
+from langchain_histcompress.core.rounds import (
     REPAIR_SOURCE,
     ensure_ids,
     is_pinned,
@@ -142,7 +142,7 @@ def test_repair_makes_every_broken_shape_provider_valid(caplog: pytest.LogCaptur
         _call("c3", "c3"),
     ]
     before = copy.deepcopy(msgs)
-    with caplog.at_level(logging.WARNING, logger="langchain_histcompress.rounds"):
+    with caplog.at_level(logging.WARNING, logger="langchain_histcompress.core.rounds"):
         fixed = repair_history(msgs, allow_in_flight=False)
     assert msgs == before
     assert validate_history(fixed.messages, allow_in_flight=False) == []

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.compressor import RoundCompressor
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.pricing import PRICING_MODELS
-from langchain_histcompress.schedule import FoldSchedule, RoundLoad, round_loads
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.pricing import PRICING_MODELS
+from langchain_histcompress.core.schedule import FoldSchedule, RoundLoad, round_loads
+from langchain_histcompress.edge.compressor import RoundCompressor
 from tests.fakes import ScriptedSummarizer, summary_json
 
 OPENAI_90 = PRICING_MODELS["openai-90"]
@@ -199,7 +199,7 @@ def test_a_fold_that_the_rent_pays_for_still_waits_for_a_likely_future() -> None
 
 
 def test_an_appending_call_reads_only_the_folded_rounds_and_writes_its_share() -> None:
-    from langchain_histcompress.pricing import PRICING_MODELS as MODELS
+    from langchain_histcompress.core.pricing import PRICING_MODELS as MODELS
 
     rewrite = FoldSchedule(pricing=MODELS["none"], summary_tokens=4000, instruction_tokens=10)
     append = dataclasses.replace(rewrite, append_ratio=0.25)
@@ -216,7 +216,7 @@ def test_an_appending_call_reads_only_the_folded_rounds_and_writes_its_share() -
 
 
 def test_tokens_a_fold_adds_to_every_later_request_count_against_it() -> None:
-    from langchain_histcompress.pricing import PRICING_MODELS as MODELS
+    from langchain_histcompress.core.pricing import PRICING_MODELS as MODELS
 
     schedule = FoldSchedule(pricing=MODELS["none"], summary_tokens=128, instruction_tokens=10)
     rounds = [RoundLoad(tokens=400)] * 30
@@ -234,7 +234,7 @@ def test_tokens_a_fold_adds_to_every_later_request_count_against_it() -> None:
 
 
 def test_a_terser_memory_removes_more_and_folds_no_later() -> None:
-    from langchain_histcompress.pricing import PRICING_MODELS as MODELS
+    from langchain_histcompress.core.pricing import PRICING_MODELS as MODELS
 
     verbose = FoldSchedule(pricing=MODELS["openai-50"], summary_tokens=8000, append_ratio=0.7)
     terse = dataclasses.replace(verbose, memory_ratio=0.2)

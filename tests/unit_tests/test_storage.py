@@ -19,12 +19,13 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from langchain_histcompress.errors import (
+from langchain_histcompress.core.errors import (
     CompressionConflictError,
     ConfigurationError,
     InvalidHistoryError,
     StorageError,
 )
+from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.storage import (
     DEFAULT_SQLITE_PATH,
     HistoryStore,
@@ -34,7 +35,6 @@ from langchain_histcompress.storage import (
     parse_connection,
     redact_url,
 )
-from langchain_histcompress.summary import RunningSummary
 from tests.fakes import next_summary, run_threads, short_rounds
 
 # --------------------------------------------------------------------------- helpers
@@ -668,7 +668,7 @@ def test_enable_wal_gives_up_after_the_timeout_and_never_retries_other_errors() 
 
 
 async def test_cancelled_acompress_on_sqlite_commits_nothing(tmp_path: Path) -> None:
-    from langchain_histcompress.history import CompressingChatMessageHistory
+    from langchain_histcompress.faces.history import CompressingChatMessageHistory
     from tests.fakes import Control, controlled_compressor
 
     path = tmp_path / "h.sqlite"

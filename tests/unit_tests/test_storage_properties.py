@@ -18,6 +18,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
+from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.storage import (
     HistoryStore,
     InMemoryHistoryStore,
@@ -25,7 +26,6 @@ from langchain_histcompress.storage import (
     SQLHistoryStore,
 )
 from langchain_histcompress.storage.base import REMOVE_ALL_MESSAGES, decode_message, encode_message
-from langchain_histcompress.summary import RunningSummary
 
 _ids = itertools.count()
 

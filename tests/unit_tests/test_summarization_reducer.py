@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress.errors import SummarizationError
-from langchain_histcompress.reducers import SummarizationReducer, with_history_reducer
-from langchain_histcompress.rounds import is_summary_message, validate_history
+from langchain_histcompress.core.errors import SummarizationError
+from langchain_histcompress.core.rounds import is_summary_message, validate_history
+from langchain_histcompress.faces.reducers import SummarizationReducer, with_history_reducer
 from tests.fakes import ScriptedChatModel, conversation, numbered, prompt_text, summary_json
 from tests.histories import history
 
@@ -217,7 +217,7 @@ def test_history_beyond_the_summarizer_window_folds_in_calls_that_fit(run_async:
     """A first fold larger than the summarizer's window is split between rounds, chained."""
     import asyncio
 
-    from langchain_histcompress.tokens import TiktokenCounter, count_request
+    from langchain_histcompress.core.tokens import TiktokenCounter, count_request
 
     model = ScriptedChatModel(
         default=numbered(lambda n: summary_json(f"summary #{n}")),

@@ -16,19 +16,13 @@ from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field, ValidationError
 
-from langchain_histcompress import _model_edge
-from langchain_histcompress.errors import ConfigurationError, SummarizationError
-from langchain_histcompress.rounds import SUMMARY_SOURCE, is_summary_message
-from langchain_histcompress.summary import (
-    INTERNAL_TAGS,
-    PROMPT_VERSION,
-    SUMMARY_RUN_NAME,
-    RunningSummary,
-    Summarizer,
-    build_summary_prompt,
-    is_transient_error,
-    parse_summary_output,
-)
+from langchain_histcompress.core.errors import ConfigurationError, SummarizationError
+from langchain_histcompress.core.rounds import SUMMARY_SOURCE, is_summary_message
+from langchain_histcompress.core.running_summary import PROMPT_VERSION, RunningSummary
+from langchain_histcompress.edge import model_edge as _model_edge
+from langchain_histcompress.edge.model_edge import INTERNAL_TAGS, is_transient_error
+from langchain_histcompress.edge.summarizer import SUMMARY_RUN_NAME, Summarizer
+from langchain_histcompress.edge.summary_prompt import build_summary_prompt, parse_summary_output
 from tests.fakes import (
     APIConnectionError,
     AuthenticationError,
@@ -410,7 +404,7 @@ def test_a_sync_hang_that_cannot_be_stopped_is_never_sent_twice() -> None:
 
 
 def test_a_sync_answer_just_after_the_timeout_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    from langchain_histcompress import _timeouts
+    from langchain_histcompress.edge import _timeouts
 
     monkeypatch.setattr(_timeouts, "abandon_grace", lambda timeout: 30.0)
     model = ScriptedSummarizer(script=[Hang(0.3, summary_json("late"))])
@@ -700,7 +694,7 @@ _JSON_VALUES = st.recursive(
 
 @given(st.dictionaries(st.text(), st.text(), max_size=4) | st.dictionaries(st.text(), _JSON_VALUES))
 def test_previous_summary_is_shown_as_indented_json(content: dict[str, Any]) -> None:
-    from langchain_histcompress.summary_prompt import _dumps_indented
+    from langchain_histcompress.edge.summary_prompt import _dumps_indented
 
     expected = json.dumps(content, ensure_ascii=False, sort_keys=True, indent=1)
     assert _dumps_indented(content) == expected

@@ -11,10 +11,8 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress.compressor import (
-    RoundCompressor,
-)
-from langchain_histcompress.thread_summary import (
+from langchain_histcompress.edge.compressor import RoundCompressor
+from langchain_histcompress.edge.thread_summary import (
     acompress_in_background,
     compress_in_background,
     thread_summarizer,

@@ -31,17 +31,23 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_histcompress import tokens
-from langchain_histcompress.bench.counting import measure_incremental_counting, synthetic_history
-from langchain_histcompress.errors import ConfigurationError, HistCompressError, TokenizerError
-from langchain_histcompress.tokens import (
+from langchain_histcompress.core import encodings, tokens
+from langchain_histcompress.core.encodings import encoding_name_for_model, get_encoding
+from langchain_histcompress.core.errors import (
+    ConfigurationError,
+    HistCompressError,
+    TokenizerError,
+)
+from langchain_histcompress.core.tokens import (
     CacheInfo,
     TiktokenCounter,
     TokenCounter,
-    encoding_name_for_model,
-    get_encoding,
     message_costs,
     resolve_counter,
+)
+from langchain_histcompress.workbench.counting import (
+    measure_incremental_counting,
+    synthetic_history,
 )
 from tests.fakes import run_threads
 
@@ -68,7 +74,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def fresh_encodings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Forget the process-wide encodings so the next use rebuilds them from the files."""
-    monkeypatch.setattr(tokens, "_ENCODINGS", {})
+    monkeypatch.setattr(encodings, "_ENCODINGS", {})
 
 
 # --- offline encodings ---------------------------------------------------------------------
@@ -109,13 +115,13 @@ def test_get_encoding_thread_safe_single_build(
     fresh_encodings: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
-    real = tokens._load_ranks
+    real = encodings._load_ranks
 
     def counting_load(name: str, spec: Any) -> dict[bytes, int]:
         calls.append(name)
         return real(name, spec)
 
-    monkeypatch.setattr(tokens, "_load_ranks", counting_load)
+    monkeypatch.setattr(encodings, "_load_ranks", counting_load)
     results: list[tiktoken.Encoding] = []
     assert run_threads(lambda _: results.append(get_encoding("cl100k_base")), range(6)) == []
     assert calls == ["cl100k_base"]
@@ -133,8 +139,8 @@ def test_unknown_encoding_lists_supported() -> None:
 def test_definitions_equal_tiktoken_official(
     name: str, monkeypatch: pytest.MonkeyPatch, no_network: None
 ) -> None:
-    spec = tokens._SPECS[name]
-    ranks = tokens._load_ranks(name, spec)
+    spec = encodings._SPECS[name]
+    ranks = encodings._load_ranks(name, spec)
     seen_hashes: list[str | None] = []
 
     def fake_load(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
@@ -167,8 +173,8 @@ def test_known_token_ids() -> None:
 
 def test_checksum_mismatch_raises(monkeypatch: pytest.MonkeyPatch, fresh_encodings: None) -> None:
     wrong = "0" * 64
-    spec = dataclasses.replace(tokens._SPECS["o200k_base"], sha256=wrong)
-    monkeypatch.setitem(tokens._SPECS, "o200k_base", spec)
+    spec = dataclasses.replace(encodings._SPECS["o200k_base"], sha256=wrong)
+    monkeypatch.setitem(encodings._SPECS, "o200k_base", spec)
     with pytest.raises(TokenizerError) as info:
         TiktokenCounter("gpt-4o")
     message = str(info.value)
@@ -176,7 +182,7 @@ def test_checksum_mismatch_raises(monkeypatch: pytest.MonkeyPatch, fresh_encodin
     assert wrong in message
     assert "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d" in message
     assert isinstance(info.value, HistCompressError)
-    assert "o200k_base" not in tokens._ENCODINGS
+    assert "o200k_base" not in encodings._ENCODINGS
 
 
 def test_tampered_bytes_raise(monkeypatch: pytest.MonkeyPatch, fresh_encodings: None) -> None:
@@ -186,15 +192,15 @@ def test_tampered_bytes_raise(monkeypatch: pytest.MonkeyPatch, fresh_encodings: 
         get_encoding("cl100k_base")
     message = str(info.value)
     assert "cl100k_base" in message
-    assert tokens._SPECS["cl100k_base"].sha256 in message
+    assert encodings._SPECS["cl100k_base"].sha256 in message
     import hashlib
 
     assert hashlib.sha256(tampered).hexdigest() in message
 
 
 def test_missing_file_raises(monkeypatch: pytest.MonkeyPatch, fresh_encodings: None) -> None:
-    spec = dataclasses.replace(tokens._SPECS["cl100k_base"], filename="nope.tiktoken.gz")
-    monkeypatch.setitem(tokens._SPECS, "cl100k_base", spec)
+    spec = dataclasses.replace(encodings._SPECS["cl100k_base"], filename="nope.tiktoken.gz")
+    monkeypatch.setitem(encodings._SPECS, "cl100k_base", spec)
     with pytest.raises(TokenizerError, match=r"cl100k_base.*nope\.tiktoken\.gz.*expected sha256"):
         get_encoding("cl100k_base")
 

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_histcompress import CompressionTrigger, RoundCompressor, chat_model_from_spec
-from langchain_histcompress.errors import ConfigurationError
-from langchain_histcompress.rounds import validate_history
+from langchain_histcompress import RoundCompressor
+from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.core.rounds import validate_history
+from langchain_histcompress.core.triggers import CompressionTrigger
+from langchain_histcompress.edge.models import chat_model_from_spec
 from tests.fakes import ScriptedSummarizer, prompt_ids
 
 

@@ -6,9 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from langchain_histcompress.render import read_turn_lines, render_transcript, render_turn_lines
-from langchain_histcompress.summary_prompt import build_summary_prompt
-from langchain_histcompress.tokens import TiktokenCounter
+from langchain_histcompress.core.render import (
+    read_turn_lines,
+    render_transcript,
+    render_turn_lines,
+)
+from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.edge.summary_prompt import build_summary_prompt
 
 
 def test_a_message_cannot_forge_another_turn_or_close_the_block() -> None:

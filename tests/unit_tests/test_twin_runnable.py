@@ -10,7 +10,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import ensure_config
 
-from langchain_histcompress._twin_runnable import TwinRunnable
+from langchain_histcompress.edge.twin_runnable import TwinRunnable
 
 
 class Events(BaseCallbackHandler):

@@ -1,0 +1,1 @@
+"""Context assembly: the budgeted `ContextBuilder` and its cache-stable layout."""

@@ -1,0 +1,1 @@
+"""Recall: BM25 ranking of conversation messages and facts, and the evidence retrievers."""
