@@ -16,12 +16,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from langchain_histcompress.core.errors import ConfigurationError
+from langchain_histcompress.workbench.bench_diff import (
+    figure_differences,
+    flat_figures,
+    is_run_dependent,
+)
 
 __all__ = ["main"]
 
@@ -91,6 +97,12 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         ),
     )
     _add_bench_arguments(bench)
+    diff = commands.add_parser(
+        "bench-diff",
+        help="compare two bench.json files, timings aside; exit 1 when a figure differs",
+    )
+    diff.add_argument("before", metavar="BEFORE", help="bench.json of the earlier run")
+    diff.add_argument("after", metavar="AFTER", help="bench.json of the later run")
     commands.add_parser(
         "demo",
         help="replay the bundled long conversation offline (see `histcompress demo --help`)",
@@ -313,7 +325,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     if args.command == "bench":
         return _bench(args)
+    if args.command == "bench-diff":
+        return _bench_diff(args.before, args.after)
     return _demo(extra)
+
+
+def _bench_diff(before: str, after: str) -> int:
+    """Print the figures that differ between two bench.json files; 1 when any does."""
+    try:
+        old, new = (json.loads(Path(p).read_text(encoding="utf-8")) for p in (before, after))
+    except (OSError, ValueError) as error:
+        return _fail(f"cannot read the benchmark JSON: {error}")
+    differences = figure_differences(old, new)
+    compared = sum(1 for path, _ in flat_figures(old) if not is_run_dependent(path))
+    print(f"{compared:,} figures compared (timings, allocations and run stamps aside)")
+    for path, was, now in differences:
+        print(f"  {path}: {was!r} -> {now!r}")
+    print(f"{len(differences):,} differ")
+    return 1 if differences else 0
 
 
 if __name__ == "__main__":  # pragma: no cover
