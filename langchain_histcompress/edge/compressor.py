@@ -772,14 +772,7 @@ cost (openai-50, the default pricing): no fold pays yet
         updates: list[SummaryUpdate] = []
         current = summary
         for chunk in plan.chunks:
-            update = self.summarizer.summarize(
-                chunk.messages,
-                current,
-                rounds=chunk.rounds,
-                partial_round=chunk.partial_round,
-                previous_text=plan.previous_text if current is None else None,
-                config=config,
-            )
+            update = self.summarizer.summarize(**_call(chunk, current, plan, config))
             updates.append(update)
             current = update.summary
         return self._finish(parts, plan, updates, summary, target, overhead_tokens)
@@ -800,14 +793,24 @@ cost (openai-50, the default pricing): no fold pays yet
         updates: list[SummaryUpdate] = []
         current = summary
         for chunk in plan.chunks:
-            update = await self.summarizer.asummarize(
-                chunk.messages,
-                current,
-                rounds=chunk.rounds,
-                partial_round=chunk.partial_round,
-                previous_text=plan.previous_text if current is None else None,
-                config=config,
-            )
+            update = await self.summarizer.asummarize(**_call(chunk, current, plan, config))
             updates.append(update)
             current = update.summary
         return self._finish(parts, plan, updates, summary, target, overhead_tokens)
+
+
+def _call(
+    chunk: CompressionChunk,
+    current: RunningSummary | None,
+    plan: CompressionPlan,
+    config: RunnableConfig | None,
+) -> dict[str, Any]:
+    """The summarizer's arguments for folding ``chunk`` into ``current`` (sync and async)."""
+    return {
+        "messages": chunk.messages,
+        "previous": current,
+        "rounds": chunk.rounds,
+        "partial_round": chunk.partial_round,
+        "previous_text": plan.previous_text if current is None else None,
+        "config": config,
+    }
