@@ -348,6 +348,17 @@ cost (openai-50, the default pricing): no fold pays yet
     def _fixed_tokens(self, parts: TailParts) -> int:
         return sum(message_costs(self.token_counter, parts.preamble))
 
+    def _shown_summary_tokens(self, parts: TailParts, summary: RunningSummary | None) -> int:
+        """Tokens the view spends on a summary.
+
+        ``summary``'s message, else the summary messages the history carries in its lead
+        (shown until a fold replaces them).
+        """
+        if summary is not None:
+            return self._summary_tokens(summary)
+        stale = [m for m in parts.lead if is_summary_message(m)]
+        return sum(message_costs(self.token_counter, stale)) if stale else 0
+
     def _summary_tokens(self, summary: RunningSummary) -> int:
         """Tokens of ``summary``'s message as the view shows it, counted once per summary."""
         counter = self.token_counter
@@ -421,7 +432,7 @@ cost (openai-50, the default pricing): no fold pays yet
         parts, state, clean = self._check_input(messages, summary, timing)
         pending, costs, fixed = self._measure(parts, state, clean, summary, timing)
         fixed += overhead_tokens
-        summary_tokens = self._summary_tokens(summary) if summary is not None else 0
+        summary_tokens = self._shown_summary_tokens(parts, summary)
         pinned = parts.pinned
         pinned_tokens = sum(message_costs(self.token_counter, pinned)) if pinned else 0
         budget = target.budget
@@ -590,6 +601,8 @@ cost (openai-50, the default pricing): no fold pays yet
         if not latest_is_last or folded >= len(pending):
             return None
         kept_tokens = sum(costs[folded:-1])
+        if not folded and summary_tokens + kept_tokens + costs[-1] <= room:
+            return None  # the view fits as it is: a fold would only add a summary to it
         # a fold of older tool steps makes (or grows) the summary too
         new_summary = max(summary_tokens, self.max_summary_tokens)
         room = room - new_summary - kept_tokens
@@ -670,7 +683,7 @@ cost (openai-50, the default pricing): no fold pays yet
         if updates:
             folded = [m for c in plan.chunks for m in c.messages]
             expected += self._summary_tokens(final) if final is not None else 0
-            expected -= self._summary_tokens(summary) if summary is not None else 0
+            expected -= self._shown_summary_tokens(parts, summary)
             expected -= sum(message_costs(self.token_counter, folded))
         if final is None:
             messages = repair_history(parts.messages).messages

@@ -30,6 +30,7 @@ from langchain_histcompress.core.errors import BudgetError, SummarizationError
 from langchain_histcompress.core.pricing import PRICING_MODELS
 from langchain_histcompress.core.rounds import is_summary_message, validate_history
 from langchain_histcompress.core.running_summary import RunningSummary
+from langchain_histcompress.core.tokens import count_request
 from tests.fakes import CountingSummarizer
 
 T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
@@ -233,3 +234,37 @@ def test_pricing_follows_the_answering_model() -> None:
         summarizer(), trigger=("cost", "none"), context_window=gpt5, token_counter=TOKENS
     )
     assert named.target.schedule is not None and named.target.schedule.pricing.name == "none"
+
+
+def _imported_summary() -> SystemMessage:
+    text = words(60, 99)
+    return RunningSummary(content=text, text=text).to_message()
+
+
+def test_plan_counts_a_summary_carried_in_the_history() -> None:
+    """A summary message imported with the history is shown until a fold replaces it: the
+    plan's view size includes it, so a budget check sees the view the model gets."""
+    history: list[BaseMessage] = [SystemMessage("Be brief.", id="s"), _imported_summary()]
+    for n in range(3):
+        history += [HumanMessage(words(40, n), id=f"h{n}"), AIMessage(words(40, n), id=f"a{n}")]
+    c = RoundCompressor(CountingSummarizer(), token_counter=TOKENS)
+    plan = c.plan(history)
+    assert plan.view_tokens == count_request(TOKENS, history)
+
+
+def test_a_view_that_fits_folds_nothing_though_a_summary_at_its_cap_would_not() -> None:
+    """Older tool steps of the latest round fold only when the view does not fit: a view
+    within the budget gets no summary added to it, whatever the summary's cap."""
+    tools: list[BaseMessage] = []
+    for n in range(4):
+        tools += [
+            AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": f"c{n}"}], id=f"a{n}"),
+            ToolMessage(words(60, n), tool_call_id=f"c{n}", id=f"t{n}"),
+        ]
+    history = [HumanMessage("look it up", id="h"), *tools]
+    model = CountingSummarizer()
+    c = RoundCompressor(model, token_counter=TOKENS, max_summary_tokens=2048)
+    assert count_request(TOKENS, history) <= context_budget(800).tokens
+    result = c.compress(history, context_window=800)
+    assert (result.calls, model.calls) == (0, 0)
+    assert result.messages == history
