@@ -106,6 +106,22 @@ class _Prepared:
     """The new summary (and removals in destructive mode), or ``None``."""
 
 
+@dataclass(frozen=True)
+class _FoldInputs:
+    """What one fold reads from a request."""
+
+    lead: list[BaseMessage]
+    """The system prompt, as a one-message lead (empty without one)."""
+    messages: Sequence[BaseMessage]
+    """The request's messages, with ids."""
+    summary: RunningSummary | None
+    """The stored summary (``None`` when there is none or it was dropped)."""
+    dropped: bool
+    """The stored summary was dropped: none of its messages is in the request any more."""
+    overhead: int
+    """Tokens the request carries besides the messages (system prompt, tools)."""
+
+
 class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any]):
     """Compress an agent's history by rounds; non-destructive, tool-pair safe, no re-summary.
 
@@ -344,49 +360,70 @@ class RoundCompressionMiddleware(AgentMiddleware[RoundCompressionState, Any, Any
             raise BudgetError(msg) from error
         return messages, summary, shown
 
-    def _prepare(self, request: ModelRequest[Any]) -> _Prepared:
+    def _start(self, request: ModelRequest[Any]) -> _Prepared | _FoldInputs:
+        """What the fold needs, or the request already prepared.
+
+        Prepared already: the same request again, or inputs that could not be read (with
+        ``on_error="skip"`` the stored summary's view is shown).
+        """
         recalled = self._recalled(request)
         if recalled is not None:
             return recalled
-        lead: list[BaseMessage] = []
-        messages: Sequence[BaseMessage] | None = None
         try:
             lead, messages, summary, dropped = self._inputs(request)
+        except HistCompressError as error:
+            return self._failed(error, request, None)
+        overhead = self._overhead(request, messages)
+        return _FoldInputs(lead, messages, summary, dropped, overhead)
+
+    def _failed(
+        self, error: HistCompressError, request: ModelRequest[Any], inputs: _FoldInputs | None
+    ) -> _Prepared:
+        lead = inputs.lead if inputs is not None else []
+        messages = inputs.messages if inputs is not None else None
+        messages, summary, shown = self._fallback(error, request, lead, messages)
+        return self._finish(request, lead, messages, summary, shown, None)
+
+    def _done(
+        self, request: ModelRequest[Any], inputs: _FoldInputs, result: CompressionResult
+    ) -> _Prepared:
+        keep_copies(inputs.messages, result.summary)
+        update = self._update(request, result, inputs.dropped)
+        return self._finish(
+            request, inputs.lead, inputs.messages, result.summary, result.messages, update
+        )
+
+    def _prepare(self, request: ModelRequest[Any]) -> _Prepared:
+        inputs = self._start(request)
+        if isinstance(inputs, _Prepared):
+            return inputs
+        try:
             result = self.compressor.compress(
-                messages,
-                summary,
+                inputs.messages,
+                inputs.summary,
                 config=_internal_config(),
                 context_window=request.model,
-                overhead_tokens=self._overhead(request, messages),
+                overhead_tokens=inputs.overhead,
             )
-            keep_copies(messages, result.summary)
         except HistCompressError as error:
-            messages, summary, shown = self._fallback(error, request, lead, messages)
-            return self._finish(request, lead, messages, summary, shown, None)
-        update = self._update(request, result, dropped)
-        return self._finish(request, lead, messages, result.summary, result.messages, update)
+            return self._failed(error, request, inputs)
+        return self._done(request, inputs, result)
 
     async def _aprepare(self, request: ModelRequest[Any]) -> _Prepared:
-        recalled = self._recalled(request)
-        if recalled is not None:
-            return recalled
-        lead: list[BaseMessage] = []
-        messages: Sequence[BaseMessage] | None = None
+        inputs = self._start(request)
+        if isinstance(inputs, _Prepared):
+            return inputs
         try:
-            lead, messages, summary, dropped = self._inputs(request)
             result = await self.compressor.acompress(
-                messages,
-                summary,
+                inputs.messages,
+                inputs.summary,
                 config=_internal_config(),
                 context_window=request.model,
-                overhead_tokens=self._overhead(request, messages),
+                overhead_tokens=inputs.overhead,
             )
-            keep_copies(messages, result.summary)
         except HistCompressError as error:
-            messages, summary, shown = self._fallback(error, request, lead, messages)
-            return self._finish(request, lead, messages, summary, shown, None)
-        update = self._update(request, result, dropped)
-        return self._finish(request, lead, messages, result.summary, result.messages, update)
+            return self._failed(error, request, inputs)
+        return self._done(request, inputs, result)
 
     @staticmethod
     def _override(
