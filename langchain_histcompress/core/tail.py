@@ -400,17 +400,20 @@ def with_ids(
     """
     lead_end = preamble_end(messages)
     start = lead_end
+    skipped_systems: tuple[int, ...] = ()
     if summary is not None and summary.covered_ids:
         # A hint is enough: the compressor verifies the prefix and names a message without
         # an id that a stale hint made this miss.
         cursor = _verified_cursor(messages, summary, lead_end, spot_check=True)
         if cursor is not None:
-            start = cursor.start
+            start, skipped_systems = cursor.start, cursor.system_at
     try:
         # A grown history without ids misses one at its end: no need to scan it then.
         # An empty-string id counts as no id.
         complete = bool(messages) and bool(_get_id(messages[-1]))
         complete = complete and all(map(_get_id, messages[start:]))
+        # the skipped prefix's system messages are read too (pinned: shown, folded later)
+        complete = complete and all(_get_id(messages[i]) for i in skipped_systems)
         if lead_too:
             complete = complete and all(map(_get_id, messages[:lead_end]))
     except AttributeError:  # not a message: the compressor names it

@@ -98,15 +98,15 @@ def _scan_json(text: str) -> list[object] | None:
 
 
 def _find_ops(raw: str) -> list[object]:
-    text = strip_think(raw).strip()
+    # reasoning opens the answer; think tags later on are data (a line's, or a JSON string's)
+    text = strip_think(raw, leading_only=True).strip()
     if not text:
         msg = "empty model output"
         raise _MalformedOutputError(msg)
     fenced = json_fenced_blocks(text)
     # a JSON answer is JSON even when a content says "ADD"
     if text[0] not in "[{" and not any(b.lstrip()[:1] in ("[", "{") for b in fenced):
-        # in the line format, think tags after the opening reasoning are a line's data
-        lines = parse_fact_lines(strip_think(raw, leading_only=True).strip())
+        lines = parse_fact_lines(text)
         if lines is not None:
             return list(lines)
     for block in fenced:

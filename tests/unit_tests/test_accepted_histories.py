@@ -571,3 +571,24 @@ def test_context_builder_keeps_the_system_messages_of_rounds_it_leaves_out() -> 
     out = built.messages
     assert out[0].id == "s" and reminder in out and out[-1].id == "xa7"
     assert validate_history(out) == []
+
+
+def test_a_pinned_message_without_id_before_the_tail_gets_its_id_in_the_view() -> None:
+    """A reminder with an empty id, left behind the summary's covered prefix, is shown (and
+    later folded) under the id `ensure_ids` gives it, never under the empty one."""
+    messages: list[BaseMessage] = [
+        SystemMessage("system", id="sys"),
+        HumanMessage("one", id="h1"),
+        AIMessage("a", id="a1"),
+        SystemMessage("reminder", id=""),
+        HumanMessage("two", id="h2"),
+        HumanMessage("three", id="h3"),
+    ]
+    node = RoundCompressionNode(make())
+    update = node.invoke({"messages": messages})
+    summary = summary_from_state(update)
+    assert summary is not None and "h1" in summary.covered_ids
+    shown = node.model_input({"messages": messages, **update})
+    reminder = ensure_ids(messages)[3]
+    assert reminder.id and reminder.id in {m.id for m in shown}
+    assert "" not in {m.id for m in shown}

@@ -64,6 +64,7 @@ def operations(draw: st.DrawFn) -> dict[str, Any]:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(operations(), max_size=6))
+@example([{"op": "ADD", "type": "event", "content": "<THINK></THINK>"}])  # data, not reasoning
 def test_lines_round_trip_to_the_same_operations_as_json(ops: list[dict[str, Any]]) -> None:
     from_lines = _parse(format_fact_lines(ops))
     from_json = _parse(json.dumps(ops, ensure_ascii=False))
