@@ -74,14 +74,18 @@ def stem(word: str) -> str:
     with a vowel and at least three letters remains), a doubled final consonant left by
     ``-ed`` / ``-ing`` is undoubled, a final ``e`` is dropped and a final ``y`` becomes ``i``,
     so inflections of a word meet: ``hike``, ``hikes``, ``hiked`` and ``hiking`` all become
-    ``hik``; ``story`` and ``stories`` both ``stori``. Words of three letters or fewer and
-    words with digits are left alone.
+    ``hik``; ``story`` and ``stories`` both ``stori``. Then, as in Porter's stemmer, the
+    derivational suffixes of `_underived` go when enough of the word is left, so a word
+    meets the one it was made from (``promotion``, ``promoted``). Words of three letters
+    or fewer and words with digits are left alone.
 
     Example:
         >>> [stem(w) for w in ["painting", "painted", "paints", "running", "activities"]]
-        ['paint', 'paint', 'paint', 'run', 'activiti']
+        ['paint', 'paint', 'paint', 'run', 'activ']
         >>> [stem(w) for w in ["hike", "hiking", "class", "bus", "2023", "string"]]
         ['hik', 'hik', 'class', 'bus', '2023', 'string']
+        >>> [stem(w) for w in ["promotion", "mentorship", "excitement", "passion"]]
+        ['promot', 'mentor', 'excit', 'passion']
     """
     if len(word) <= 3 or not word.isalpha():
         return word
@@ -103,7 +107,40 @@ def stem(word: str) -> str:
         base = base[:-1]
     elif len(base) > 3 and base.endswith("y"):
         base = base[:-1] + "i"
-    return base
+    return _underived(base)
+
+
+_DERIVED = (("iviti", 2), ("iti", 2), ("ship", 1), ("ment", 2), ("al", 2), ("iv", 2))
+"""Derivational suffixes (as `stem` leaves them: ``-ity`` ends ``-iti``, ``-ive`` ``-iv``)
+and the least `_measure` of what is left for one to be removed."""
+
+
+def _measure(base: str) -> int:
+    """Porter's measure: the vowel-consonant sequences of ``base`` (``promot``: 2)."""
+    pattern = "".join("v" if c in _VOWELS else "c" for c in base)
+    return pattern.lstrip("c").count("vc") if "vc" in pattern else 0
+
+
+def _underived(base: str) -> str:
+    """``base`` without derivational suffixes, so a word meets the one it was made from.
+
+    As in Porter's stemmer, a suffix goes only when enough word is left (`_measure`):
+    ``promotion`` and ``promote`` meet, ``passion`` and ``pass`` do not. ``-ion`` goes
+    after ``t`` or ``s``; suffixes are removed in turn (``relationship``, ``relation``,
+    ``relate``).
+    """
+    while True:
+        if base.endswith(("tion", "sion")) and _measure(base[:-3]) >= 2:
+            base = base[:-3]
+            continue
+        for suffix, least in _DERIVED:
+            if base.endswith(suffix) and _measure(base[: -len(suffix)]) >= least:
+                base = base[: -len(suffix)]
+                if base.endswith("e"):  # ``excitement``: as ``excite`` is stemmed
+                    base = base[:-1]
+                break
+        else:
+            return base
 
 
 _stem = functools.lru_cache(maxsize=1 << 16)(stem)
