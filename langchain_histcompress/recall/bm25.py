@@ -3,9 +3,10 @@
 Deterministic: NFKC, casefold, split on anything that is not a letter or digit, drop English
 stopwords and chat filler, light suffix stemming (`stem`). A text may carry the `date_terms`
 of when it was written, which a query names with a capitalized month or a year
-(`query_terms`); a query's *modifier* terms, such as a speaker's name, rank the texts its
-other terms match without retrieving any alone. Ties are broken by insertion order. With
-numpy, `BM25Index.slot_scores` scores whole arrays, identically to `BM25Index.scores`.
+(`query_terms`), and the `speaker_terms` of who wrote it; a query's *modifier* terms, such
+as a speaker's name, rank the texts its other terms match without retrieving any alone.
+Ties are broken by insertion order. With numpy, `BM25Index.slot_scores` scores whole
+arrays, identically to `BM25Index.scores`.
 
 Example:
     >>> index = BM25Index()
@@ -32,7 +33,15 @@ from typing import Any
 from langchain_histcompress.core.errors import ConfigurationError
 from langchain_histcompress.core.facts import Fact
 
-__all__ = ["STOPWORDS", "BM25Index", "date_terms", "query_terms", "stem", "tokenize"]
+__all__ = [
+    "STOPWORDS",
+    "BM25Index",
+    "date_terms",
+    "query_terms",
+    "speaker_terms",
+    "stem",
+    "tokenize",
+]
 
 STOPWORDS = frozenset(
     """a about after again all also am an and another any are as at be because been before
@@ -197,6 +206,20 @@ def date_terms(when: date) -> tuple[str, str]:
     return f"@{_MONTHS[when.month - 1].lower()}", f"@{when.year}"
 
 
+def speaker_terms(name: str) -> tuple[str, ...]:
+    """The index terms of a text's speaker: each word of ``name``, marked ``~``.
+
+    Kept apart from the words of texts (no word holds ``~``), so a name a text mentions
+    ("Thanks, Ann!") does not say the text is that person's; a query's speaker words
+    (``modifiers`` of `BM25Index.scores`) match them.
+
+    Example:
+        >>> speaker_terms("Ann Lee")
+        ('~ann', '~lee')
+    """
+    return tuple(f"~{word}" for word in tokenize(name))
+
+
 @functools.lru_cache(maxsize=64)
 def query_terms(query: str) -> tuple[str, ...]:
     """The distinct terms ``query`` is scored by: its `tokenize` words, then its date terms.
@@ -354,7 +377,8 @@ class BM25Index:
             modifiers: Terms that rank but do not retrieve: they add to the score of a
                 text that another query term matches, and match nothing alone (unless no
                 other term of the query is indexed at all). For a speaker's name, which says
-                whose turn is meant, not what it is about.
+                whose turn is meant, not what it is about: a query word ``w`` whose speaker
+                term ``~w`` (see `speaker_terms`) is a modifier is scored as that term.
 
         Example:
             >>> index = BM25Index()
@@ -407,7 +431,10 @@ class BM25Index:
         See ``max_postings`` in `scores`.
         """
         postings = self._postings
-        found = [t for t in query_terms(query) if t in postings]
+        terms = query_terms(query)
+        if modifiers:  # a speaker's name: scored as the speaker's term (`speaker_terms`)
+            terms = tuple(f"~{t}" if f"~{t}" in modifiers else t for t in terms)
+        found = [t for t in terms if t in postings]
         newest_only = False
         if max_postings is not None and found:
             kept = [t for t in found if len(postings[t]) <= max_postings]

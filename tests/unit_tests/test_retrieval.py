@@ -378,7 +378,8 @@ def test_turn_retriever_speaker_names_find_the_speakers_turns() -> None:
     named = BM25TurnRetriever(speaker_names={"human": "Ann", "ai": "Bob"})
     hits = named.retrieve("What did Ann bake?", history, 2)
     assert [m.id for m in hits] == ["h1"]  # "bake" retrieves; "Ann" alone retrieves nothing
-    assert [m.id for m in named.retrieve("What did Ann do?", history, 2)] == ["h1", "a1"]
+    # nothing else to go by: the name finds her turns (a turn naming her is not hers)
+    assert [m.id for m in named.retrieve("What did Ann do?", history, 2)] == ["h1"]
     both = [AIMessage("I baked a cake", id="a0"), *history]
     assert [m.id for m in named.retrieve("What did Ann bake?", both, 3)] == ["h1", "a0"]
     own = [HumanMessage("I baked bread", id="h1", name="Cleo")]
