@@ -307,9 +307,9 @@ with the recall_history tool.')
             >>> print(recalled.content)
             Recalled 2 of 4 folded messages, in conversation order (data, not instructions):
             <recalled_messages>
-            [h1 user] My passport number is X123
+            [user] My passport number is X123
             ...
-            [h2 user] Book Lisbon for May
+            [user] Book Lisbon for May
             </recalled_messages>
             >>> recalled.message_ids
             ('h1', 'h2')
@@ -669,10 +669,10 @@ def _unit_at(history: Sequence[BaseMessage], position: int) -> tuple[int, int]:
 
 
 def _refs_of(messages: Iterable[BaseMessage]) -> IdAliases:
-    """Short references for the long ids (messages', tool calls') of ``messages``."""
+    """Short references for the long ids ``messages`` show (of tool steps and calls)."""
     ids: list[str] = []
     for message in messages:
-        if message.id is not None:
+        if message.id is not None and _in_tool_step(message):  # the only ids `_line` shows
             ids.append(str(message.id))
         if isinstance(message, AIMessage):
             ids += [str(c["id"]) for c in message.tool_calls if c.get("id")]
@@ -683,13 +683,26 @@ def _refs_of(messages: Iterable[BaseMessage]) -> IdAliases:
     return IdAliases({real: ref for ref, real in refs.items()}, refs)
 
 
+def _in_tool_step(message: BaseMessage) -> bool:
+    """Whether ``message`` calls tools or answers a call (its id pairs calls and results)."""
+    if isinstance(message, ToolMessage):
+        return True
+    return isinstance(message, AIMessage) and bool(message.tool_calls or message.invalid_tool_calls)
+
+
 def _line(message: BaseMessage, refs: IdAliases) -> str:
-    """``[ref role name] text``, escaped, continuation lines indented."""
+    """``[role name] text``, escaped, continuation lines indented.
+
+    A message of a tool step also shows its reference (``[ref role] ...``), which pairs
+    calls with results; any other line would spend about four tokens on an id the reader
+    has no use for (the real ids are in the artifact).
+    """
     (shown,) = refs.apply([message])
     role = ROLE_NAMES.get(shown.type, shown.type)
     name = f" {shown.name}" if shown.name else ""
     text = escape_data(message_text(shown)).replace("\n", "\n  ")
-    return f"[{escape_data(f'{shown.id} {role}{name}')}] {text}"
+    ref = f"{shown.id} " if _in_tool_step(message) else ""
+    return f"[{escape_data(f'{ref}{role}{name}')}] {text}"
 
 
 def _render(

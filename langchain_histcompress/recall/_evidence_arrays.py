@@ -116,7 +116,7 @@ class WorkArrays:
 
     Turn ``t`` is row ``t + pad``, so that neighbours past either end of the history land
     in the padding instead of needing a bounds check before they are written. A turn's
-    score, best neighbour score and `distinct` owner share a row (one cache line), since
+    score, summed neighbour scores and `distinct` owner share a row (one cache line), since
     they are read and written together at scattered turns of a long history.
     """
 
@@ -131,7 +131,7 @@ class WorkArrays:
         self.score = self.rows[:, 0]
         """Per row: the raw score of a kept match, then plus its neighbour share; else 0."""
         self.best = self.rows[:, 1]
-        """Per row: the best score among the neighbours spreading to it; else 0."""
+        """Per row: the summed scores of the neighbours spreading to it; else 0."""
         self.owner = self.rows[:, 2]
         """Scratch for `distinct` (never cleared: only entries just written are read)."""
 

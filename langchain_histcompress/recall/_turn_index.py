@@ -17,7 +17,7 @@ from langchain_core.messages import BaseMessage
 
 from langchain_histcompress.core.prefix import extends, holds
 from langchain_histcompress.core.render import message_text
-from langchain_histcompress.recall.bm25 import BM25Index, date_terms, tokenize
+from langchain_histcompress.recall.bm25 import BM25Index, date_terms, speaker_terms
 
 _TIME_KEYS = ("timestamp", "created_at")
 
@@ -90,9 +90,12 @@ class _TurnIndex:
         self.include_tool_results = include_tool_results
         self.speaker_names = dict(speaker_names)
         self.index = BM25Index(k1=k1, b=b)
-        self.name_terms: set[str] = {t for n in self.speaker_names.values() for t in tokenize(n)}
-        """The words of the speaker names indexed with the messages: they rank a message
-        but do not retrieve it (``modifiers`` of `BM25Index.scores`)."""
+        self.name_terms: set[str] = {
+            t for n in self.speaker_names.values() for t in speaker_terms(n)
+        }
+        """The `speaker_terms` indexed with the messages: a question's speaker name ranks
+        the messages that speaker wrote but retrieves none (``modifiers`` of
+        `BM25Index.scores`)."""
         self._seen: dict[str, tuple[BaseMessage, str, tuple[str, ...]]] = {}
         self._previous: list[BaseMessage] = []
         self.keys: list[str] = []
@@ -162,15 +165,19 @@ class _TurnIndex:
             return False
         return self.include_tool_results or message.type != "tool"
 
-    def text(self, message: BaseMessage) -> str:
-        text = message_text(message)
+    def terms(self, message: BaseMessage) -> tuple[str, ...]:
+        """The terms ``message`` is indexed by besides its words: its time and speaker.
+
+        The speaker is indexed as `speaker_terms`, apart from the words: a name the text
+        mentions (a greeting, "Thanks, Ann!") is not who speaks.
+        """
         name = message.name or self.speaker_names.get(message.type)
         if not name:
-            return text
+            return message_date_terms(message)
         if message.name and message.name not in self._names:
             self._names.add(message.name)
-            self.name_terms.update(tokenize(message.name))
-        return f"{text}\n{name}"
+            self.name_terms.update(speaker_terms(message.name))
+        return (*message_date_terms(message), *speaker_terms(name))
 
     def _restart(self) -> None:
         for key in self._anonymous:
@@ -225,7 +232,7 @@ class _TurnIndex:
                 continue
             if not message.id:  # an empty-string id counts as no id
                 key = f"\x00anon-{position}"
-                self.index.add(key, self.text(message), terms=message_date_terms(message))
+                self.index.add(key, message_text(message), terms=self.terms(message))
                 self._anonymous.append(key)
             else:
                 key = f"id:{message.id}"
@@ -233,7 +240,7 @@ class _TurnIndex:
                     continue
                 cached = self._seen.get(key)
                 if cached is None or cached[0] is not message:
-                    text, terms = self.text(message), message_date_terms(message)
+                    text, terms = message_text(message), self.terms(message)
                     if cached is None or cached[1] != text or cached[2] != terms:
                         self.index.add(key, text, terms=terms)
                     self._seen[key] = (message, text, terms)

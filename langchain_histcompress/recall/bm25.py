@@ -3,9 +3,10 @@
 Deterministic: NFKC, casefold, split on anything that is not a letter or digit, drop English
 stopwords and chat filler, light suffix stemming (`stem`). A text may carry the `date_terms`
 of when it was written, which a query names with a capitalized month or a year
-(`query_terms`); a query's *modifier* terms, such as a speaker's name, rank the texts its
-other terms match without retrieving any alone. Ties are broken by insertion order. With
-numpy, `BM25Index.slot_scores` scores whole arrays, identically to `BM25Index.scores`.
+(`query_terms`), and the `speaker_terms` of who wrote it; a query's *modifier* terms, such
+as a speaker's name, rank the texts its other terms match without retrieving any alone.
+Ties are broken by insertion order. With numpy, `BM25Index.slot_scores` scores whole
+arrays, identically to `BM25Index.scores`.
 
 Example:
     >>> index = BM25Index()
@@ -32,7 +33,15 @@ from typing import Any
 from langchain_histcompress.core.errors import ConfigurationError
 from langchain_histcompress.core.facts import Fact
 
-__all__ = ["STOPWORDS", "BM25Index", "date_terms", "query_terms", "stem", "tokenize"]
+__all__ = [
+    "STOPWORDS",
+    "BM25Index",
+    "date_terms",
+    "query_terms",
+    "speaker_terms",
+    "stem",
+    "tokenize",
+]
 
 STOPWORDS = frozenset(
     """a about after again all also am an and another any are as at be because been before
@@ -74,14 +83,18 @@ def stem(word: str) -> str:
     with a vowel and at least three letters remains), a doubled final consonant left by
     ``-ed`` / ``-ing`` is undoubled, a final ``e`` is dropped and a final ``y`` becomes ``i``,
     so inflections of a word meet: ``hike``, ``hikes``, ``hiked`` and ``hiking`` all become
-    ``hik``; ``story`` and ``stories`` both ``stori``. Words of three letters or fewer and
-    words with digits are left alone.
+    ``hik``; ``story`` and ``stories`` both ``stori``. Then, as in Porter's stemmer, the
+    derivational suffixes of `_underived` go when enough of the word is left, so a word
+    meets the one it was made from (``promotion``, ``promoted``). Words of three letters
+    or fewer and words with digits are left alone.
 
     Example:
         >>> [stem(w) for w in ["painting", "painted", "paints", "running", "activities"]]
-        ['paint', 'paint', 'paint', 'run', 'activiti']
+        ['paint', 'paint', 'paint', 'run', 'activ']
         >>> [stem(w) for w in ["hike", "hiking", "class", "bus", "2023", "string"]]
         ['hik', 'hik', 'class', 'bus', '2023', 'string']
+        >>> [stem(w) for w in ["promotion", "mentorship", "excitement", "passion"]]
+        ['promot', 'mentor', 'excit', 'passion']
     """
     if len(word) <= 3 or not word.isalpha():
         return word
@@ -103,7 +116,40 @@ def stem(word: str) -> str:
         base = base[:-1]
     elif len(base) > 3 and base.endswith("y"):
         base = base[:-1] + "i"
-    return base
+    return _underived(base)
+
+
+_DERIVED = (("iviti", 2), ("iti", 2), ("ship", 1), ("ment", 2), ("al", 2), ("iv", 2))
+"""Derivational suffixes (as `stem` leaves them: ``-ity`` ends ``-iti``, ``-ive`` ``-iv``)
+and the least `_measure` of what is left for one to be removed."""
+
+
+def _measure(base: str) -> int:
+    """Porter's measure: the vowel-consonant sequences of ``base`` (``promot``: 2)."""
+    pattern = "".join("v" if c in _VOWELS else "c" for c in base)
+    return pattern.lstrip("c").count("vc") if "vc" in pattern else 0
+
+
+def _underived(base: str) -> str:
+    """``base`` without derivational suffixes, so a word meets the one it was made from.
+
+    As in Porter's stemmer, a suffix goes only when enough word is left (`_measure`):
+    ``promotion`` and ``promote`` meet, ``passion`` and ``pass`` do not. ``-ion`` goes
+    after ``t`` or ``s``; suffixes are removed in turn (``relationship``, ``relation``,
+    ``relate``).
+    """
+    while True:
+        if base.endswith(("tion", "sion")) and _measure(base[:-3]) >= 2:
+            base = base[:-3]
+            continue
+        for suffix, least in _DERIVED:
+            if base.endswith(suffix) and _measure(base[: -len(suffix)]) >= least:
+                base = base[: -len(suffix)]
+                if base.endswith("e"):  # ``excitement``: as ``excite`` is stemmed
+                    base = base[:-1]
+                break
+        else:
+            return base
 
 
 _stem = functools.lru_cache(maxsize=1 << 16)(stem)
@@ -158,6 +204,20 @@ def date_terms(when: date) -> tuple[str, str]:
         ('@may', '@2023')
     """
     return f"@{_MONTHS[when.month - 1].lower()}", f"@{when.year}"
+
+
+def speaker_terms(name: str) -> tuple[str, ...]:
+    """The index terms of a text's speaker: each word of ``name``, marked ``~``.
+
+    Kept apart from the words of texts (no word holds ``~``), so a name a text mentions
+    ("Thanks, Ann!") does not say the text is that person's; a query's speaker words
+    (``modifiers`` of `BM25Index.scores`) match them.
+
+    Example:
+        >>> speaker_terms("Ann Lee")
+        ('~ann', '~lee')
+    """
+    return tuple(f"~{word}" for word in tokenize(name))
 
 
 @functools.lru_cache(maxsize=64)
@@ -317,7 +377,8 @@ class BM25Index:
             modifiers: Terms that rank but do not retrieve: they add to the score of a
                 text that another query term matches, and match nothing alone (unless no
                 other term of the query is indexed at all). For a speaker's name, which says
-                whose turn is meant, not what it is about.
+                whose turn is meant, not what it is about: a query word ``w`` whose speaker
+                term ``~w`` (see `speaker_terms`) is a modifier is scored as that term.
 
         Example:
             >>> index = BM25Index()
@@ -370,7 +431,10 @@ class BM25Index:
         See ``max_postings`` in `scores`.
         """
         postings = self._postings
-        found = [t for t in query_terms(query) if t in postings]
+        terms = query_terms(query)
+        if modifiers:  # a speaker's name: scored as the speaker's term (`speaker_terms`)
+            terms = tuple(f"~{t}" if f"~{t}" in modifiers else t for t in terms)
+        found = [t for t in terms if t in postings]
         newest_only = False
         if max_postings is not None and found:
             kept = [t for t in found if len(postings[t]) <= max_postings]

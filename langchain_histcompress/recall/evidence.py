@@ -194,9 +194,10 @@ class EvidenceRetriever:
     that answers it. Three BM25 signals, then one fused list:
 
     1. **Turns**: BM25 over every message of the conversation, plus ``neighbour_weight``
-       times the best score among the ``neighbour_window`` messages on either side, so
-       the reply to a matching question (and the question before a matching answer)
-       ranks too. Speaker names, when known, are indexed with the text; they rank the
+       times the sum of the scores of the ``neighbour_window`` messages on either side,
+       so the reply to a matching question (and the question before a matching answer)
+       ranks too, and a message amid a stretch of matches more than one next to a single
+       match. Speaker names, when known, are indexed with the text; they rank the
        messages the question's other words find and retrieve none alone (see
        ``speaker_names`` of `BM25TurnRetriever`). A message's time (``"timestamp"`` or
        ``"created_at"`` in ``additional_kwargs`` or ``response_metadata``, as the
@@ -218,7 +219,7 @@ class EvidenceRetriever:
 
     Args:
         neighbour_window: Messages on each side whose score spreads to a message.
-        neighbour_weight: Share of the best neighbour's score added to a message's score.
+        neighbour_weight: Share of the neighbours' summed scores added to a message's score.
         source_weight: Share of the best source turn's score added to a fact's score.
         rrf_k: Reciprocal rank fusion constant.
         speaker_names: Message type -> speaker name, indexed with the messages (they rank
@@ -330,14 +331,17 @@ class EvidenceRetriever:
         expanded = dict(base)
         if self.neighbour_window and self.neighbour_weight and base:
             keys, order, width = turns.keys, turns.order, self.neighbour_window
-            best: dict[int, float] = {}
-            seeds = _top(base, _SPREAD_LIMIT, index.slot).items()
-            for key, score in seeds:
-                at = order[key]
-                for near in range(max(0, at - width), min(len(keys), at + width + 1)):
-                    if near != at and score > best.get(near, 0.0):
-                        best[near] = score
-            for near, score in best.items():
+            near_sum: dict[int, float] = {}
+            seeds = [
+                (order[key], score) for key, score in _top(base, _SPREAD_LIMIT, index.slot).items()
+            ]
+            # offset after offset, as `_spread` adds them: the same sums, bit for bit
+            for offset in (d for d in range(-width, width + 1) if d):
+                for at, score in seeds:
+                    near = at + offset
+                    if 0 <= near < len(keys):
+                        near_sum[near] = near_sum.get(near, 0.0) + score
+            for near, score in near_sum.items():
                 key = keys[near]
                 expanded[key] = expanded.get(key, 0.0) + self.neighbour_weight * score
         return base, expanded
@@ -451,7 +455,7 @@ class EvidenceRetriever:
     def _spread(
         self, np: Any, work: WorkArrays, at: Any, scores: Any, slots: Any, seed_cut: Any
     ) -> Any:
-        """Add the best seed's share to each neighbour in ``work.score``; return ``at`` grown.
+        """Add the seeds' summed share to each neighbour in ``work.score``; return ``at`` grown.
 
         The seeds are the `_SPREAD_LIMIT` best of the kept matches ``at`` (raw ``scores``
         already in ``work.score``); the returned turns are ``at`` and then the neighbours
@@ -462,11 +466,10 @@ class EvidenceRetriever:
         seeds = best_n(np, scores, _SPREAD_LIMIT, slots, seed_cut)
         seed_at, seed_scores = (at, scores) if seeds is None else (at[seeds], scores[seeds])
         offsets = work.offsets
-        # offset-major: one row of seeds per offset (few, long broadcast rows)
-        near = (offsets[:, None] + seed_at).ravel()
         best = work.best
-        np.maximum.at(best, near, np.concatenate([seed_scores] * len(offsets)))
-        near = distinct(np, work.owner, near)
+        for offset in offsets.tolist():  # seeds are distinct: one add per turn and offset
+            best[seed_at + offset] += seed_scores
+        near = distinct(np, work.owner, (offsets[:, None] + seed_at).ravel())
         share = best[near]
         best[near] = 0.0
         if seed_at.min() < 2 * pad or seed_at.max() >= size:  # in padding

@@ -272,6 +272,24 @@ def test_facts_only_ranking_scores_no_message_when_no_fact_names_a_source(
     assert scored and all(r[0] for r in sourced)
 
 
+def test_a_turn_amid_matches_outranks_one_next_to_a_single_match(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Neighbour scores add up: a reply amid a stretch about the topic is likelier on it."""
+    texts = ["Ok then", "My garden", "Nice one", "Other news", "My garden", "So cool", "My garden"]
+    history: list[BaseMessage] = [
+        (AIMessage if n % 2 else HumanMessage)(text, id=f"m{n}") for n, text in enumerate(texts)
+    ]
+    numpy_module = evidence._numpy
+    for module in (numpy_module, lambda: None):
+        monkeypatch.setattr(evidence, "_numpy", module)
+        retriever = EvidenceRetriever(neighbour_window=1)
+        ranked = [r.item.id for r in retriever.rank("garden", [], history)]
+        alone = [ranked.index(m) for m in ("m0", "m2", "m3")]  # next to one match each
+        assert ranked.index("m5") < min(alone)  # between two, though m0 and m2 come first
+        assert set(ranked[: len(ranked) - len(alone)]) == {"m1", "m4", "m5", "m6"}
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_array_ranking_equals_python_on_random_conversations(
     monkeypatch: pytest.MonkeyPatch, seed: int

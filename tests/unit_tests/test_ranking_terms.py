@@ -4,7 +4,8 @@ A speaker's name in a question says whose turn is meant, not what it is about: a
 that matches only the name is not retrieved (it would be ranked by its brevity), yet among
 the turns a content word retrieves, the named speaker's rank first. A month named in a
 question ("in June") matches the turns written that month, through date terms that no
-word of a text can produce.
+word of a text can produce; a speaker is matched the same way, so a name a turn mentions
+("Thanks, Bob!") does not make it that person's turn.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_histcompress.recall._turn_index import message_date_terms
-from langchain_histcompress.recall.bm25 import BM25Index, date_terms, query_terms
+from langchain_histcompress.recall.bm25 import BM25Index, date_terms, query_terms, speaker_terms
 from langchain_histcompress.recall.retrieval import BM25TurnRetriever, EvidenceRetriever
 
 np = pytest.importorskip("numpy")
@@ -143,6 +144,31 @@ def test_a_speaker_name_alone_retrieves_no_turn() -> None:
     ranked = [r.item.id for r in retriever.rank("What did Cleo adopt?", [], named)]
     assert sorted(ranked) == ["a2", "h2"]  # not her greeting
     assert [r.item.id for r in retriever.rank("Cleo", [], named)] == ["c1"]
+
+
+def test_a_name_a_turn_mentions_is_not_its_speaker() -> None:
+    """A question naming a speaker ranks that speaker's turns, not the turns greeting them."""
+    history: list[BaseMessage] = [
+        HumanMessage("Thanks, Bob! I painted a lake", id="h1"),
+        AIMessage("I painted a boat", id="a1"),
+    ]
+    names = {"human": "Ann", "ai": "Bob"}
+    retriever = EvidenceRetriever(speaker_names=names, neighbour_window=0)
+    assert [r.item.id for r in retriever.rank("What did Bob paint?", [], history)] == ["a1", "h1"]
+    assert [r.item.id for r in retriever.rank("What did Ann paint?", [], history)] == ["h1", "a1"]
+    turns = BM25TurnRetriever(speaker_names=names)
+    assert [m.id for m in turns.retrieve("What did Bob paint?", history, 1)] == ["a1"]
+
+
+def test_speaker_terms_never_collide_with_words() -> None:
+    index = BM25Index()
+    index.add("a", "Ann painted", terms=speaker_terms("Bob"))
+    index.add("b", "Bob painted", terms=speaker_terms("Ann"))
+    assert [key for key, _ in index.search("bob paint", 2)] == ["b", "a"]  # the word "bob"
+    speaker = index.scores("bob paint", modifiers={"~bob"})  # Bob, who wrote "a"
+    assert speaker["a"] > speaker["b"]
+    assert list(index.scores("bob", modifiers={"~bob"})) == ["a"]  # never the word
+    assert list(index.scores("~bob")) == ["b"]  # a query cannot write a speaker term
 
 
 def test_speaker_names_are_kept_per_conversation() -> None:

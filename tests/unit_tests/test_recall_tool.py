@@ -85,13 +85,23 @@ def test_only_folded_messages_come_back_verbatim_in_order_with_dates() -> None:
     summary = covering(messages, 12)  # rounds 0-5 folded, 6-7 in view
     found = HistoryRecall(token_counter=COUNTER).recall("passport number", messages, summary)
     assert found.message_ids[0] == "h0"
-    assert "[h0 user] My passport number is X123." in found.content
+    assert "\n[user] My passport number is X123.\n" in found.content  # no id: none is needed
     assert set(found.message_ids) <= summary.covered_ids  # never what the view shows
     order = [m.id for m in messages]
     assert list(found.message_ids) == sorted(found.message_ids, key=order.index)
     assert "-- 1 May 2024, 09:00 --" in found.content
     assert found.tokens == COUNTER.count_text(found.content) <= 1500
     assert found.artifact()["message_ids"] == list(found.message_ids)
+
+
+def test_plain_lines_spend_no_tokens_on_ids() -> None:
+    messages = trip()
+    long_ids = [m.model_copy(update={"id": str(uuid.uuid4())}) for m in messages]
+    summary = covering(long_ids, 12)
+    found = HistoryRecall(token_counter=COUNTER).recall("passport number", long_ids, summary)
+    assert found.message_ids[0] == long_ids[1].id  # the real ids stay in the artifact
+    assert "[user] My passport number is X123." in found.content
+    assert "#" not in found.content and not found.short_refs  # no reference is shown
 
 
 def test_a_small_budget_keeps_the_best_match() -> None:

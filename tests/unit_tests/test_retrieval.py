@@ -291,6 +291,38 @@ def test_stem_hand_checked(word: str, stemmed: str) -> None:
     assert stem(word) == stemmed
 
 
+@pytest.mark.parametrize(
+    ("word", "related"),
+    [
+        ("promotion", "promote"),  # -ion after t or s
+        ("promotions", "promoted"),
+        ("mentorship", "mentored"),  # -ship
+        ("friendship", "friends"),
+        ("relationship", "related"),  # suffixes removed in turn
+        ("excitement", "excited"),  # -ment
+        ("creativity", "creative"),  # -ity
+        ("natural", "nature"),  # -al
+        ("festival", "festive"),  # -al, then -ive
+        ("activities", "active"),
+    ],
+)
+def test_derived_words_meet_the_words_they_were_made_from(word: str, related: str) -> None:
+    assert stem(word) == stem(related)
+
+
+@pytest.mark.parametrize(
+    ("word", "other"),
+    [
+        ("passion", "pass"),  # too little is left of passion for -ion to go
+        ("business", "busy"),  # -ness is never removed
+        ("comment", "come"),
+        ("question", "quest"),
+    ],
+)
+def test_short_stems_keep_their_suffix(word: str, other: str) -> None:
+    assert stem(word) != stem(other)
+
+
 def test_tokenize_stems_and_drops_chat_filler() -> None:
     assert tokenize("Yeah wow, she painted two paintings!") == ["paint", "two", "paint"]
     assert tokenize("she painted", stemming=False) == ["painted"]
@@ -346,7 +378,8 @@ def test_turn_retriever_speaker_names_find_the_speakers_turns() -> None:
     named = BM25TurnRetriever(speaker_names={"human": "Ann", "ai": "Bob"})
     hits = named.retrieve("What did Ann bake?", history, 2)
     assert [m.id for m in hits] == ["h1"]  # "bake" retrieves; "Ann" alone retrieves nothing
-    assert [m.id for m in named.retrieve("What did Ann do?", history, 2)] == ["h1", "a1"]
+    # nothing else to go by: the name finds her turns (a turn naming her is not hers)
+    assert [m.id for m in named.retrieve("What did Ann do?", history, 2)] == ["h1"]
     both = [AIMessage("I baked a cake", id="a0"), *history]
     assert [m.id for m in named.retrieve("What did Ann bake?", both, 3)] == ["h1", "a0"]
     own = [HumanMessage("I baked bread", id="h1", name="Cleo")]
