@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import operator
 import threading
-from collections.abc import Callable, Collection, Container, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -322,7 +322,7 @@ class ContextBuilder:
         self._recency = (list(pool), ordered)
         return ordered
 
-    def _rank_facts(self, pool: Sequence[Fact], query: str, shown: Container[str]) -> list[Fact]:
+    def _rank_facts(self, pool: Sequence[Fact], query: str, shown: set[str]) -> list[Fact]:
         """The best ``top_k_facts`` of ``pool`` for ``query``, leaving out what ``shown`` shows.
 
         The whole pool is ranked (the retrievers index it incrementally across calls), with
