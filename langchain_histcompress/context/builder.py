@@ -38,6 +38,7 @@ from langchain_histcompress.context.data import (
     _covers,
     _Data,
     _prune,
+    _shown_facts,
 )
 from langchain_histcompress.context.fact_cache import FactStateCache
 from langchain_histcompress.context.window import (
@@ -330,7 +331,7 @@ class ContextBuilder:
         """
         if not self.top_k_facts:
             return []
-        skip = {f.id for f in pool if _covers(shown, f.source_ids)}
+        skip = _shown_facts(shown, pool)
         k = self.top_k_facts + len(skip)
         ranked = list(self.fact_retriever.retrieve(query, pool, k))[:k] if query else []
         ranked = [f for f in ranked if f.id not in skip][: self.top_k_facts]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -75,11 +75,14 @@ class _Data:
 
 
 def _covers(shown: set[str], ids: Collection[str]) -> bool:
-    """Whether ``ids`` is non-empty and every id in it is in ``shown``."""
-    if type(ids) is tuple:  # a fact's few sources: looked up at C speed
-        return bool(ids) and shown.issuperset(ids)
-    # any other collection (a summary's many covered ids): up to the first one not shown
+    """Whether ``ids`` is non-empty and every id in it is in ``shown`` (read up to a miss)."""
     return bool(ids) and all(map(shown.__contains__, ids))
+
+
+def _shown_facts(shown: set[str], facts: Iterable[Fact]) -> set[str]:
+    """Ids of the facts whose sources are all in ``shown`` (`_covers` of each)."""
+    covered = shown.issuperset  # a fact's few sources, looked up at C speed
+    return {f.id for f in facts if f.source_ids and covered(f.source_ids)}
 
 
 def _prune(data: _Data, shown: set[str]) -> _Data:
