@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import operator
 import threading
-from collections.abc import Callable, Collection, Container, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -38,6 +38,7 @@ from langchain_histcompress.context.data import (
     _covers,
     _Data,
     _prune,
+    _shown_facts,
 )
 from langchain_histcompress.context.fact_cache import FactStateCache
 from langchain_histcompress.context.window import (
@@ -322,7 +323,7 @@ class ContextBuilder:
         self._recency = (list(pool), ordered)
         return ordered
 
-    def _rank_facts(self, pool: Sequence[Fact], query: str, shown: Container[str]) -> list[Fact]:
+    def _rank_facts(self, pool: Sequence[Fact], query: str, shown: set[str]) -> list[Fact]:
         """The best ``top_k_facts`` of ``pool`` for ``query``, leaving out what ``shown`` shows.
 
         The whole pool is ranked (the retrievers index it incrementally across calls), with
@@ -330,7 +331,7 @@ class ContextBuilder:
         """
         if not self.top_k_facts:
             return []
-        skip = {f.id for f in pool if _covers(shown, f.source_ids)}
+        skip = _shown_facts(shown, pool)
         k = self.top_k_facts + len(skip)
         ranked = list(self.fact_retriever.retrieve(query, pool, k))[:k] if query else []
         ranked = [f for f in ranked if f.id not in skip][: self.top_k_facts]

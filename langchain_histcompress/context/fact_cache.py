@@ -5,7 +5,8 @@ and matches entries by identity, so a call validates only the entries that are n
 Like every LangGraph reducer output, state values are treated as immutable: write a new dict
 to change a fact (`merge_facts` always does). A new dict equal to the one it replaces (a state
 loaded again from a checkpoint) or made by `Fact.to_state` keeps its fact without a
-validation.
+validation. A list of the very `Fact` objects of the last call (frozen: the same facts) is
+not read again either.
 """
 
 from __future__ import annotations
@@ -39,6 +40,18 @@ class _Read:
     """Keys whose fact has an expiry time (``expires_at``)."""
 
 
+@dataclass(frozen=True)
+class _FactList:
+    """One call's list of `Fact` objects (never changed once published)."""
+
+    facts: list[object]
+    """The list's entries, in order."""
+    fact_of: dict[str, Fact]
+    """Id -> fact."""
+    expiring: bool
+    """Whether any of the facts has an expiry time (``expires_at``)."""
+
+
 class FactStateCache:
     """`facts_from_state` that reuses the facts parsed before for the same entries.
 
@@ -48,7 +61,8 @@ class FactStateCache:
 
     def __init__(self) -> None:
         """Start empty."""
-        self._last: _Read | None = None
+        self._last: _Read | _FactList | None = None
+        """The last call's entries (a state dict's or a list of facts), to match the next's."""
         self.generation = 0
         """Bumped by every call that does not return the same facts as the last one did."""
         self.parsed = 0
@@ -85,12 +99,10 @@ class FactStateCache:
             ConfigurationError: An entry is not a valid fact.
         """
         if not isinstance(value, Mapping):
-            with self._lock:
-                self.generation += 1
-            return _with_expiring(facts_from_state(value))
+            return self._read_facts(value)
         keys, raws = list(value), list(value.values())
         with self._lock:
-            last = self._last
+            last = self._last if isinstance(self._last, _Read) else None
             if (
                 last is not None
                 and last.cached
@@ -100,6 +112,7 @@ class FactStateCache:
             ):
                 return dict(last.fact_of), bool(last.expiring)
             self.generation += 1
+            self._last = None  # until this read is published: no later call may match the old
         if not all(map(isinstance, keys, itertools.repeat(str))):
             # ids are the keys as strings: rare, not cached
             return _with_expiring(facts_from_state(value))
@@ -107,6 +120,30 @@ class FactStateCache:
         with self._lock:
             self._last = read
         return dict(read.fact_of), bool(read.expiring)
+
+    def _read_facts(self, value: object) -> tuple[dict[str, Fact], bool]:
+        """`read_expiring` of a list: the last answer again for the very same `Fact` objects.
+
+        Facts are frozen, so the same objects are the same facts; a list holding fact dicts
+        (which may change in place) is read again every call.
+        """
+        entries = list(value) if isinstance(value, list | tuple) else None
+        with self._lock:
+            last = self._last
+            if (
+                isinstance(last, _FactList)
+                and entries is not None
+                and len(entries) == len(last.facts)
+                and all(map(operator.is_, entries, last.facts))
+            ):
+                return dict(last.fact_of), last.expiring
+            self.generation += 1
+            self._last = None
+        fact_of, expiring = _with_expiring(facts_from_state(value))
+        if entries is not None and all(map(isinstance, entries, itertools.repeat(Fact))):
+            with self._lock:
+                self._last = _FactList(entries, fact_of, expiring)
+        return dict(fact_of), expiring
 
     def _read(self, keys: list[str], raws: list[object], last: _Read | None) -> _Read:
         """Match the entries to the last call's by key and identity; parse only new ones."""

@@ -46,9 +46,12 @@ __all__ = [
     "CacheInfo",
     "TiktokenCounter",
     "TokenCounter",
+    "cost_ceilings",
     "count_request",
     "message_costs",
+    "request_ceiling",
     "resolve_counter",
+    "text_ceiling",
 ]
 
 TokenCounter = Callable[[Sequence[BaseMessage]], int]
@@ -788,6 +791,78 @@ def count_request(counter: TokenCounter, messages: Sequence[BaseMessage]) -> int
         9
     """
     return _as_count(counter, counter(messages))
+
+
+# --------------------------------------------------------------------------- ceilings
+# A tiktoken token stands for at least one byte of UTF-8, so a text has at most as many
+# tokens as bytes: a check that holds for the bytes holds for the exact count, without
+# encoding anything. Only for a plain `TiktokenCounter` (a subclass may count otherwise).
+
+
+def _utf8_length(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def text_ceiling(counter: TokenCounter, text: str) -> int | None:
+    """At least ``counter.count_text(text)``, found without encoding (``None``: not known).
+
+    Example:
+        >>> text_ceiling(TiktokenCounter(), "hello world"), text_ceiling(len, "hi")
+        (11, None)
+    """
+    return _utf8_length(text) if type(counter) is TiktokenCounter else None
+
+
+def _message_ceiling(message: BaseMessage) -> int | None:
+    """At least `TiktokenCounter.count_message` (``None`` for content blocks)."""
+    content = message.content
+    if type(content) is not str:
+        return None
+    total = TOKENS_PER_MESSAGE + _utf8_length(_role(message)) + _utf8_length(content)
+    if isinstance(message, ToolMessage):
+        total += _utf8_length(message.tool_call_id)
+    elif message.name:
+        total += _utf8_length(message.name) + TOKENS_PER_NAME
+    for name, arguments, call_id in _calls(message):
+        total += _utf8_length(name) + _utf8_length(arguments) + _utf8_length(call_id)
+        total += TOKENS_PER_TOOL_CALL
+    return total
+
+
+def cost_ceilings(counter: TokenCounter, messages: Sequence[BaseMessage]) -> list[int] | None:
+    """At least `message_costs`, message by message, found without encoding (``None``: not known).
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> message_costs(TiktokenCounter(), [HumanMessage("hi")])
+        [5]
+        >>> cost_ceilings(TiktokenCounter(), [HumanMessage("hi")])
+        [9]
+    """
+    if type(counter) is not TiktokenCounter:
+        return None
+    ceilings: list[int] = []
+    for message in messages:
+        ceiling = _message_ceiling(message)
+        if ceiling is None:
+            return None
+        ceilings.append(ceiling)
+    return ceilings
+
+
+def request_ceiling(counter: TokenCounter, messages: Sequence[BaseMessage]) -> int | None:
+    """At least `count_request`, found without encoding (``None``: not known).
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> counter, request = TiktokenCounter(), [HumanMessage("hello world")]
+        >>> count_request(counter, request), request_ceiling(counter, request)
+        (9, 21)
+    """
+    ceilings = cost_ceilings(counter, messages)
+    if ceilings is None:
+        return None
+    return sum(ceilings) + REPLY_PRIMING_TOKENS if ceilings else 0
 
 
 def _as_count(counter: object, value: Any) -> int:

@@ -40,9 +40,12 @@ from langchain_histcompress.core.running_summary import (
 )
 from langchain_histcompress.core.tokens import (
     TokenCounter,
+    cost_ceilings,
     count_request,
     message_costs,
+    request_ceiling,
     resolve_counter,
+    text_ceiling,
 )
 from langchain_histcompress.edge.answer_checks import UnusableAnswerError
 from langchain_histcompress.edge.model_edge import (
@@ -66,6 +69,7 @@ from langchain_histcompress.edge.summary_prompt import (
     merge_variables,
     parse_output,
     parse_summary_output,
+    rejection_suffix,
     render_content,
 )
 
@@ -108,6 +112,10 @@ def summary_output_cap(
     return max_output_tokens
 
 
+_SIZING_REJECTION = "x" * 200
+"""A rejection note as long as a typical one: the prompt is sized with room for it."""
+
+
 def _nothing(index: int, message: BaseMessage) -> bool:
     """Protects no message: every one may be shortened for the summarizer."""
     return False
@@ -123,6 +131,8 @@ class _Request:
     shown: tuple[BaseMessage, ...]
     """What the prompt shows of ``messages``: themselves, or copies of the largest shortened
     so the prompt fits the summarizer's own window."""
+    prompt: tuple[BaseMessage, ...] | None = None
+    """The first attempt's prompt when sizing built it (else it is built when sent)."""
 
 
 class Summarizer:
@@ -294,13 +304,26 @@ class Summarizer:
         """
         limit = self.max_input_tokens
         counter = self.token_counter
-        sizes = message_costs(counter, request.messages)
-        if sum(sizes) * 6 // 5 + self.config.max_summary_tokens * 2 + 2_000 <= limit:
-            return request
+        # an estimate of the prompt from the messages' costs, if that is clearly small enough
+        spare = limit - self.config.max_summary_tokens * 2 - 2_000
+        if spare >= 0:
+            ceilings = cost_ceilings(counter, request.messages)
+            if ceilings is not None and sum(ceilings) * 6 // 5 <= spare:
+                return request  # the costs are at most their ceilings
+            if sum(message_costs(counter, request.messages)) * 6 // 5 <= spare:
+                return request
+        # the prompt is sized with room for a retry's note on why an answer was rejected
+        note = text_ceiling(counter, rejection_suffix(_SIZING_REJECTION))
         shown = request.messages
         for _ in range(4):
-            prompt = self._prompt(replace(request, shown=shown), "x" * 200)
-            size = count_request(counter, prompt)
+            sized = replace(request, shown=shown)
+            if note is not None:
+                first = self._prompt(sized, None)
+                ceiling = request_ceiling(counter, first)
+                if ceiling is not None and ceiling + note <= limit:
+                    # the sized prompt's count is at most this ceiling: send the first as is
+                    return replace(sized, prompt=tuple(first))
+            size = count_request(counter, self._prompt(sized, _SIZING_REJECTION))
             if size <= limit:
                 break
             room = sum(message_costs(counter, shown)) - (size - limit) - 64
@@ -318,6 +341,8 @@ class Summarizer:
         return replace(request, shown=shown)
 
     def _prompt(self, request: _Request, rejection: str | None) -> list[BaseMessage]:
+        if rejection is None and request.prompt is not None:
+            return list(request.prompt)
         return build_summary_prompt(
             request.shown,
             request.previous,
@@ -349,10 +374,13 @@ class Summarizer:
         profile = self.config.profile
         content = merge_variables(request.previous, parse_output(output, profile))
         text = render_content(content, profile)
-        size = self._count_text(text)
-        if size > self.config.max_summary_tokens:
-            msg = f"summary has {size} tokens, over the cap of {self.config.max_summary_tokens}"
-            raise InvalidOutputError(msg)
+        cap = self.config.max_summary_tokens
+        ceiling = text_ceiling(self.token_counter, text)
+        if ceiling is None or ceiling > cap:  # else the count is at most the ceiling
+            size = self._count_text(text)
+            if size > cap:
+                msg = f"summary has {size} tokens, over the cap of {cap}"
+                raise InvalidOutputError(msg)
         previous = request.previous
         summary = extended_summary(
             previous,

@@ -258,12 +258,21 @@ def build_summary_prompt(
         "\n</conversation>",
         _format_instructions(cfg.profile),
     ]
-    if rejection:
-        data.append(
-            f"Your previous answer was rejected ({escape_data(rejection)}). "
-            "Follow the answer format exactly."
-        )
-    return [SystemMessage("\n\n".join(parts)), HumanMessage("\n\n".join(data))]
+    request = "\n\n".join(data) + (rejection_suffix(rejection) if rejection else "")
+    return [SystemMessage("\n\n".join(parts)), HumanMessage(request)]
+
+
+def rejection_suffix(rejection: str) -> str:
+    r"""What a retry's prompt appends to its last message: why the last answer was rejected.
+
+    Example:
+        >>> rejection_suffix("empty").split("\n")
+        ['', '', 'Your previous answer was rejected (empty). Follow the answer format exactly.']
+    """
+    return (
+        f"\n\nYour previous answer was rejected ({escape_data(rejection)}). "
+        "Follow the answer format exactly."
+    )
 
 
 # --------------------------------------------------------------------------- parsing

@@ -72,13 +72,35 @@ def test_entries_are_matched_by_identity_then_by_fields(monkeypatch: pytest.Monk
     assert all(c is spied["f-7"] for c in compared)  # the others matched by identity
 
 
-def test_other_forms_always_start_a_new_generation() -> None:
+def test_a_list_of_the_same_fact_objects_keeps_its_generation() -> None:
     cache = FactStateCache()
     facts = [Fact(id="f-1", content="x")]
-    cache.read(facts)
+    first = cache.read(facts)
     generation = cache.generation
-    assert list(cache.read(facts)) == ["f-1"]
+    assert cache.read(list(facts)) == first
+    assert cache.generation == generation
+    assert cache.read([Fact(id="f-1", content="y")])["f-1"].content == "y"  # another object
+    assert cache.generation == generation + 1
+    dicts = [{"id": "f-1", "content": "x"}]  # dicts may change in place: read every time
+    cache.read(dicts)
+    generation = cache.generation
+    assert list(cache.read(dicts)) == ["f-1"]
     assert cache.generation > generation
+
+
+def test_alternating_forms_never_answer_with_another_forms_facts() -> None:
+    cache, state = FactStateCache(), _state(2)
+    facts = [Fact(id="f-9", content="x")]
+    for _ in range(2):
+        generation = cache.generation
+        assert set(cache.read(state)) == {"f-0", "f-1"}
+        assert set(cache.read(facts)) == {"f-9"}
+        assert set(cache.read({1: {"id": "1", "content": "y"}})) == {"1"}
+        assert cache.generation == generation + 3  # each read changed the answer
+
+
+def test_other_forms_always_start_a_new_generation() -> None:
+    cache = FactStateCache()
     mixed = {"f-1": Fact(id="f-1", content="x"), **_state(1)}
     generation = cache.generation
     assert set(cache.read(mixed)) == {"f-1", "f-0"}

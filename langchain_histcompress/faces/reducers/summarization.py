@@ -17,7 +17,7 @@ from langchain_histcompress.core.fold_plan import call_sizes
 from langchain_histcompress.core.prefix import holds
 from langchain_histcompress.core.rounds import ensure_ids, is_summary_message
 from langchain_histcompress.core.running_summary import RunningSummary
-from langchain_histcompress.core.tokens import message_costs
+from langchain_histcompress.core.tokens import cost_ceilings, message_costs
 from langchain_histcompress.edge.summarizer import Summarizer
 from langchain_histcompress.faces.reducers import _units as cut
 
@@ -326,12 +326,15 @@ class SummarizationReducer(cut.ConfigEquality):
         """
         fresh = [m for m in plan.older if not isinstance(m, SystemMessage)]
         older = ensure_ids(fresh, namespace=f"reducer-{plan.offset}")
-        starts = [0, *(i for i, m in enumerate(older) if i and isinstance(m, HumanMessage))]
-        units = [older[a:b] for a, b in zip(starts, [*starts[1:], len(older)], strict=True)]
         summarizer = self.summarizer
         limit = summarizer.max_input_tokens
         # room left beside the prompt's own text and the previous summary (at most a quarter)
         room = (limit - 2 * min(summarizer.config.max_summary_tokens, limit // 4) - 2_000) * 5 // 6
+        ceilings = cost_ceilings(summarizer.token_counter, older)
+        if ceilings is not None and sum(ceilings) <= max(room, 1):
+            return [older]  # one call holds them all: the costs are at most their ceilings
+        starts = [0, *(i for i, m in enumerate(older) if i and isinstance(m, HumanMessage))]
+        units = [older[a:b] for a, b in zip(starts, [*starts[1:], len(older)], strict=True)]
         costs = [sum(message_costs(summarizer.token_counter, unit)) for unit in units]
         out: list[list[BaseMessage]] = []
         at = 0
