@@ -33,9 +33,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
-    HumanMessage,
     SystemMessage,
-    ToolMessage,
     messages_from_dict,
     messages_to_dict,
 )
@@ -48,6 +46,7 @@ from langchain_histcompress.core.rounds import ensure_ids
 from langchain_histcompress.core.running_summary import RunningSummary
 from langchain_histcompress.faces.reducers import SummarizationReducer, with_history_reducer
 from tests.fakes import ScriptedChatModel, numbered, summary_json
+from tests.read_counting import LOG, ReadAI, ReadHuman, ReadTool
 
 SHORT, LONG = 50, 1_000  # rounds of 4 messages: 200 and 4,000 messages
 TURNS = 6
@@ -55,45 +54,6 @@ TURNS = 6
 # --------------------------------------------------------------------------- what a turn does
 
 _ORIGINALS: set[int] = set()
-_READ: set[int] = set()
-_FIELDS = frozenset(
-    {
-        "content",
-        "id",
-        "name",
-        "tool_calls",
-        "invalid_tool_calls",
-        "additional_kwargs",
-        "response_metadata",
-        "tool_call_id",
-        "__dict__",
-        "model_dump",
-        "model_copy",
-    }
-)
-
-
-def _note(message: object, name: str) -> None:
-    if name in _FIELDS and id(message) in _ORIGINALS:
-        _READ.add(id(message))
-
-
-class _Human(HumanMessage):
-    def __getattribute__(self, name: str) -> Any:
-        _note(self, name)
-        return super().__getattribute__(name)
-
-
-class _AI(AIMessage):
-    def __getattribute__(self, name: str) -> Any:
-        _note(self, name)
-        return super().__getattribute__(name)
-
-
-class _Tool(ToolMessage):
-    def __getattribute__(self, name: str) -> Any:
-        _note(self, name)
-        return super().__getattribute__(name)
 
 
 def _round(n: int, *, ids: bool, tag: str = "") -> list[BaseMessage]:
@@ -107,19 +67,19 @@ def _round(n: int, *, ids: bool, tag: str = "") -> list[BaseMessage]:
         [
             # the question names the answer of round n - 45 (out of the verbatim window): what
             # a retriever finds, with as many matches on any history
-            _Human(f"q{n} p{n - 45}", id=given("h")),
-            _AI(
+            ReadHuman(f"q{n} p{n - 45}", id=given("h")),
+            ReadAI(
                 "",
                 id=given("c"),
                 tool_calls=[{"name": "search", "args": {"q": f"s{n}"}, "id": call}],
             ),
-            _Tool(f"r{n} {n * 13}", tool_call_id=call, id=given("t")),
-            _AI(f"a{n} p{n}", id=given("a")),
+            ReadTool(f"r{n} {n * 13}", tool_call_id=call, id=given("t")),
+            ReadAI(f"a{n} p{n}", id=given("a")),
         ]
     )
 
 
-_KINDS: dict[str, type[BaseMessage]] = {"human": _Human, "ai": _AI, "tool": _Tool}
+_KINDS: dict[str, type[BaseMessage]] = {"human": ReadHuman, "ai": ReadAI, "tool": ReadTool}
 
 
 def _originals(messages: list[BaseMessage]) -> list[BaseMessage]:
@@ -187,18 +147,19 @@ def _measure(turns: Iterator[Callable[[], Any]], copies: _Copies) -> _Turns:
         raise
     tracemalloc.start()
     try:
-        for turn in itertools.chain([first] if first is not None else [], turns):
-            gc.collect()
-            _READ.clear()
-            copies.count = 0
-            tracemalloc.reset_peak()
-            before, _ = tracemalloc.get_traced_memory()
-            turn()
-            _, peak = tracemalloc.get_traced_memory()
-            out.allocated.append(peak - before)
-            out.read.append(len(_READ))
-            out.copied.append(copies.count)
-            previous = turn
+        with LOG.watching(_ORIGINALS) as read:
+            for turn in itertools.chain([first] if first is not None else [], turns):
+                gc.collect()
+                read.clear()
+                copies.count = 0
+                tracemalloc.reset_peak()
+                before, _ = tracemalloc.get_traced_memory()
+                turn()
+                _, peak = tracemalloc.get_traced_memory()
+                out.allocated.append(peak - before)
+                out.read.append(len(read))
+                out.copied.append(copies.count)
+                previous = turn
     finally:
         tracemalloc.stop()
         gc.unfreeze()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, SystemMessage
 
 from langchain_histcompress.core.tokens import TiktokenCounter
 from langchain_histcompress.faces.reducers import (
@@ -23,43 +23,13 @@ from langchain_histcompress.faces.reducers import (
     with_history_reducer,
 )
 from tests.fakes import ScriptedChatModel, numbered, summary_json
-
-_READ: set[int] = set()
-_FIELDS = frozenset(
-    {
-        "content",
-        "id",
-        "name",
-        "tool_calls",
-        "invalid_tool_calls",
-        "additional_kwargs",
-        "response_metadata",
-        "tool_call_id",
-        "__dict__",
-        "model_dump",
-        "model_copy",
-    }
-)
-
-
-class _ReadHuman(HumanMessage):
-    def __getattribute__(self, name: str) -> Any:
-        if name in _FIELDS:
-            _READ.add(id(self))
-        return super().__getattribute__(name)
-
-
-class _ReadAI(AIMessage):
-    def __getattribute__(self, name: str) -> Any:
-        if name in _FIELDS:
-            _READ.add(id(self))
-        return super().__getattribute__(name)
+from tests.read_counting import LOG, ReadAI, ReadHuman
 
 
 def _exchange(n: int, *, ids: bool) -> list[BaseMessage]:
     return [
-        _ReadHuman(f"question {n}", id=f"h{n}" if ids else None),
-        _ReadAI(f"answer {n}", id=f"a{n}" if ids else None),
+        ReadHuman(f"question {n}", id=f"h{n}" if ids else None),
+        ReadAI(f"answer {n}", id=f"a{n}" if ids else None),
     ]
 
 
@@ -71,11 +41,12 @@ def _reads_per_turns(make: Callable[[], HistoryReducer], size: int, *, ids: bool
         history += _exchange(n, ids=ids)
     reducer.reduce(history)  # the first call may read everything once
     reads = 0
-    for n in range(size, size + 12):
-        history += _exchange(n, ids=ids)
-        _READ.clear()
-        reducer.reduce(history)
-        reads += len(_READ)
+    with LOG.watching(None) as read:
+        for n in range(size, size + 12):
+            history += _exchange(n, ids=ids)
+            read.clear()
+            reducer.reduce(history)
+            reads += len(read)
     return reads
 
 
