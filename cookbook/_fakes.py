@@ -251,7 +251,7 @@ def weather_agent(messages: list[BaseMessage]) -> AIMessage:
 
 # -- an agent that looks things up: recall_history for "remember" questions, then answers ----
 
-_RECALLED_LINE = re.compile(r"^\[[^\]]+ user\] (.*)$", re.MULTILINE)
+_RECALLED_LINE = re.compile(r"^\[(?:[^\]]+ )?user\] (.*)$", re.MULTILINE)
 
 
 def recall_agent(messages: list[BaseMessage]) -> AIMessage:
