@@ -17,7 +17,7 @@ from typing import Any
 from langchain_histcompress.core.pricing import PRICING_MODELS, PricingModel
 from langchain_histcompress.workbench.bench_result import BenchResult
 from langchain_histcompress.workbench.costs import REPORTED_PRICINGS, CostFigures
-from langchain_histcompress.workbench.tables import columns, markdown_table, text_table
+from langchain_histcompress.workbench.tables import columns, markdown_table, percent, text_table
 
 __all__ = [
     "BOUND",
@@ -66,10 +66,6 @@ COST_DEFINITIONS: dict[str, str] = {
 """What the cost figures mean."""
 
 
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
 def _family_label(pricing: PricingModel) -> str:
     if pricing.family == "openai":
         return f"prefix >= {pricing.min_cached_tokens:,}, {pricing.cache_step}-token steps"
@@ -114,21 +110,21 @@ def cost_rows(
         cells = [
             strategy,
             "-" if figures is None else f"{figures.billed:,}",
-            _percent(openai.cached_share if openai else None),
-            _percent(anthropic.cached_share if anthropic else None),
+            percent(openai.cached_share if openai else None),
+            percent(anthropic.cached_share if anthropic else None),
         ]
-        cells += [_percent(c.savings if c else None) for c in costs.values()]
+        cells += [percent(c.savings if c else None) for c in costs.values()]
         rows.append(cells)
         if strategy == result.strategies[0]:  # the baseline: what every strategy pays
             ceiling = [CEILING, "-", "-", "-"]
             ceiling += [
-                _percent(1 - c.output_cost / c.cost if c and c.cost else None)
+                percent(1 - c.output_cost / c.cost if c and c.cost else None)
                 for c in costs.values()
             ]
             rows.append(ceiling)
         if strategy in BOUND_STRATEGIES:
             bound = [BOUND, "-", "-", "-"]
-            bound += [_percent(c.answer_savings if c else None) for c in costs.values()]
+            bound += [percent(c.answer_savings if c else None) for c in costs.values()]
             rows.append(bound)
     return header, rows
 
@@ -204,7 +200,7 @@ def agent_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
         ]
         for name in REPORTED_PRICINGS:
             figures = agent.cost(strategy, name)
-            cells.append(_percent(figures.savings if figures else None))
+            cells.append(percent(figures.savings if figures else None))
         rows.append(cells)
     return header, rows
 

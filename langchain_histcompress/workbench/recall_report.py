@@ -21,6 +21,7 @@ from typing import Any
 from langchain_histcompress.workbench.bench_result import BenchResult
 from langchain_histcompress.workbench.costs import REPORTED_PRICINGS
 from langchain_histcompress.workbench.recall import QuestionRecall
+from langchain_histcompress.workbench.tables import percent
 
 __all__ = [
     "TOOL_RECALL_NOTE",
@@ -130,10 +131,6 @@ def tool_recall_figures(
     )
 
 
-def _percent(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{100 * value:.{digits}f}%"
-
-
 def _dollars(value: float | None) -> str:
     return "-" if value is None else f"${value:.4f}" if value < 1 else f"${value:,.2f}"
 
@@ -152,8 +149,8 @@ def _rows(result: BenchResult) -> tuple[list[list[str]], list[list[str]]]:
                 [
                     label,
                     str(figures.questions),
-                    _percent(figures.recall),
-                    _percent(figures.answer_coverage),
+                    percent(figures.recall),
+                    percent(figures.answer_coverage),
                     f"{figures.mean_recalled_tokens:,.0f}",
                     f"{figures.max_recalled_tokens:,}",
                 ]
@@ -167,8 +164,8 @@ def _rows(result: BenchResult) -> tuple[list[list[str]], list[list[str]]]:
                         f"`{p}`",
                         _dollars(figures.bill.get(p)),
                         _dollars(figures.extra[p]),
-                        _percent(figures.extra_share.get(p), 2),
-                        _percent(figures.cached_share.get(p)),
+                        percent(figures.extra_share.get(p), 2),
+                        percent(figures.cached_share.get(p)),
                     ]
                 )
     return recall_rows, cost_rows

@@ -40,7 +40,13 @@ from langchain_histcompress.workbench.recall_report import (
     tool_recall_to_dict,
 )
 from langchain_histcompress.workbench.strategies import DEFAULT_STRATEGIES, available_strategies
-from langchain_histcompress.workbench.tables import columns, markdown_table, text_table, wrap
+from langchain_histcompress.workbench.tables import (
+    columns,
+    markdown_table,
+    percent,
+    text_table,
+    wrap,
+)
 
 __all__ = [
     "DEFINITIONS",
@@ -101,10 +107,6 @@ def _tokens(value: float | None) -> str:
     return "-" if value is None else f"{round(value):,}"
 
 
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
 def _ms(value: float | None) -> str:
     if value is None:
         return "-"
@@ -138,9 +140,9 @@ def _row(
         _tokens(figures.prompt_p95),
         _tokens(figures.prompt_last),
         _tokens(figures.billed),
-        _percent(figures.savings),
-        _percent(recall.recall if recall else None),
-        _percent(recall.answer_coverage if recall and recall.answered else None),
+        percent(figures.savings),
+        percent(recall.recall if recall else None),
+        percent(recall.answer_coverage if recall and recall.answered else None),
         _tokens(recall.mean_context_tokens if recall else None),
         _ms(figures.overhead_ms_mean),
     ]
@@ -403,9 +405,9 @@ def _per_conversation_rows(result: BenchResult) -> tuple[list[str], list[list[st
         for conversation in result.conversations:
             figures = result.figures(strategy, conversation)
             recall = result.recall(strategy, conversation)
-            cells.append(_percent(figures.savings if figures else None))
+            cells.append(percent(figures.savings if figures else None))
             cells.append(
-                f"{_percent(recall.recall)} @ {_tokens(recall.mean_context_tokens)}"
+                f"{percent(recall.recall)} @ {_tokens(recall.mean_context_tokens)}"
                 if recall
                 else "-"
             )

@@ -17,12 +17,22 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
-__all__ = ["TABLE_WIDTH", "columns", "markdown_table", "text_table", "wrap"]
+__all__ = ["TABLE_WIDTH", "columns", "markdown_table", "percent", "text_table", "wrap"]
 
 TABLE_WIDTH = 100
 """Widest line of the console tables and of the README's Markdown."""
 
 _GAP = "  "
+
+
+def percent(value: float | None, digits: int = 1) -> str:
+    """A share as a table cell: ``"-"`` when unknown.
+
+    Example:
+        >>> percent(0.8249), percent(None), percent(0.5, digits=0)
+        ('82.5%', '-', '50%')
+    """
+    return "-" if value is None else f"{100 * value:.{digits}f}%"
 
 
 def wrap(text: str, width: int = TABLE_WIDTH) -> str:
