@@ -3,12 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= postgres,agents,bench,test,docs
+EXTRAS ?= postgres,agents,bench,embeddings,test,docs
 LOCOMO ?= ../shared/data/locomo
 TAU_BENCH ?= ../shared/data/tau-bench
 
-.PHONY: install lint typecheck unit integration notebooks docs test test-embeddings demo bench \
-	bench-readme clean
+.PHONY: install lint typecheck unit integration notebooks docs test demo bench bench-readme clean
 
 $(STAMP): pyproject.toml
 	@echo "Creating $(VENV) and installing the package with the extras [$(EXTRAS)]"
@@ -54,18 +53,6 @@ test: lint typecheck
 	OPENAI_API_KEY= $(PYTEST) -o addopts= --nbmake cookbook
 	$(MKDOCS) build --strict --quiet --site-dir site
 
-# The offline MiniLM extra in its own virtualenv: it needs torch (install a CPU build first;
-# from PyPI, a plain `torch` is the multi-GB CUDA build).
-EMB_VENV ?= .venv-embeddings
-TORCH_SPEC ?= torch==2.13.0
-test-embeddings:
-	$(PYTHON) -m venv $(EMB_VENV)
-	$(EMB_VENV)/bin/python -m pip install -q --upgrade pip
-	$(EMB_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"
-	$(EMB_VENV)/bin/python -m pip install -q -e ".[embeddings,test]"
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 $(EMB_VENV)/bin/pytest -q -o addopts= \
-		tests/integration_tests/test_minilm_embeddings.py
-
 demo: install
 	$(BIN)/histcompress demo
 
@@ -79,4 +66,4 @@ bench-readme: install
 	$(BIN)/histcompress bench --data $(LOCOMO) --agent-data $(TAU_BENCH) --out bench-out --readme README.md --docs docs/benchmark.md --faces
 
 clean:
-	rm -rf $(VENV) $(EMB_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis bench-out site
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis bench-out site

