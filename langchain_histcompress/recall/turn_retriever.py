@@ -155,7 +155,8 @@ class BM25TurnRetriever:
         kept between calls (so each sum is the one `scores` makes). Terms are taken in
         batches of about `_BATCH_POSTINGS` postings (a term with more is a batch of its own,
         read through views of the index's columns), and the best of each batch are picked
-        at C speed (ties: earliest): the ``k`` best overall are among them. So a call
+        at C speed (ties: earliest), once ``k`` are picked only among the messages ranking
+        ahead of the ``k``-th best so far: the ``k`` best overall are among them. So a call
         allocates for one batch at a time, and only the picked messages reach Python.
         """
         index = turns.index
@@ -178,14 +179,17 @@ class BM25TurnRetriever:
             batches[-1].append(term)
             size += count
         scored: list[tuple[Any, int]] = []  # each batch's slots (a view for one term)
-        picked: set[tuple[float, int]] = set()
+        best: list[tuple[float, int]] = []  # the k best (-score, order) picked so far
         try:
             for batch in batches:
                 scored.append((self._add_scores(np, index, batch, newest, sums), len(batch)))
             for term in terms[retrieving:]:  # speaker names: only where another term matched
                 self._add_scores(np, index, [term], newest, sums, matched_only=True)
             for slots, width in scored:
-                picked.update(self._best_slots(np, turns, sums, slots, k * width))
+                last = best[-1] if len(best) == k else None
+                picked = self._best_slots(np, turns, sums, slots, k * width, last)
+                if picked:
+                    best = sorted({*best, *picked})[:k]
             for slots, _ in scored:
                 sums[slots] = 0.0
         except BaseException:
@@ -194,7 +198,7 @@ class BM25TurnRetriever:
         finally:
             scored.clear()  # views pin the index's columns, which must stay growable
         positions = turns.turn_positions
-        return [messages[positions[at]] for _, at in sorted(picked)[:k]]
+        return [messages[positions[at]] for _, at in best]
 
     @staticmethod
     def _add_scores(
@@ -248,12 +252,18 @@ class BM25TurnRetriever:
 
     @staticmethod
     def _best_slots(
-        np: Any, turns: _TurnIndex, sums: Any, slots: Any, n: int
+        np: Any,
+        turns: _TurnIndex,
+        sums: Any,
+        slots: Any,
+        n: int,
+        last: tuple[float, int] | None,
     ) -> list[tuple[float, int]]:
         """``(-score, order)`` of at least the ``n`` best of ``slots`` (repeats allowed).
 
         A message is in ``slots`` at most once per term, so the ``n`` best entries of a
-        batch of ``n / k`` terms hold its ``k`` best messages.
+        batch of ``n / k`` terms hold its ``k`` best messages. With ``last``, only the
+        messages ranking ahead of it count (a higher score, or the same and earlier).
         """
         index = turns.index
         order = None
@@ -263,7 +273,12 @@ class BM25TurnRetriever:
                 order = slots  # every slot is the message's place among the indexed ones
             else:
                 order = turns.gather(np, turns.slot_turns, slots)
-            keep = totals > 0
+            if last is None:
+                keep = totals > 0
+            else:
+                score = -last[0]
+                keep = totals > score
+                keep |= (totals == score) & (order < last[1])
             if turns.allowed() is not None:  # texts this call does not hold
                 keep &= order >= 0
             if not keep.all():
