@@ -35,6 +35,7 @@ from langchain_histcompress.context._evidence_selection import (
 )
 from langchain_histcompress.context.data import (
     DataFormat,
+    _by_source,
     _covers,
     _Data,
     _prune,
@@ -264,8 +265,11 @@ class ContextBuilder:
         # the history list last handed to the evidence retriever, and its length then:
         # the preparation only appends to its lists, so that much of it is unchanged
         self._facts = FactStateCache()
-        self._pool: tuple[int, list[Fact], bool] | None = None
-        """The facts of the last read that pass the static filters, whether any can expire."""
+        self._pool: tuple[int, list[Fact], bool, dict[str, list[Fact]]] | None = None
+        """The facts of the last read that pass the static filters, whether any can expire,
+        and those facts by source message id."""
+        self._sources: dict[str, list[Fact]] = {}
+        """The current call's fact pool by source message id (see `_shown_facts`)."""
         self._recency: tuple[list[Fact], list[Fact]] | None = None
         """The last fact pool ranked by recency, and that ranking."""
         self._round_costs = _RoundCosts(self._costs.cost, TEXT_COSTS_CACHED)
@@ -308,11 +312,13 @@ class ContextBuilder:
                 and (self.include_uncertain or f.status != "uncertain")
             ]
             expiring = any(f.expires_at is not None for f in kept)
-            memo = self._pool = (self._facts.generation, kept, expiring)
-        _, kept, expiring = memo
+            memo = self._pool = (self._facts.generation, kept, expiring, _by_source(kept))
+        _, kept, expiring, self._sources = memo
         if not expiring:
             return list(kept)
-        return [f for f in kept if f.expires_at is None or not f.is_expired(now)]
+        pool = [f for f in kept if f.expires_at is None or not f.is_expired(now)]
+        self._sources = _by_source(pool)
+        return pool
 
     def _by_recency(self, pool: Sequence[Fact]) -> list[Fact]:
         """``pool``, most recently updated first (sorted again only when the pool changed)."""
@@ -331,7 +337,7 @@ class ContextBuilder:
         """
         if not self.top_k_facts:
             return []
-        skip = _shown_facts(shown, pool)
+        skip = _shown_facts(shown, pool, self._sources)
         k = self.top_k_facts + len(skip)
         ranked = list(self.fact_retriever.retrieve(query, pool, k))[:k] if query else []
         ranked = [f for f in ranked if f.id not in skip][: self.top_k_facts]

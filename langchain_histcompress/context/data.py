@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import weakref
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -79,9 +79,27 @@ def _covers(shown: set[str], ids: Collection[str]) -> bool:
     return bool(ids) and all(map(shown.__contains__, ids))
 
 
-def _shown_facts(shown: set[str], facts: Iterable[Fact]) -> set[str]:
-    """Ids of the facts whose sources are all in ``shown`` (`_covers` of each)."""
+def _by_source(facts: Iterable[Fact]) -> dict[str, list[Fact]]:
+    """Source message id -> the ``facts`` extracted from it, in order."""
+    out: dict[str, list[Fact]] = {}
+    for fact in facts:
+        for source in fact.source_ids:
+            out.setdefault(source, []).append(fact)
+    return out
+
+
+def _shown_facts(
+    shown: set[str], facts: Collection[Fact], by_source: Mapping[str, Sequence[Fact]]
+) -> set[str]:
+    """Ids of the facts whose sources are all in ``shown`` (`_covers` of each).
+
+    ``by_source`` is `_by_source` of ``facts``: the smaller of ``shown`` and ``facts`` is
+    read, so a short verbatim window costs a lookup per shown message, not a test per fact.
+    """
     covered = shown.issuperset  # a fact's few sources, looked up at C speed
+    if len(shown) < len(facts):
+        found = (f for s in shown for f in by_source.get(s, ()))
+        return {f.id for f in found if covered(f.source_ids)}
     return {f.id for f in facts if f.source_ids and covered(f.source_ids)}
 
 
