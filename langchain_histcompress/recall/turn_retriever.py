@@ -215,23 +215,23 @@ class BM25TurnRetriever:
         ``matched_only``: add only to slots whose sum is already positive (a modifier term
         of `BM25Index.scores`, which ranks but does not retrieve).
         """
-        start = -newest if newest else 0
         kinds = (np.int64, np.float64, np.float64)
-        columns = [index._column(term) for term in batch]
         slots = tfs = lengths = None
         try:
             if len(batch) == 1:  # views of the term's own columns
+                start = -newest if newest else 0
                 slots, tfs, lengths = (
                     np.frombuffer(column, dtype=kind)[start:]
-                    for column, kind in zip(columns[0], kinds, strict=True)
+                    for column, kind in zip(index._column(batch[0]), kinds, strict=True)
                 )
                 weight: Any = index._weight(len(index._postings[batch[0]]))
             else:  # joined in one copy, term after term
+                columns = [index._column(term, newest) for term in batch]
                 slots, tfs, lengths = (
-                    np.frombuffer(b"".join([c[part][start:] for c in columns]), dtype=kind)
+                    np.frombuffer(b"".join([c[part] for c in columns]), dtype=kind)
                     for part, kind in enumerate(kinds)
                 )
-                counts = [min(len(c[0]), newest or len(c[0])) for c in columns]
+                counts = [len(c[0]) for c in columns]
                 weight = np.array([index._weight(len(index._postings[t])) for t in batch])
                 weight = weight.repeat(counts)
             fixed, scale = index._length_terms()
