@@ -20,7 +20,13 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
 from langchain_histcompress.context.window import CONTEXT_KIND
 from langchain_histcompress.core.aliases import IdAliases, stable_ref, stable_refs
@@ -158,14 +164,16 @@ def _fact_line(fact: Fact) -> str:
 def _shown(message: BaseMessage) -> BaseMessage:
     """``message`` with its ids (its own, its tool calls') shown as `stable_ref` references.
 
-    The message itself when no id needs shortening.
+    The message itself when no id needs shortening. Only an ``AIMessage`` has calls and
+    only a ``ToolMessage`` answers one (the ids `IdAliases.apply` replaces), so no other
+    message is asked for them (a missing attribute of a message costs an exception).
     """
     ids = [str(message.id)] if message.id is not None else []
-    ids += [str(c["id"]) for c in getattr(message, "tool_calls", ()) if c.get("id")]
-    ids += [str(c["id"]) for c in getattr(message, "invalid_tool_calls", ()) if c.get("id")]
-    call_id = getattr(message, "tool_call_id", None)
-    if call_id:
-        ids.append(str(call_id))
+    if isinstance(message, AIMessage):
+        ids += [str(c["id"]) for c in message.tool_calls if c.get("id")]
+        ids += [str(c["id"]) for c in message.invalid_tool_calls if c.get("id")]
+    elif isinstance(message, ToolMessage) and message.tool_call_id:
+        ids.append(str(message.tool_call_id))
     refs = stable_refs(ids)
     if not refs:
         return message
