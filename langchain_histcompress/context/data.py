@@ -181,12 +181,20 @@ def _shown(message: BaseMessage) -> BaseMessage:
 
 
 def _render_turn_line(message: BaseMessage) -> str:
-    """``message``'s compact line, ``[ref role] text`` (not remembered: see `_turn_line`)."""
-    message = _shown(message)
+    """``message``'s compact line, ``[ref role] text`` (not remembered: see `_turn_line`).
+
+    Only an ``AIMessage`` with tool calls shows ids in its text (`_shown` copies it); any
+    other message is read as it is, its id shown as its `stable_ref`.
+    """
+    if isinstance(message, AIMessage) and message.tool_calls:
+        message = _shown(message)
+        ref = message.id
+    else:
+        ref = stable_ref(message.id) if message.id is not None else None
     role = ROLE_NAMES.get(message.type, message.type)
     name = f" {message.name}" if message.name else ""
     text = escape_data(message_text(message)).replace("\n", "\n  ")
-    return f"[{escape_data(f'{message.id} {role}{name}')}] {text}"
+    return f"[{escape_data(f'{ref} {role}{name}')}] {text}"
 
 
 def _turn_line(message: BaseMessage) -> str:
