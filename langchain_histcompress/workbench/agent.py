@@ -179,8 +179,11 @@ class AgentReplayModel(BaseChatModel):
         """
         text = "\n".join(message_text(m) for m in messages)
         shown = [(i, html.unescape(t).strip()) for i, t in _ELEMENT.findall(text)]
-        shown += [(i, body.strip()) for i, _role, body in read_turn_lines(text)]
-        kind = detect_prompt_kind(_TURN_LINES.sub("", _ELEMENT.sub("", text)))
+        # turn lines are read outside the message elements: an assistant's tool calls
+        # ("[calls name(args) id=c1]") start a line inside its element, as a turn line does
+        outside = _ELEMENT.sub("", text)
+        shown += [(i, body.strip()) for i, _role, body in read_turn_lines(outside)]
+        kind = detect_prompt_kind(_TURN_LINES.sub("", outside))
         if kind == "fact_operations":
             operations = [
                 {

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
+from langchain_histcompress.edge.extraction import FactExtractor
 from langchain_histcompress.workbench.agent import (
     TAU_BENCH_FILE,
     AgentReplayModel,
@@ -105,6 +106,27 @@ def test_agent_replay_model_answers_summaries_and_fact_extraction() -> None:
     assert model.counter.count_text(summary) <= 10
     facts = model.reply_for([prompt[1], HumanMessage('Return [{"op": "ADD"}]')])
     assert [f["source_ids"] for f in json.loads(facts)] == [["m1"]]
+
+
+def test_agent_replay_model_extracts_facts_beside_an_assistant_tool_call() -> None:
+    # the real extraction prompt: the assistant's call is a "[calls ...]" line in its element
+    model = AgentReplayModel()
+    messages = [
+        HumanMessage("Book the flight to Houston on May 27.", id="m1"),
+        AIMessage(
+            "Searching.",
+            id="m2",
+            tool_calls=[
+                {"name": "search_direct_flight", "args": {"date": "2024-05-27"}, "id": "c9"}
+            ],
+        ),
+        ToolMessage("[]", tool_call_id="c9", id="m3"),
+    ]
+    result = FactExtractor(model).extract(messages)
+    assert result.report.status == "ok"
+    assert [(f.content, list(f.source_ids)) for f in result.facts.values()] == [
+        ("Book the flight to Houston on May 27.", ["m1"])
+    ]
 
 
 def test_bench_replays_the_agent_workload_beside_locomo(tmp_path: Path) -> None:
