@@ -37,6 +37,7 @@ from langchain_histcompress.core.errors import ConfigurationError
 from langchain_histcompress.core.pricing import DEFAULT_PRICING
 from langchain_histcompress.core.render import message_text, read_turn_lines
 from langchain_histcompress.core.tokens import TiktokenCounter
+from langchain_histcompress.edge.model_edge import recording_failures
 from langchain_histcompress.workbench.costs import (
     REPORTED_PRICINGS,
     CostFigures,
@@ -241,6 +242,8 @@ class AgentRun:
     """The replay priced by each pricing model."""
     error: str | None = None
     """Why the replay failed, if it did."""
+    gave_up: int = 0
+    """Internal calls that gave up after their retries (the strategy went on without them)."""
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,14 @@ class AgentResult:
     def failures(self, strategy: str) -> list[AgentRun]:
         """Runs of ``strategy`` that raised."""
         return [r for r in self.runs_of(strategy) if r.error]
+
+    def gave_up(self, strategy: str) -> int:
+        """Internal calls of ``strategy`` that gave up, over every trajectory."""
+        return sum(r.gave_up for r in self.runs_of(strategy))
+
+    def failed_strategies(self) -> list[str]:
+        """Strategies with a replay that raised or an internal call that gave up."""
+        return [s for s in self.strategies if self.failures(s) or self.gave_up(s)]
 
     def cost(self, strategy: str, pricing: str) -> CostFigures | None:
         """Cost of ``strategy`` under ``pricing``, pooled over the trajectories it completed."""
@@ -330,6 +341,26 @@ def _replay(
     )
 
 
+def _replay_counting_failures(
+    strategy_name: str,
+    trajectory: AgentTrajectory,
+    env: StrategyEnv,
+    ledger: UsageLedger,
+    meter: CostMeter,
+) -> AgentRun:
+    """`_replay`, with the internal calls that gave up counted in the run (and logged)."""
+    with recording_failures() as failures:
+        run = _replay(strategy_name, trajectory, env, ledger, meter)
+    if failures:
+        logger.warning(
+            "strategy %s: %d internal call(s) gave up on %s",
+            strategy_name,
+            len(failures),
+            trajectory.name,
+        )
+    return replace(run, gave_up=len(failures))
+
+
 def _merge(runs: Mapping[str, AgentRun]) -> AgentRun:
     """One run from replays configured per pricing model (see `bench_result.merge_priced_runs`)."""
     if "" in runs:
@@ -337,7 +368,8 @@ def _merge(runs: Mapping[str, AgentRun]) -> AgentRun:
     main = runs.get(DEFAULT_PRICING) or next(iter(runs.values()))
     error = main.error or next((r.error for r in runs.values() if r.error), None)
     costs = {name: run.costs[name] for name, run in runs.items() if name in run.costs}
-    return replace(main, costs=costs if error is None else {}, error=error)
+    gave_up = sum(run.gave_up for run in runs.values())
+    return replace(main, costs=costs if error is None else {}, error=error, gave_up=gave_up)
 
 
 def run_agent_workload(
@@ -380,7 +412,9 @@ def run_agent_workload(
                     tools_text=tools_text,
                 )
                 env = replace(make_env(model), pricing=pricing)
-                per_pricing[pricing or ""] = _replay(name, trajectory, env, ledger, meter)
+                per_pricing[pricing or ""] = _replay_counting_failures(
+                    name, trajectory, env, ledger, meter
+                )
             runs.append(_merge(per_pricing))
     logger.info(
         "agent workload: %d trajectories x %d strategies in %.1f s",

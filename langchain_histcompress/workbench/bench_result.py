@@ -173,12 +173,20 @@ class BenchResult:
         )
 
     def failed_strategies(self) -> list[str]:
-        """Strategies whose run failed or whose internal calls gave up, in report order."""
-        return [
+        """Strategies whose run failed or whose internal calls gave up, in report order.
+
+        The agent workload counts too: a trajectory's replay that raised, or an internal call
+        that gave up on it.
+        """
+        agent = self.agent.failed_strategies() if self.agent is not None else []
+        failed = [
             s
             for s in self.strategies
-            if self.internal_calls(s).failures or any(r.error for r in self.runs if r.strategy == s)
+            if self.internal_calls(s).failures
+            or any(r.error for r in self.runs if r.strategy == s)
+            or s in agent
         ]
+        return failed + [s for s in agent if s not in failed]
 
     def overhead_ms(self, strategy: str, size: int) -> float | None:
         """Median overhead per turn at ``size`` messages."""

@@ -163,15 +163,20 @@ def compact_cost_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     return [short.get(h, h.removeprefix(_SAVINGS)) for h in picked[0]], picked[1]
 
 
+_AGENT_COUNTS = ["failed", "internal", "gave up", "broken", "sys changed", "worse"]
+"""The agent table's count columns, between the strategy and the savings per pricing."""
+
+
 def agent_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     """Agent workload: per strategy, failures, calls, tool-pairing breaks, savings per pricing.
 
-    ``broken`` counts requests breaking the tool-pairing rules or without a user message,
-    ``sys changed`` requests whose system text differs from the trajectory's; ``worse`` counts
-    the trajectories on which the strategy cost more than the full history
+    ``gave up`` counts internal calls that gave up after their retries (the strategy went
+    on without them), ``broken`` requests breaking the tool-pairing rules or without a user
+    message, ``sys changed`` requests whose system text differs from the trajectory's;
+    ``worse`` counts the trajectories on which the strategy cost more than the full history
     under at least one pricing model.
     """
-    header = ["strategy", "failed", "internal", "broken", "sys changed", "worse"]
+    header = ["strategy", *_AGENT_COUNTS]
     header += [f"{_SAVINGS}{name}" for name in REPORTED_PRICINGS]
     agent = result.agent
     rows: list[list[str]] = []
@@ -194,6 +199,7 @@ def agent_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
             strategy,
             f"{len(agent.failures(strategy))}/{len(runs)}",
             f"{sum(r.internal_calls for r in runs):,}",
+            f"{agent.gave_up(strategy):,}",
             f"{sum(r.violations for r in runs):,}",
             f"{sum(r.system_changed for r in runs):,}",
             str(len(worse)),
@@ -214,12 +220,12 @@ def format_agent_table(result: BenchResult) -> str:
     return "\n".join(
         [
             text_table(
-                *columns(header, rows, ["failed", "internal", "broken", "sys changed", "worse"]),
+                *columns(header, rows, _AGENT_COUNTS),
                 title=f"Agent workload: {len(result.agent.trajectories)} tau-bench trajectories",
             ),
             "",
             text_table(
-                *columns(short, rows, short[6:]),
+                *columns(short, rows, short[len(_AGENT_COUNTS) + 1 :]),
                 title="Agent workload: savings against the full history per pricing model, over "
                 "the trajectories each strategy completed",
             ),
@@ -237,7 +243,7 @@ def markdown_agent_table(result: BenchResult) -> str:
 def compact_agent_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     """Failures, rule breaks, costlier trajectories and savings per pricing name (100 columns)."""
     header, rows = agent_rows(result)
-    picked = columns(header, rows, ["failed", "broken", "worse", *header[6:]])
+    picked = columns(header, rows, ["failed", "broken", "worse", *header[len(_AGENT_COUNTS) + 1 :]])
     return [h.removeprefix(_SAVINGS) for h in picked[0]], picked[1]
 
 
@@ -254,6 +260,7 @@ def agent_to_dict(result: BenchResult) -> dict[str, Any] | None:
                     {"trajectory": r.trajectory, "error": r.error} for r in agent.failures(s)
                 ],
                 "internal_calls": sum(r.internal_calls for r in agent.runs_of(s)),
+                "internal_calls_gave_up": agent.gave_up(s),
                 "answering_calls": sum(r.calls for r in agent.runs_of(s)),
                 "tool_pairing_violations": sum(r.violations for r in agent.runs_of(s)),
                 "system_text_changed": sum(r.system_changed for r in agent.runs_of(s)),

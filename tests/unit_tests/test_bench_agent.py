@@ -3,24 +3,34 @@ from __future__ import annotations
 import io
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatResult
 
+from langchain_histcompress.core.tokens import TiktokenCounter
 from langchain_histcompress.edge.extraction import FactExtractor
 from langchain_histcompress.workbench.agent import (
     TAU_BENCH_FILE,
     AgentReplayModel,
     load_tau_bench,
+    run_agent_workload,
     tool_pairing_violations,
 )
 from langchain_histcompress.workbench.bench_config import BenchConfig
-from langchain_histcompress.workbench.cost_report import agent_rows, format_agent_table
+from langchain_histcompress.workbench.cost_report import (
+    agent_rows,
+    agent_to_dict,
+    format_agent_table,
+)
 from langchain_histcompress.workbench.costs import REPORTED_PRICINGS
 from langchain_histcompress.workbench.report import result_to_dict
 from langchain_histcompress.workbench.runner import run_benchmark
+from langchain_histcompress.workbench.strategy import StrategyEnv
 from tests.unit_tests.test_bench_locomo import write_tiny
 
 TAU_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "tau-bench"
@@ -148,13 +158,69 @@ def test_bench_replays_the_agent_workload_beside_locomo(tmp_path: Path) -> None:
     assert full is not None and full.savings == 0.0
     assert all(r.calls == 4 and not r.error for r in result.agent.runs)
     header, rows = agent_rows(result)
-    assert header[:6] == ["strategy", "failed", "internal", "broken", "sys changed", "worse"]
-    assert rows[0][:4] == ["full", "0/3", "0", "0"]
+    assert header[:7] == [
+        "strategy",
+        *("failed", "internal", "gave up", "broken", "sys changed", "worse"),
+    ]
+    assert rows[0][:5] == ["full", "0/3", "0", "0", "0"]
     text = format_agent_table(result)
     assert "3 tau-bench trajectories" in text and "sys changed" in text and "openai-90" in text
     assert max(map(len, text.splitlines())) <= 100
     data = result_to_dict(result)["costs"]["agent_workload"]
     assert data["strategies"]["truncation"]["answering_calls"] == 12
+
+
+class _Unreachable(BaseChatModel):
+    """An internal model whose every call fails with an error that is not retried."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "unreachable"
+
+    def _generate(self, messages: Any, stop: Any = None, **kwargs: Any) -> ChatResult:
+        msg = "no route to the model"
+        raise RuntimeError(msg)
+
+
+def test_internal_calls_giving_up_on_the_agent_workload_fail_the_strategy(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    write_tiny(tmp_path / "data" / "t1.json")
+    config = BenchConfig(
+        data=(tmp_path / "data",),
+        strategies=("truncation",),
+        overhead_sizes=(10,),
+        overhead_turns=1,
+        counting=False,
+    )
+    result = run_benchmark(config, progress=io.StringIO())
+    assert result.failed_strategies() == []
+    counter = TiktokenCounter("gpt-4o-mini")
+    rounds = _trajectory()[1:]
+    tau = tmp_path / "tau"
+    tau.mkdir()
+    data = {
+        "tools": [],
+        "trajectories": [{"task_id": 0, "trial": 0, "traj": _trajectory() + rounds * 3}],
+    }
+    (tau / TAU_BENCH_FILE).write_text(json.dumps(data), encoding="utf-8")
+    agent = run_agent_workload(
+        tau,
+        ["full", "facts"],
+        counter=counter,
+        make_env=lambda _replay: StrategyEnv(counter=counter, model=_Unreachable()),
+    )
+    # the extractor gave up on every turn and the replay went on without facts
+    assert all(not r.error for r in agent.runs)
+    assert agent.gave_up("full") == 0
+    assert agent.gave_up("facts") > 0
+    assert agent.failed_strategies() == ["facts"]
+    with_agent = replace(result, agent=agent)
+    assert with_agent.failed_strategies() == ["facts"]
+    header, rows = agent_rows(with_agent)
+    assert rows[1][header.index("gave up")] == str(agent.gave_up("facts"))
+    data = agent_to_dict(with_agent)
+    assert data is not None
+    assert data["strategies"]["facts"]["internal_calls_gave_up"] == agent.gave_up("facts")
 
 
 def test_the_default_is_configured_per_pricing_and_never_costs_more(tmp_path: Path) -> None:
