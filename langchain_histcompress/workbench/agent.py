@@ -302,55 +302,38 @@ def _replay(
     ledger: UsageLedger,
     meter: CostMeter,
 ) -> AgentRun:
+    """Replay ``trajectory`` through the strategy, recording what went wrong in the run.
+
+    An error ends the replay; internal calls that gave up let it go on. Both are logged.
+    """
     strategy = build_strategy(strategy_name, env)
     strategy.reset()
     history: list[BaseMessage] = []
     calls = internal = violations = system_changed = 0
-    try:
-        for message in trajectory.messages:
-            if isinstance(message, AIMessage) and history:
-                mark = ledger.mark()
-                model_input = strategy.model_input(tuple(history))
-                at = calls * AGENT_CALL_GAP
-                for call in ledger.since(mark):
-                    internal += 1
-                    if not call.failed:
-                        meter.internal(call.prompt, output_tokens=call.completion_tokens, at=at)
-                output = env.counter.count_message(message)
-                meter.answer(model_input, output_tokens=output, at=at)
-                latest = any(isinstance(m, HumanMessage) for m in model_input)
-                violations += bool(tool_pairing_violations(model_input)) or not latest
-                system_changed += model_input[0].content != trajectory.messages[0].content
-                calls += 1
-            history.append(message)
-    except Exception as exc:
-        logger.warning(
-            "strategy %s failed on %s: %s", strategy_name, trajectory.name, type(exc).__name__
-        )
-        return AgentRun(
-            strategy_name,
-            trajectory.name,
-            calls,
-            internal,
-            violations,
-            system_changed,
-            error=f"{type(exc).__name__}: {exc}",
-        )
-    return AgentRun(
-        strategy_name, trajectory.name, calls, internal, violations, system_changed, meter.costs()
-    )
-
-
-def _replay_counting_failures(
-    strategy_name: str,
-    trajectory: AgentTrajectory,
-    env: StrategyEnv,
-    ledger: UsageLedger,
-    meter: CostMeter,
-) -> AgentRun:
-    """`_replay`, with the internal calls that gave up counted in the run (and logged)."""
+    error: str | None = None
     with recording_failures() as failures:
-        run = _replay(strategy_name, trajectory, env, ledger, meter)
+        try:
+            for message in trajectory.messages:
+                if isinstance(message, AIMessage) and history:
+                    mark = ledger.mark()
+                    model_input = strategy.model_input(tuple(history))
+                    at = calls * AGENT_CALL_GAP
+                    for call in ledger.since(mark):
+                        internal += 1
+                        if not call.failed:
+                            meter.internal(call.prompt, output_tokens=call.completion_tokens, at=at)
+                    output = env.counter.count_message(message)
+                    meter.answer(model_input, output_tokens=output, at=at)
+                    latest = any(isinstance(m, HumanMessage) for m in model_input)
+                    violations += bool(tool_pairing_violations(model_input)) or not latest
+                    system_changed += model_input[0].content != trajectory.messages[0].content
+                    calls += 1
+                history.append(message)
+        except Exception as exc:
+            logger.warning(
+                "strategy %s failed on %s: %s", strategy_name, trajectory.name, type(exc).__name__
+            )
+            error = f"{type(exc).__name__}: {exc}"
     if failures:
         logger.warning(
             "strategy %s: %d internal call(s) gave up on %s",
@@ -358,7 +341,17 @@ def _replay_counting_failures(
             len(failures),
             trajectory.name,
         )
-    return replace(run, gave_up=len(failures))
+    return AgentRun(
+        strategy_name,
+        trajectory.name,
+        calls,
+        internal,
+        violations,
+        system_changed,
+        meter.costs() if error is None else {},
+        error=error,
+        gave_up=len(failures),
+    )
 
 
 def _merge(runs: Mapping[str, AgentRun]) -> AgentRun:
@@ -412,9 +405,7 @@ def run_agent_workload(
                     tools_text=tools_text,
                 )
                 env = replace(make_env(model), pricing=pricing)
-                per_pricing[pricing or ""] = _replay_counting_failures(
-                    name, trajectory, env, ledger, meter
-                )
+                per_pricing[pricing or ""] = _replay(name, trajectory, env, ledger, meter)
             runs.append(_merge(per_pricing))
     logger.info(
         "agent workload: %d trajectories x %d strategies in %.1f s",

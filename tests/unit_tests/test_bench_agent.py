@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatResult
 
 from langchain_histcompress.core.tokens import TiktokenCounter
@@ -22,6 +23,7 @@ from langchain_histcompress.workbench.agent import (
     tool_pairing_violations,
 )
 from langchain_histcompress.workbench.bench_config import BenchConfig
+from langchain_histcompress.workbench.bench_result import BenchResult
 from langchain_histcompress.workbench.cost_report import (
     agent_rows,
     agent_to_dict,
@@ -139,19 +141,19 @@ def test_agent_replay_model_extracts_facts_beside_an_assistant_tool_call() -> No
     ]
 
 
-def test_bench_replays_the_agent_workload_beside_locomo(tmp_path: Path) -> None:
+def _tiny_bench(tmp_path: Path, strategy: str, **config: Any) -> BenchResult:
+    """The bench over one tiny LoCoMo file with ``strategy`` (and ``config``), quickly."""
     (tmp_path / "data").mkdir()
     write_tiny(tmp_path / "data" / "t1.json")
-    config = BenchConfig(
-        data=(tmp_path / "data",),
-        strategies=("truncation",),
-        overhead_sizes=(10,),
-        overhead_turns=1,
-        keep_messages=2,
-        counting=False,
-        agent_data=write_tau(tmp_path / "tau"),
+    settings = {"overhead_sizes": (10,), "overhead_turns": 1, "counting": False, **config}
+    bench = BenchConfig(data=(tmp_path / "data",), strategies=(strategy,), **settings)
+    return run_benchmark(bench, progress=io.StringIO())
+
+
+def test_bench_replays_the_agent_workload_beside_locomo(tmp_path: Path) -> None:
+    result = _tiny_bench(
+        tmp_path, "truncation", keep_messages=2, agent_data=write_tau(tmp_path / "tau")
     )
-    result = run_benchmark(config, progress=io.StringIO())
     assert result.agent is not None
     assert result.agent.trajectories == ("task0-0", "task1-0", "task2-0")
     full = result.agent.cost("full", "openai-90")
@@ -177,22 +179,19 @@ class _Unreachable(BaseChatModel):
     def _llm_type(self) -> str:
         return "unreachable"
 
-    def _generate(self, messages: Any, stop: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
         msg = "no route to the model"
         raise RuntimeError(msg)
 
 
 def test_internal_calls_giving_up_on_the_agent_workload_fail_the_strategy(tmp_path: Path) -> None:
-    (tmp_path / "data").mkdir()
-    write_tiny(tmp_path / "data" / "t1.json")
-    config = BenchConfig(
-        data=(tmp_path / "data",),
-        strategies=("truncation",),
-        overhead_sizes=(10,),
-        overhead_turns=1,
-        counting=False,
-    )
-    result = run_benchmark(config, progress=io.StringIO())
+    result = _tiny_bench(tmp_path, "truncation")
     assert result.failed_strategies() == []
     counter = TiktokenCounter("gpt-4o-mini")
     rounds = _trajectory()[1:]
@@ -218,23 +217,13 @@ def test_internal_calls_giving_up_on_the_agent_workload_fail_the_strategy(tmp_pa
     assert with_agent.failed_strategies() == ["facts"]
     header, rows = agent_rows(with_agent)
     assert rows[1][header.index("gave up")] == str(agent.gave_up("facts"))
-    data = agent_to_dict(with_agent)
-    assert data is not None
-    assert data["strategies"]["facts"]["internal_calls_gave_up"] == agent.gave_up("facts")
+    written = agent_to_dict(with_agent)
+    assert written is not None
+    assert written["strategies"]["facts"]["internal_calls_gave_up"] == agent.gave_up("facts")
 
 
 def test_the_default_is_configured_per_pricing_and_never_costs_more(tmp_path: Path) -> None:
-    (tmp_path / "data").mkdir()
-    write_tiny(tmp_path / "data" / "t1.json")
-    config = BenchConfig(
-        data=(tmp_path / "data",),
-        strategies=("round_compression",),
-        overhead_sizes=(10,),
-        overhead_turns=1,
-        counting=False,
-        agent_data=write_tau(tmp_path / "tau"),
-    )
-    result = run_benchmark(config, progress=io.StringIO())
+    result = _tiny_bench(tmp_path, "round_compression", agent_data=write_tau(tmp_path / "tau"))
     assert result.agent is not None
     for run in result.agent.runs_of("round_compression"):
         assert set(run.costs) == set(REPORTED_PRICINGS)
