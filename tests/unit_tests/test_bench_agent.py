@@ -8,10 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.outputs import ChatResult
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from langchain_histcompress.core.tokens import TiktokenCounter
 from langchain_histcompress.edge.extraction import FactExtractor
@@ -33,6 +30,7 @@ from langchain_histcompress.workbench.costs import REPORTED_PRICINGS
 from langchain_histcompress.workbench.report import result_to_dict
 from langchain_histcompress.workbench.runner import run_benchmark
 from langchain_histcompress.workbench.strategy import StrategyEnv
+from tests.fakes import ScriptedChatModel
 from tests.unit_tests.test_bench_locomo import write_tiny
 
 TAU_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "tau-bench"
@@ -172,28 +170,12 @@ def test_bench_replays_the_agent_workload_beside_locomo(tmp_path: Path) -> None:
     assert data["strategies"]["truncation"]["answering_calls"] == 12
 
 
-class _Unreachable(BaseChatModel):
-    """An internal model whose every call fails with an error that is not retried."""
-
-    @property
-    def _llm_type(self) -> str:
-        return "unreachable"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        msg = "no route to the model"
-        raise RuntimeError(msg)
-
-
 def test_internal_calls_giving_up_on_the_agent_workload_fail_the_strategy(tmp_path: Path) -> None:
     result = _tiny_bench(tmp_path, "truncation")
     assert result.failed_strategies() == []
     counter = TiktokenCounter("gpt-4o-mini")
+    # every extraction call fails with an error that is not retried
+    unreachable = ScriptedChatModel(fail_with=RuntimeError("no route to the model"))
     rounds = _trajectory()[1:]
     tau = tmp_path / "tau"
     tau.mkdir()
@@ -206,12 +188,12 @@ def test_internal_calls_giving_up_on_the_agent_workload_fail_the_strategy(tmp_pa
         tau,
         ["full", "facts"],
         counter=counter,
-        make_env=lambda _replay: StrategyEnv(counter=counter, model=_Unreachable()),
+        make_env=lambda _replay: StrategyEnv(counter=counter, model=unreachable),
     )
     # the extractor gave up on every turn and the replay went on without facts
     assert all(not r.error for r in agent.runs)
     assert agent.gave_up("full") == 0
-    assert agent.gave_up("facts") > 0
+    assert agent.gave_up("facts") == len(unreachable.prompts) > 0
     assert agent.failed_strategies() == ["facts"]
     with_agent = replace(result, agent=agent)
     assert with_agent.failed_strategies() == ["facts"]
